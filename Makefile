@@ -1,0 +1,32 @@
+# vgpu: `make demo` and `make test` are the two commands a new user types; each
+# installs what is missing (deps) and builds the Cython core (build) first.
+PYTHON ?= python3
+DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev gcc
+PY_PKGS := pyfuse3 trio numpy cython pytest pytest-trio setuptools
+MOUNT ?= /tmp/vgpu-demo
+
+.PHONY: deps build test demo bench clean
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; fi
+	@$(PYTHON) -c "import pyfuse3, trio, numpy, Cython, pytest, pytest_trio" 2>/dev/null || \
+	  $(PYTHON) -m pip install -q $(PY_PKGS)
+
+build: deps
+	$(PYTHON) setup.py -q build_ext --inplace
+
+test: build
+	$(PYTHON) -m pytest -q tests
+
+demo: build
+	$(PYTHON) -m vgpu.demo $(MOUNT)
+
+bench: build
+	$(PYTHON) -m bench
+
+clean:
+	rm -rf build *.egg-info kmd/hw/_core.cpp kmd/hw/_core*.so bench/c_echo/echo_fuse
+	find . -name __pycache__ -prune -exec rm -rf {} +

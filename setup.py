@@ -1,0 +1,22 @@
+"""Build vgpu: the Python packages and the Cython execution core (kmd.hw._core)."""
+from Cython.Build import cythonize
+from setuptools import Extension, find_packages, setup
+
+core = Extension(
+    "kmd.hw._core",
+    sources=["kmd/hw/_core.pyx"],
+    language="c++",
+    extra_compile_args=["-O3", "-std=c++17"],
+)
+
+setup(
+    name="vgpu",
+    version="0.1.0",
+    description="A DRM-style virtual GPU emulated through FUSE",
+    packages=find_packages(include=["vgpu*", "vdev*", "kmd*", "libvgpu*", "umd*"]),
+    ext_modules=cythonize([core], language_level=3,
+                          compiler_directives={"boundscheck": False, "wraparound": False}),
+    python_requires=">=3.10",
+    install_requires=["pyfuse3>=3.2", "trio>=0.22", "numpy>=1.24"],
+    entry_points={"console_scripts": ["vgpu = vgpu.cli:main"]},
+)
