@@ -177,10 +177,11 @@ class drm_version(_Struct):
     """DRM_IOCTL_VERSION: driver name and version.
 
     In: ``name_len``, ``date_len``, ``desc_len`` (buffer sizes; pointers ignored).
-    Out: the version numbers, the true string lengths, and as reply extra data
-    the name, date and desc strings in that order, each exactly ``*_len`` bytes
-    of the request (truncated or zero-padded, not NUL-terminated when cut).
-    Errors: none beyond framing.
+    Out, as Linux ``drm_copy_field``: each ``*_len`` set to the string's true
+    length, and as reply extra data the name, date and desc strings in that
+    order, each ``min(requested *_len, true length)`` bytes, no NUL. Clients
+    (like libdrm's drmGetVersion) ask once with zero lengths, then again with
+    the true lengths. Errors: none beyond framing.
     """
     _fields_ = [
         ("version_major", c_int32),
