@@ -1,0 +1,212 @@
+"""Device: the whole KMD behind one mounted vgpu (see docs/internals.md).
+
+Every ioctl runs under one device lock (the handlers are short; blocking waits are
+returned as PendingReply and run outside it). Engines, when they exist, report back
+through the interrupt ring and take the same lock to update state.
+"""
+import errno
+import threading
+import time
+
+from vgpu import uapi
+
+from . import ctx as _ctx, gem as _gem, info as _info, vm as _vm  # noqa: F401  (register ioctls)
+from .drm_file import DrmFile
+from .errors import KmdError
+from .gem import DOMAIN_NAMES, BufferObject
+from .ioctl import dispatch, request_name
+from .kmsg import KernelLog
+from .memory import DeviceMemory
+
+MiB = 1 << 20
+
+
+class Device:
+    """The KMD of one virtual GPU."""
+
+    def __init__(self, vram_size: int = 512 * MiB, gtt_size: int = 1024 * MiB, timeout: float = 2.0):
+        self.lock = threading.RLock()
+        self.kmsg = KernelLog()
+        self.memory = DeviceMemory(vram_size, gtt_size)
+        self.timeout = timeout
+        self.files: dict[int, DrmFile] = {}
+        self.bos_by_offset: dict[int, BufferObject] = {}
+        self.reset_counter = 0
+        self._t0 = time.monotonic()
+        self.cpu_sync = None  # set by vdev: callback(bo, offset, size), worker threads only
+        self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
+                      f"ring timeout {timeout:g} s")
+
+    # -- files ---------------------------------------------------------------
+    def open_file(self, pid: int, uid: int, comm: str = "?", render: bool = True) -> DrmFile:
+        with self.lock:
+            f = DrmFile(pid, uid, comm, render)
+            self.files[f.id] = f
+        self.kmsg.log(f"client {f.id} opened {f.node}: {f.describe()}")
+        return f
+
+    def close_file(self, f: DrmFile) -> None:
+        """Last close: free every VA mapping, context and GEM handle the file held."""
+        with self.lock:
+            if f.closed:
+                return
+            f.closed = True
+            f.vm.clear_all()
+            for ctx in list(f.contexts.values()):
+                self.free_ctx(f, ctx)
+            for handle in list(f.bos):
+                self.close_handle(f, handle)
+            del self.files[f.id]
+        self.kmsg.log(f"client {f.id} closed {f.node}: {f.describe()}")
+
+    # -- ioctl ---------------------------------------------------------------
+    def ioctl(self, f: DrmFile, request: int, arg: bytes, extra: bytes = b""):
+        """Run one request for file `f`; see kmd.ioctl.dispatch. Refusals are logged."""
+        try:
+            with self.lock:
+                if f.closed:
+                    raise KmdError(errno.EBADF, "file is closed")
+                return dispatch(self, f, request, arg, extra)
+        except KmdError as e:
+            self.kmsg.log(f"{request_name(request)} refused for client {f.id} (pid {f.pid}): {e}")
+            raise
+
+    # -- GEM -----------------------------------------------------------------
+    def create_bo(self, f: DrmFile, size: int, align: int, domains: int, flags: int) -> BufferObject:
+        """Place a BO: VRAM first when allowed, then GTT. ENOMEM when neither fits."""
+        mem = self.memory
+        vram = storage = None
+        domain = 0
+        if domains & uapi.AMDGPU_GEM_DOMAIN_VRAM:
+            try:
+                vram = mem.vram_allocator.alloc(size, align)
+                storage = mem.vram[vram.offset: vram.offset + size]
+                storage[:] = 0  # never hand out another client's old data
+                domain = uapi.AMDGPU_GEM_DOMAIN_VRAM
+            except MemoryError as e:
+                vram_err = e
+        if storage is None and domains & uapi.AMDGPU_GEM_DOMAIN_GTT:
+            try:
+                storage = mem.alloc_gtt(size)
+                domain = uapi.AMDGPU_GEM_DOMAIN_GTT
+            except MemoryError as e:
+                vram_err = e
+        if storage is None:
+            self.kmsg.log(f"out of memory: cannot allocate {size} bytes in "
+                          f"{'|'.join(n for d, n in DOMAIN_NAMES.items() if d & domains)} "
+                          f"for client {f.id} (pid {f.pid}): {vram_err}")
+            raise KmdError(errno.ENOMEM, f"out of memory ({size} bytes)")
+        bo = BufferObject(size, align, domain, domains, flags, storage, vram, f.uid, f.pid)
+        self.bos_by_offset[bo.mmap_offset] = bo
+        return bo
+
+    def close_handle(self, f: DrmFile, handle: int) -> None:
+        bo = f.bos.pop(handle)
+        if bo not in f.bos.values():
+            f.vm.unmap_bo(bo)  # amdgpu_gem_object_close: the file's bo_va goes
+        bo.handle_count -= 1
+        if bo.handle_count == 0:
+            self.free_bo(bo)
+
+    def free_bo(self, bo: BufferObject) -> None:
+        if bo.freed:
+            return
+        bo.freed = True
+        self.bos_by_offset.pop(bo.mmap_offset, None)
+        if bo.vram is not None:
+            self.memory.vram_allocator.free(bo.vram)
+        else:
+            self.memory.free_gtt(bo.size)
+
+    def bo_by_offset(self, offset: int) -> BufferObject | None:
+        with self.lock:
+            return self.bos_by_offset.get(offset)
+
+    def wait_bo_idle(self, bo: BufferObject, timeout_ns: int) -> bool:
+        return bo.busy_jobs == 0
+
+    # -- contexts ------------------------------------------------------------
+    def free_ctx(self, f: DrmFile, ctx) -> None:
+        f.contexts.pop(ctx.id, None)
+
+    # -- clocks and views ----------------------------------------------------
+    def gpu_timestamp(self) -> int:
+        """The device clock in nanoseconds since the device came up."""
+        return int((time.monotonic() - self._t0) * 1e9)
+
+    def sysfs_files(self) -> dict:
+        """MOUNT/sys/class/drm/card0/device/*: name -> callable returning the text."""
+        m = self.memory
+        return {
+            "vendor": lambda: f"{_info.PCI_VENDOR:#06x}\n",
+            "device": lambda: f"{_info.PCI_DEVICE:#06x}\n",
+            "uevent": lambda: (f"DRIVER=vgpu\nPCI_CLASS=30000\nPCI_ID={_info.PCI_VENDOR:04X}:"
+                               f"{_info.PCI_DEVICE:04X}\nPCI_SLOT_NAME=0000:00:00.0\n"),
+            "mem_info_vram_total": lambda: f"{m.vram_allocator.size}\n",
+            "mem_info_vram_used": lambda: f"{m.vram_allocator.used}\n",
+            "mem_info_gtt_total": lambda: f"{m.gtt_size}\n",
+            "mem_info_gtt_used": lambda: f"{m.gtt_used}\n",
+            "gpu_busy_percent": lambda: "0\n",
+        }
+
+    def debugfs_files(self) -> dict:
+        """MOUNT/sys/kernel/debug/dri/0/*: name -> callable returning the text."""
+        return {
+            "name": lambda: "vgpu dev=0000:00:00.0 unique=0000:00:00.0\n",
+            "clients": self._debugfs_clients,
+            "gem_info": self._debugfs_gem_info,
+            "vm_info": self._debugfs_vm_info,
+        }
+
+    def _debugfs_clients(self) -> str:
+        lines = [f"{'command':>20} {'tgid':>5} {'dev':>3} {'master':>6} {'uid':>5} {'id':>4} node"]
+        with self.lock:
+            for f in self.files.values():
+                lines.append(f"{f.comm:>20} {f.pid:>5} {0:>3} {'n':>6} {f.uid:>5} {f.id:>4} {f.node}")
+        return "\n".join(lines) + "\n"
+
+    def _debugfs_gem_info(self) -> str:
+        out = []
+        with self.lock:
+            for f in self.files.values():
+                out.append(f"pid {f.pid:8d} command {f.comm} client {f.id}:")
+                for handle, bo in sorted(f.bos.items()):
+                    where = f"vram@{bo.vram.offset:#x}" if bo.vram else "gtt"
+                    out.append(f"\t{handle:#010x}: {bo.size:12d} byte {DOMAIN_NAMES[bo.domain]:>4} "
+                               f"{where} flags {bo.flags:#x} offset {bo.mmap_offset:#x}")
+        return "\n".join(out) + "\n" if out else ""
+
+    def _debugfs_vm_info(self) -> str:
+        out = []
+        with self.lock:
+            for f in self.files.values():
+                out.append(f"client {f.id} pid {f.pid} ({f.comm}): "
+                           f"{f.vm.page_table.mapped_pages()} pages mapped")
+                handles = {id(bo): h for h, bo in f.bos.items()}
+                for m in f.vm.mappings():
+                    perms = "".join(c if m.flags & b else "-" for c, b in (
+                        ("r", uapi.AMDGPU_VM_PAGE_READABLE), ("w", uapi.AMDGPU_VM_PAGE_WRITEABLE),
+                        ("x", uapi.AMDGPU_VM_PAGE_EXECUTABLE)))
+                    out.append(f"\t{m.va:#014x}-{m.end:#014x} {perms} handle {handles.get(id(m.bo), 0)} "
+                               f"bo_offset {m.offset:#x}")
+        return "\n".join(out) + "\n" if out else ""
+
+    # -- consistency (tests and the fuzzer) ----------------------------------
+    def check_invariants(self) -> None:
+        """Assert the bookkeeping is consistent: allocator invariants, handle counts
+        match the handles held, every live BO is reachable, usage adds up."""
+        with self.lock:
+            self.memory.vram_allocator.check()
+            held: dict[int, int] = {}
+            for f in self.files.values():
+                for bo in f.bos.values():
+                    held[id(bo)] = held.get(id(bo), 0) + 1
+                    assert not bo.freed, "a handle names a freed BO"
+            live = list(self.bos_by_offset.values())
+            for bo in live:
+                assert held.get(id(bo), 0) == bo.handle_count, "handle_count mismatch"
+                assert bo.handle_count > 0, "a BO without handles is still alive"
+            vram = sum(bo.size for bo in live if bo.vram)
+            gtt = sum(bo.size for bo in live if not bo.vram)
+            assert vram == self.memory.vram_allocator.used, f"VRAM used {self.memory.vram_allocator.used} != BOs {vram}"
+            assert gtt == self.memory.gtt_used, f"GTT used {self.memory.gtt_used} != BOs {gtt}"

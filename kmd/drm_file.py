@@ -1,0 +1,37 @@
+"""DrmFile: one open of card0/renderD128 (struct drm_file): its handle namespaces
+(GEM handles, contexts) and its VM. Handle 0 is never valid (drm-shim's rule)."""
+import itertools
+
+from .ctx import Context
+from .vm import VirtualMemory
+
+
+class DrmFile:
+    _ids = itertools.count(1)
+
+    def __init__(self, pid: int, uid: int, comm: str, render: bool):
+        self.id = next(self._ids)
+        self.pid, self.uid, self.comm, self.render = pid, uid, comm, render
+        self.node = "renderD128" if render else "card0"
+        self.bos: dict = {}            # GEM handle -> BufferObject
+        self.contexts: dict[int, Context] = {}
+        self.vm = VirtualMemory()
+        self._next_handle = 1
+        self._next_ctx = 1
+        self.closed = False
+
+    def add_bo(self, bo) -> int:
+        handle = self._next_handle
+        self._next_handle += 1
+        self.bos[handle] = bo
+        bo.handle_count += 1
+        return handle
+
+    def add_ctx(self, priority: int, reset_counter: int) -> Context:
+        ctx = Context(self._next_ctx, priority, reset_counter)
+        self._next_ctx += 1
+        self.contexts[ctx.id] = ctx
+        return ctx
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.comm}) uid {self.uid} {self.node}"

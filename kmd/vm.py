@@ -1,0 +1,140 @@
+"""Per-file GPU virtual memory (amdgpu_vm.c) and the GEM_VA ioctl.
+
+Each DRM file owns one VM: a list of mappings (VA range -> BO range + page flags)
+kept for overlap checks and debugfs, and a hardware page table (kmd.hw.PageTable)
+that the engines translate through.
+"""
+import bisect
+import errno
+from dataclasses import dataclass
+
+from vgpu import uapi
+
+from . import hw
+from .errors import KmdError, check
+from .gem import lookup_bo
+from .ioctl import ioctl
+from .vram import PAGE_SIZE
+
+# amdgpu_vm.h keeps the bottom of the address space reserved; vgpu reserves 2 MiB
+# and offers a 47-bit range, reported in DEV_INFO's virtual_address_offset/max.
+VA_START = 0x200000
+VA_END = 1 << 47
+PAGE_FLAGS = uapi.AMDGPU_VM_PAGE_READABLE | uapi.AMDGPU_VM_PAGE_WRITEABLE | uapi.AMDGPU_VM_PAGE_EXECUTABLE
+VALID_VA_FLAGS = PAGE_FLAGS | uapi.AMDGPU_VM_DELAY_UPDATE | uapi.AMDGPU_VM_MTYPE_MASK
+
+
+def pte_flags(flags: int) -> int:
+    return ((hw.PTE_READ if flags & uapi.AMDGPU_VM_PAGE_READABLE else 0)
+            | (hw.PTE_WRITE if flags & uapi.AMDGPU_VM_PAGE_WRITEABLE else 0)
+            | (hw.PTE_EXEC if flags & uapi.AMDGPU_VM_PAGE_EXECUTABLE else 0))
+
+
+@dataclass
+class Mapping:
+    va: int
+    size: int
+    bo: object
+    offset: int
+    flags: int  # AMDGPU_VM_PAGE_* bits
+
+    @property
+    def end(self) -> int:
+        return self.va + self.size
+
+
+class VirtualMemory:
+    """A file's address space. Mappings never overlap; all values are page aligned."""
+
+    def __init__(self):
+        self.page_table = hw.PageTable()
+        self._starts: list[int] = []
+        self._maps: list[Mapping] = []
+
+    def mappings(self) -> list[Mapping]:
+        return list(self._maps)
+
+    def overlapping(self, va: int, end: int) -> list[Mapping]:
+        i = bisect.bisect_right(self._starts, va) - 1
+        out = []
+        for m in self._maps[max(i, 0):]:
+            if m.va >= end:
+                break
+            if m.end > va:
+                out.append(m)
+        return out
+
+    def map(self, bo, offset: int, va: int, size: int, flags: int) -> None:
+        conflict = self.overlapping(va, va + size)
+        if conflict:
+            c = conflict[0]
+            raise KmdError(errno.EINVAL, f"va {va:#x}-{va + size:#x} conflicts with {c.va:#x}-{c.end:#x}")
+        self._insert(Mapping(va, size, bo, offset, flags))
+
+    def _insert(self, m: Mapping) -> None:
+        i = bisect.bisect_left(self._starts, m.va)
+        self._starts.insert(i, m.va)
+        self._maps.insert(i, m)
+        self.page_table.map(m.va, m.bo.storage, m.offset, m.size, pte_flags(m.flags))
+
+    def _remove(self, m: Mapping) -> None:
+        i = self._maps.index(m)
+        del self._starts[i], self._maps[i]
+        self.page_table.unmap(m.va, m.size)
+
+    def unmap(self, bo, va: int) -> None:
+        m = next((m for m in self._maps if m.va == va and m.bo is bo), None)
+        if m is None:
+            raise KmdError(errno.ENOENT, f"no mapping of this BO at va {va:#x}")
+        self._remove(m)
+
+    def clear(self, va: int, size: int) -> None:
+        """Unmap [va, va+size), keeping the parts of mappings outside it (amdgpu_vm_bo_clear_mappings)."""
+        end = va + size
+        for m in self.overlapping(va, end):
+            self._remove(m)
+            if m.va < va:
+                self._insert(Mapping(m.va, va - m.va, m.bo, m.offset, m.flags))
+            if m.end > end:
+                self._insert(Mapping(end, m.end - end, m.bo, m.offset + (end - m.va), m.flags))
+
+    def unmap_bo(self, bo) -> None:
+        for m in [m for m in self._maps if m.bo is bo]:
+            self._remove(m)
+
+    def clear_all(self) -> None:
+        for m in list(self._maps):
+            self._remove(m)
+
+
+@ioctl("AMDGPU_GEM_VA")
+def gem_va(dev, file, args, extra):
+    """MAP, UNMAP, CLEAR or REPLACE a VA range of the file's VM.
+
+    EINVAL: nonzero padding, unknown operation or flags, VA/offset/size not 4 KiB
+    aligned or zero size, range outside [virtual_address_offset, virtual_address_max),
+    BO range past the end of the BO, MAP over an existing mapping.
+    ENOENT: bad handle (MAP/UNMAP/REPLACE), UNMAP of a VA this BO is not mapped at."""
+    op, va, size, offset = args.operation, args.va_address, args.map_size, args.offset_in_bo
+    check(args._pad == 0, errno.EINVAL, "nonzero padding")
+    check(op in (uapi.AMDGPU_VA_OP_MAP, uapi.AMDGPU_VA_OP_UNMAP, uapi.AMDGPU_VA_OP_CLEAR,
+                 uapi.AMDGPU_VA_OP_REPLACE), errno.EINVAL, f"unknown VA operation {op}")
+    check(not args.flags & ~VALID_VA_FLAGS, errno.EINVAL, f"unknown VA flags {args.flags:#x}")
+    check(va % PAGE_SIZE == 0 and offset % PAGE_SIZE == 0 and size % PAGE_SIZE == 0,
+          errno.EINVAL, f"va {va:#x}, offset {offset:#x} or size {size:#x} not 4 KiB aligned")
+    check(op == uapi.AMDGPU_VA_OP_UNMAP or size > 0, errno.EINVAL, "map_size is 0")
+    check(VA_START <= va and va + size <= VA_END, errno.EINVAL,
+          f"va {va:#x}+{size:#x} outside {VA_START:#x}-{VA_END:#x}")
+    vm = file.vm
+    if op == uapi.AMDGPU_VA_OP_CLEAR:
+        vm.clear(va, size)
+        return
+    bo = lookup_bo(file, args.handle)
+    if op == uapi.AMDGPU_VA_OP_UNMAP:
+        vm.unmap(bo, va)
+        return
+    check(offset + size <= bo.size, errno.EINVAL,
+          f"offset {offset:#x} + size {size:#x} past BO end {bo.size:#x}")
+    if op == uapi.AMDGPU_VA_OP_REPLACE:
+        vm.clear(va, size)
+    vm.map(bo, offset, va, size, args.flags & PAGE_FLAGS)

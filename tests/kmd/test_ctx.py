@@ -1,0 +1,68 @@
+"""CTX: alloc, free, query state, priorities."""
+import errno
+
+import pytest
+
+from vgpu import uapi
+
+from .conftest import call, fails
+
+
+def ctx_args(op, ctx_id=0, priority=0, flags=0):
+    a = uapi.drm_amdgpu_ctx()
+    a.in_.op, a.in_.ctx_id, a.in_.priority, a.in_.flags = op, ctx_id, priority, flags
+    return a
+
+
+def alloc(dev, f, priority=0):
+    out, _ = call(dev, f, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_ALLOC_CTX, priority=priority))
+    return out.out.alloc.ctx_id
+
+
+def test_alloc_query_free(dev, client):
+    cid = alloc(dev, client)
+    assert cid != 0
+    out, _ = call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE, cid))
+    assert out.out.state.reset_status == uapi.AMDGPU_CTX_NO_RESET
+    out, _ = call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE2, cid))
+    assert out.out.state.flags == 0
+    call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_FREE_CTX, cid))
+    fails(errno.ENOENT, dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_FREE_CTX, cid))
+
+
+def test_guilty_and_innocent_reset_reported(dev, client):
+    guilty, innocent = alloc(dev, client), alloc(dev, client)
+    client.contexts[guilty].guilty = True
+    dev.reset_counter += 1
+    out, _ = call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE, guilty))
+    assert out.out.state.reset_status == uapi.AMDGPU_CTX_GUILTY_RESET
+    out, _ = call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE, innocent))
+    assert out.out.state.reset_status == uapi.AMDGPU_CTX_INNOCENT_RESET
+    out, _ = call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE2, guilty))
+    assert out.out.state.flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY
+    assert out.out.state.flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_RESET
+
+
+def test_priorities(dev, client, root_client):
+    alloc(dev, client, uapi.AMDGPU_CTX_PRIORITY_LOW)
+    fails(errno.EACCES, dev, client, "AMDGPU_CTX",
+          ctx_args(uapi.AMDGPU_CTX_OP_ALLOC_CTX, priority=uapi.AMDGPU_CTX_PRIORITY_HIGH))
+    assert alloc(dev, root_client, uapi.AMDGPU_CTX_PRIORITY_HIGH)
+    fails(errno.EINVAL, dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_ALLOC_CTX, priority=7))
+
+
+@pytest.mark.parametrize("args,err", [
+    (dict(op=99, ctx_id=1), errno.EINVAL),
+    (dict(op=uapi.AMDGPU_CTX_OP_ALLOC_CTX, flags=1), errno.EINVAL),
+    (dict(op=uapi.AMDGPU_CTX_OP_QUERY_STATE, ctx_id=42), errno.ENOENT),
+    (dict(op=uapi.AMDGPU_CTX_OP_QUERY_STATE2, ctx_id=0), errno.ENOENT),
+])
+def test_ctx_errors(dev, client, args, err):
+    alloc(dev, client)
+    fails(err, dev, client, "AMDGPU_CTX", ctx_args(**args))
+
+
+def test_contexts_are_per_file(dev, client, root_client):
+    cid = alloc(dev, client)
+    if cid not in root_client.contexts:
+        fails(errno.ENOENT, dev, root_client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE, cid))

@@ -1,0 +1,94 @@
+"""VERSION, GET_CAP and INFO."""
+import ctypes
+import errno
+
+import pytest
+
+from vgpu import uapi
+
+from .conftest import MiB, call, fails, gem_create
+
+
+def info(dev, f, query, size, **sub):
+    a = uapi.drm_amdgpu_info()
+    a.query, a.return_size = query, size
+    for k, v in sub.items():
+        obj, field = k.split("__")
+        setattr(getattr(a, obj), field, v)
+    return call(dev, f, "AMDGPU_INFO", a)[1]
+
+
+def test_version(dev, client):
+    v = uapi.drm_version()
+    v.name_len, v.date_len, v.desc_len = 16, 3, 0
+    out, extra = call(dev, client, "VERSION", v)
+    assert out.version_major == 3
+    assert extra[:16].rstrip(b"\0") == b"vgpu" and len(extra) == 19
+    assert out.name_len == 4 and out.date_len == 8 and out.desc_len > 0
+    v.name_len = 1 << 20
+    fails(errno.EINVAL, dev, client, "VERSION", v)
+
+
+def test_get_cap(dev, client):
+    c = uapi.drm_get_cap()
+    c.capability = uapi.DRM_CAP_PRIME
+    out, _ = call(dev, client, "GET_CAP", c)
+    assert out.value == uapi.DRM_PRIME_CAP_IMPORT | uapi.DRM_PRIME_CAP_EXPORT
+    c.capability = 0x7777
+    fails(errno.EINVAL, dev, client, "GET_CAP", c)
+
+
+def test_dev_info(dev, client):
+    d = uapi.drm_amdgpu_info_device.from_buffer_copy(
+        info(dev, client, uapi.AMDGPU_INFO_DEV_INFO, ctypes.sizeof(uapi.drm_amdgpu_info_device)))
+    assert d.family == uapi.AMDGPU_FAMILY_AI
+    assert d.virtual_address_alignment == 4096
+    assert 0 < d.virtual_address_offset < d.virtual_address_max
+
+
+def test_memory_queries_track_usage(dev, client):
+    def u64(q):
+        return int.from_bytes(info(dev, client, q, 8), "little")
+    assert u64(uapi.AMDGPU_INFO_VRAM_USAGE) == 0
+    gem_create(dev, client, MiB)
+    gem_create(dev, client, 2 * MiB, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    assert u64(uapi.AMDGPU_INFO_VRAM_USAGE) == MiB
+    assert u64(uapi.AMDGPU_INFO_GTT_USAGE) == 2 * MiB
+    vg = uapi.drm_amdgpu_info_vram_gtt.from_buffer_copy(
+        info(dev, client, uapi.AMDGPU_INFO_VRAM_GTT, ctypes.sizeof(uapi.drm_amdgpu_info_vram_gtt)))
+    assert vg.vram_size == 64 * MiB and vg.gtt_size == 64 * MiB
+    m = uapi.drm_amdgpu_memory_info.from_buffer_copy(
+        info(dev, client, uapi.AMDGPU_INFO_MEMORY, ctypes.sizeof(uapi.drm_amdgpu_memory_info)))
+    assert m.vram.heap_usage == MiB and m.gtt.heap_usage == 2 * MiB
+    assert m.vram.total_heap_size == 64 * MiB
+
+
+def test_return_size_cut_and_padded(dev, client):
+    assert len(info(dev, client, uapi.AMDGPU_INFO_VRAM_GTT, 4)) == 4
+    assert info(dev, client, uapi.AMDGPU_INFO_ACCEL_WORKING, 16) == (1).to_bytes(4, "little") + bytes(12)
+
+
+def test_hw_ip(dev, client):
+    h = uapi.drm_amdgpu_info_hw_ip.from_buffer_copy(info(
+        dev, client, uapi.AMDGPU_INFO_HW_IP_INFO, ctypes.sizeof(uapi.drm_amdgpu_info_hw_ip),
+        query_hw_ip__type=uapi.AMDGPU_HW_IP_DMA))
+    assert h.available_rings == 0b11
+    n = info(dev, client, uapi.AMDGPU_INFO_HW_IP_COUNT, 4, query_hw_ip__type=uapi.AMDGPU_HW_IP_GFX)
+    assert n == bytes(4)
+
+
+@pytest.mark.parametrize("query,size", [(0x7F, 8), (uapi.AMDGPU_INFO_DEV_INFO, 0),
+                                        (uapi.AMDGPU_INFO_DEV_INFO, 1 << 20)])
+def test_info_errors(dev, client, query, size):
+    a = uapi.drm_amdgpu_info()
+    a.query, a.return_size = query, size
+    fails(errno.EINVAL, dev, client, "AMDGPU_INFO", a)
+
+
+def test_timestamp_and_fw(dev, client):
+    t1 = int.from_bytes(info(dev, client, uapi.AMDGPU_INFO_TIMESTAMP, 8), "little")
+    t2 = int.from_bytes(info(dev, client, uapi.AMDGPU_INFO_TIMESTAMP, 8), "little")
+    assert t2 >= t1
+    fw = uapi.drm_amdgpu_info_firmware.from_buffer_copy(info(
+        dev, client, uapi.AMDGPU_INFO_FW_VERSION, 8, query_fw__fw_type=uapi.AMDGPU_INFO_FW_SDMA))
+    assert fw.ver != 0
