@@ -1,0 +1,296 @@
+"""Pure-Python twin of kmd.hw._core (selected with VGPU_HW=ref).
+
+Written for clarity, not speed: one dict entry per page, numpy slices per page.
+It defines the behaviour the Cython core must reproduce byte for byte; the
+differential tests in tests/hw/test_differential.py hold them together.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+import numpy as np
+
+from kmd.hw.ih import (IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT,
+                       IH_SRC_TRAP, InterruptRing)
+from kmd.hw.mmu import (ACCESS_FLAG, PAGE_MASK, PAGE_SHIFT, PAGE_SIZE, PTE_EXEC, PTE_READ,
+                        PTE_WRITE, GpuFault, PinnedBuffers, check_map_args, check_unmap_args)
+from kmd.hw import sdma as S
+
+_VA_MASK = (1 << 64) - 1
+
+__all__ = ["PageTable", "SdmaEngine", "InterruptRing", "GpuFault", "PTE_READ", "PTE_WRITE",
+           "PTE_EXEC"]
+
+
+class PageTable:
+    """A per-file GPU VM: 4 KiB pages of host numpy buffers (see docs/hw.md)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ptes: dict[int, tuple[np.ndarray, int, int]] = {}  # page -> (buf, offset, flags)
+        self._pinned: tuple | None = None
+
+    # -- mapping -----------------------------------------------------------
+    def map(self, va: int, buf: np.ndarray, buf_offset: int, size: int, flags: int) -> None:
+        check_map_args(va, buf, buf_offset, size, flags)
+        with self._lock:
+            for i in range(size >> PAGE_SHIFT):
+                self._ptes[(va >> PAGE_SHIFT) + i] = (buf, buf_offset + (i << PAGE_SHIFT), flags)
+            self._pinned = None
+
+    def unmap(self, va: int, size: int) -> None:
+        check_unmap_args(va, size)
+        with self._lock:
+            for i in range(size >> PAGE_SHIFT):
+                self._ptes.pop((va >> PAGE_SHIFT) + i, None)
+            self._pinned = None
+
+    def translate(self, va: int) -> tuple[int | None, int]:
+        pte = self._ptes.get(va >> PAGE_SHIFT)
+        if pte is None:
+            return None, 0
+        buf, off, flags = pte
+        return buf.ctypes.data + off + (va & PAGE_MASK), flags
+
+    def mapped_pages(self) -> int:
+        return len(self._ptes)
+
+    def pin(self) -> PinnedBuffers:
+        with self._lock:
+            if self._pinned is None:
+                self._pinned = tuple({id(b): b for b, _, _ in self._ptes.values()}.values())
+            return PinnedBuffers(self._pinned)
+
+    # -- walking -----------------------------------------------------------
+    def _walk(self, va: int, n: int, access: str):
+        """Pieces (buf, offset, length) covering [va, va+n) up to the first bad page.
+
+        Returns (pieces, fault) where fault is None or (op_offset, GpuFault).
+        """
+        need = ACCESS_FLAG[access]
+        pieces, done = [], 0
+        with self._lock:
+            while done < n:
+                cur = (va + done) & _VA_MASK    # the C core's uint64 wraps
+                length = min(PAGE_SIZE - (cur & PAGE_MASK), n - done)
+                # Past the top of the VA space nothing is mapped.
+                pte = None if va + done > _VA_MASK else self._ptes.get(cur >> PAGE_SHIFT)
+                if pte is None or not pte[2] & need:
+                    reason = "unmapped" if pte is None else "permission"
+                    return pieces, (done, GpuFault(cur, access, reason))
+                pieces.append((pte[0], pte[1] + (cur & PAGE_MASK), length))
+                done += length
+        return pieces, None
+
+    @staticmethod
+    def _gather(pieces, limit: int) -> bytes:
+        out, got = [], 0
+        for buf, off, length in pieces:
+            length = min(length, limit - got)
+            if length <= 0:
+                break
+            out.append(buf[off:off + length].tobytes())
+            got += length
+        return b"".join(out)
+
+    @staticmethod
+    def _scatter(pieces, data: bytes) -> None:
+        pos = 0
+        for buf, off, length in pieces:
+            length = min(length, len(data) - pos)
+            if length <= 0:
+                break
+            buf[off:off + length] = np.frombuffer(data, np.uint8, length, pos)
+            pos += length
+
+    # -- accesses ----------------------------------------------------------
+    def read(self, va: int, n: int) -> bytes:
+        pieces, fault = self._walk(va, n, "read")
+        if fault:
+            raise fault[1]
+        return self._gather(pieces, n)
+
+    def write(self, va: int, data) -> None:
+        data = bytes(data)
+        pieces, fault = self._walk(va, len(data), "write")
+        self._scatter(pieces, data[:fault[0]] if fault else data)
+        if fault:
+            raise fault[1]
+
+    def copy(self, dst_va: int, src_va: int, n: int) -> None:
+        src, sfault = self._walk(src_va, n, "read")
+        dst, dfault = self._walk(dst_va, n, "write")
+        fault = min((f for f in (sfault, dfault) if f), key=lambda f: f[0], default=None)
+        limit = fault[0] if fault else n
+        self._scatter(dst, self._gather(src, limit))
+        if fault:
+            raise fault[1]
+
+    def fill(self, dst_va: int, value: int, n: int, elem_size: int = 4) -> None:
+        if elem_size == 1:
+            pattern = bytes([value & 0xFF])
+        elif elem_size == 4:
+            pattern = struct.pack("<I", value & 0xFFFFFFFF)
+        else:
+            raise ValueError(f"fill: elem_size must be 1 or 4, not {elem_size}")
+        dst, fault = self._walk(dst_va, n, "write")
+        limit = fault[0] if fault else n
+        self._scatter(dst, (pattern * (limit // len(pattern) + 1))[:limit])
+        if fault:
+            raise fault[1]
+
+
+_COMPARE = {
+    S.SDMA_FUNC_ALWAYS: lambda a, b: True,
+    S.SDMA_FUNC_LT: lambda a, b: a < b,
+    S.SDMA_FUNC_LE: lambda a, b: a <= b,
+    S.SDMA_FUNC_EQ: lambda a, b: a == b,
+    S.SDMA_FUNC_NE: lambda a, b: a != b,
+    S.SDMA_FUNC_GE: lambda a, b: a >= b,
+    S.SDMA_FUNC_GT: lambda a, b: a > b,
+}
+
+
+class _Illegal(Exception):
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class _Aborted(Exception):
+    pass
+
+
+def packet_length(ib, pos: int) -> int:
+    """Dwords taken by the packet at `pos`; raises _Illegal for bad/short packets."""
+    hdr = ib[pos]
+    op, sub = hdr & 0xFF, hdr >> 8 & 0xFF
+    if op == S.SDMA_OP_NOP:
+        length = 1 + (hdr >> 16 & S.SDMA_NOP_COUNT_MASK)
+    elif op == S.SDMA_OP_COPY and sub == S.SDMA_SUBOP_COPY_LINEAR:
+        length = 7
+    elif op == S.SDMA_OP_WRITE and sub == S.SDMA_SUBOP_WRITE_LINEAR:
+        if pos + 4 > len(ib):
+            raise _Illegal(S.REASON_TRUNCATED)
+        length = 5 + (ib[pos + 3] & S.SDMA_WRITE_COUNT_MASK)
+    elif op == S.SDMA_OP_FENCE:
+        length = 4
+    elif op == S.SDMA_OP_TRAP:
+        length = 2
+    elif op == S.SDMA_OP_POLL_REGMEM and hdr >> 28 & 7 != 7:
+        length = 6
+    elif op == S.SDMA_OP_CONST_FILL and hdr >> 30 in (S.SDMA_FILLSIZE_BYTE, S.SDMA_FILLSIZE_DWORD):
+        length = 5
+    elif op == S.SDMA_OP_TIMESTAMP and sub == S.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL:
+        length = 3
+    else:
+        raise _Illegal(S.REASON_ILLEGAL_OPCODE)
+    if pos + length > len(ib):
+        raise _Illegal(S.REASON_TRUNCATED)
+    return length
+
+
+class SdmaEngine:
+    """One SDMA engine (sdma0, sdma1...).  run() executes one IB to completion."""
+
+    def __init__(self, name: str, ih: InterruptRing) -> None:
+        self.name = name
+        self.ih = ih
+        self._running = False
+        self._abort = False
+
+    def abort(self) -> bool:
+        """Stop the run in progress at its next packet boundary or poll step.
+
+        Returns False (and does nothing) when no run is in progress.
+        """
+        if not self._running:
+            return False
+        self._abort = True
+        return True
+
+    def run(self, pt: PageTable, ib_va: int, ib_size_dw: int, ctx_id: int = 0,
+            ring_id: int = 0) -> S.SdmaResult:
+        if ib_size_dw < 0:
+            raise ValueError(f"run: negative IB size {ib_size_dw}")
+        self._abort = False
+        self._running = True
+        pin = pt.pin()
+        try:
+            return self._run(pt, ib_va, ib_size_dw, ctx_id, ring_id)
+        finally:
+            self._running = False
+            self._abort = False
+            pin.release()
+
+    def _run(self, pt, ib_va, ib_size_dw, ctx_id, ring_id) -> S.SdmaResult:
+        try:
+            ib = struct.unpack(f"<{ib_size_dw}I", pt.read(ib_va, ib_size_dw * 4))
+        except GpuFault as fault:
+            self._push_fault(fault, ring_id, ctx_id)
+            return S.SdmaResult("fault", fault, fault.reason)
+        pos, last, last_op, packets, moved = 0, 0, -1, 0, 0
+        while pos < len(ib):
+            op = ib[pos] & 0xFF
+            try:
+                if self._abort:
+                    raise _Aborted
+                length = packet_length(ib, pos)
+                moved += self._execute(pt, ib, pos, ctx_id, ring_id)
+            except GpuFault as fault:
+                self._push_fault(fault, ring_id, ctx_id)
+                return S.SdmaResult("fault", fault, fault.reason, pos, op, packets, moved)
+            except _Illegal as bad:
+                self.ih.push(IH_SRC_ILLEGAL_INST, ring_id, ctx_id, pos)
+                return S.SdmaResult("fault", None, bad.reason, pos, op, packets, moved)
+            except _Aborted:
+                return S.SdmaResult("aborted", None, None, pos, op, packets, moved)
+            last, last_op = pos, op
+            packets += 1
+            pos += length
+        return S.SdmaResult("ok", None, None, last, last_op, packets, moved)
+
+    def _push_fault(self, fault: GpuFault, ring_id: int, ctx_id: int) -> None:
+        src = IH_SRC_PAGE_FAULT if fault.reason == "unmapped" else IH_SRC_PROT_FAULT
+        self.ih.push(src, ring_id, ctx_id, fault.va)
+
+    def _execute(self, pt: PageTable, ib, pos: int, ctx_id: int, ring_id: int) -> int:
+        """Run one validated packet; returns the bytes it moved."""
+        hdr = ib[pos]
+        op = hdr & 0xFF
+        if op == S.SDMA_OP_COPY:
+            n = (ib[pos + 1] & S.SDMA_COPY_COUNT_MASK) + 1
+            pt.copy(ib[pos + 5] | ib[pos + 6] << 32, ib[pos + 3] | ib[pos + 4] << 32, n)
+            return n
+        if op == S.SDMA_OP_WRITE:
+            count = (ib[pos + 3] & S.SDMA_WRITE_COUNT_MASK) + 1
+            data = struct.pack(f"<{count}I", *ib[pos + 4:pos + 4 + count])
+            pt.write(ib[pos + 1] | ib[pos + 2] << 32, data)
+            return count * 4
+        if op == S.SDMA_OP_FENCE:
+            pt.write(ib[pos + 1] | ib[pos + 2] << 32, struct.pack("<I", ib[pos + 3]))
+        elif op == S.SDMA_OP_TRAP:
+            self.ih.push(IH_SRC_TRAP, ring_id, ctx_id, ib[pos + 1] & S.SDMA_TRAP_INT_CONTEXT_MASK)
+        elif op == S.SDMA_OP_POLL_REGMEM:
+            self._poll(pt, hdr, ib[pos + 1] | ib[pos + 2] << 32, ib[pos + 3], ib[pos + 4])
+        elif op == S.SDMA_OP_CONST_FILL:
+            n = (ib[pos + 4] & S.SDMA_CONST_FILL_COUNT_MASK) + 1
+            elem = 1 if hdr >> 30 == S.SDMA_FILLSIZE_BYTE else 4
+            pt.fill(ib[pos + 1] | ib[pos + 2] << 32, ib[pos + 3], n, elem)
+            return n
+        elif op == S.SDMA_OP_TIMESTAMP:
+            pt.write(ib[pos + 1] | ib[pos + 2] << 32, struct.pack("<Q", time.monotonic_ns()))
+        return 0
+
+    def _poll(self, pt: PageTable, hdr: int, addr: int, value: int, mask: int) -> None:
+        if not hdr >> 31:
+            return      # register poll: no registers are emulated (docs/hw.md)
+        compare = _COMPARE[hdr >> 28 & 7]
+        while True:
+            mem, = struct.unpack("<I", pt.read(addr, 4))
+            if compare(mem & mask, value):
+                return
+            if self._abort:
+                raise _Aborted
+            time.sleep(S.SDMA_POLL_STEP_US * 1e-6)
