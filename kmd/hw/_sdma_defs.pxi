@@ -1,5 +1,5 @@
 # SDMA v4 numbers for the Cython core; kmd/hw/sdma.py is the Python source of
-# truth and tests/hw/test_sdma_defs.py checks that the two agree.
+# truth and tests/hw/test_defs.py checks that the two agree.
 cdef enum:
     SDMA_OP_NOP = 0
     SDMA_OP_COPY = 1

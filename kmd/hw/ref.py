@@ -153,42 +153,8 @@ _COMPARE = {
 }
 
 
-class _Illegal(Exception):
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
 class _Aborted(Exception):
     pass
-
-
-def packet_length(ib, pos: int) -> int:
-    """Dwords taken by the packet at `pos`; raises _Illegal for bad/short packets."""
-    hdr = ib[pos]
-    op, sub = hdr & 0xFF, hdr >> 8 & 0xFF
-    if op == S.SDMA_OP_NOP:
-        length = 1 + (hdr >> 16 & S.SDMA_NOP_COUNT_MASK)
-    elif op == S.SDMA_OP_COPY and sub == S.SDMA_SUBOP_COPY_LINEAR:
-        length = 7
-    elif op == S.SDMA_OP_WRITE and sub == S.SDMA_SUBOP_WRITE_LINEAR:
-        if pos + 4 > len(ib):
-            raise _Illegal(S.REASON_TRUNCATED)
-        length = 5 + (ib[pos + 3] & S.SDMA_WRITE_COUNT_MASK)
-    elif op == S.SDMA_OP_FENCE:
-        length = 4
-    elif op == S.SDMA_OP_TRAP:
-        length = 2
-    elif op == S.SDMA_OP_POLL_REGMEM and hdr >> 28 & 7 != 7:
-        length = 6
-    elif op == S.SDMA_OP_CONST_FILL and hdr >> 30 in (S.SDMA_FILLSIZE_BYTE, S.SDMA_FILLSIZE_DWORD):
-        length = 5
-    elif op == S.SDMA_OP_TIMESTAMP and sub == S.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL:
-        length = 3
-    else:
-        raise _Illegal(S.REASON_ILLEGAL_OPCODE)
-    if pos + length > len(ib):
-        raise _Illegal(S.REASON_TRUNCATED)
-    return length
 
 
 class SdmaEngine:
@@ -236,12 +202,12 @@ class SdmaEngine:
             try:
                 if self._abort:
                     raise _Aborted
-                length = packet_length(ib, pos)
+                length = S.packet_length(ib, pos)
                 moved += self._execute(pt, ib, pos, ctx_id, ring_id)
             except GpuFault as fault:
                 self._push_fault(fault, ring_id, ctx_id)
                 return S.SdmaResult("fault", fault, fault.reason, pos, op, packets, moved)
-            except _Illegal as bad:
+            except S.IllegalPacket as bad:
                 self.ih.push(IH_SRC_ILLEGAL_INST, ring_id, ctx_id, pos)
                 return S.SdmaResult("fault", None, bad.reason, pos, op, packets, moved)
             except _Aborted:

@@ -48,6 +48,48 @@ REASON_ILLEGAL_OPCODE = "illegal_opcode"
 REASON_TRUNCATED = "truncated"
 
 
+class IllegalPacket(Exception):
+    """A packet the engine refuses: `reason` is 'illegal_opcode' or 'truncated'."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def packet_length(ib, pos: int) -> int:
+    """Dwords taken by the packet at `pos` of `ib` (a sequence of dwords).
+
+    Raises IllegalPacket for an unknown op/sub-op/field value or a packet that
+    runs past the end of the IB.  The Cython core mirrors this function.
+    """
+    hdr = ib[pos]
+    op, sub = hdr & 0xFF, hdr >> 8 & 0xFF
+    if op == SDMA_OP_NOP:
+        length = 1 + (hdr >> 16 & SDMA_NOP_COUNT_MASK)
+    elif op == SDMA_OP_COPY and sub == SDMA_SUBOP_COPY_LINEAR:
+        length = 7
+    elif op == SDMA_OP_WRITE and sub == SDMA_SUBOP_WRITE_LINEAR:
+        if pos + 4 > len(ib):
+            raise IllegalPacket(REASON_TRUNCATED)
+        length = 5 + (ib[pos + 3] & SDMA_WRITE_COUNT_MASK)
+    elif op == SDMA_OP_FENCE:
+        length = 4
+    elif op == SDMA_OP_TRAP:
+        length = 2
+    elif op == SDMA_OP_POLL_REGMEM and hdr >> 28 & 7 != 7:
+        length = 6
+    elif op == SDMA_OP_CONST_FILL and hdr >> 30 in (SDMA_FILLSIZE_BYTE, SDMA_FILLSIZE_DWORD):
+        length = 5
+    elif op == SDMA_OP_TIMESTAMP and sub == SDMA_SUBOP_TIMESTAMP_GET_GLOBAL:
+        length = 3
+    else:
+        raise IllegalPacket(REASON_ILLEGAL_OPCODE)
+    if pos + length > len(ib):
+        raise IllegalPacket(REASON_TRUNCATED)
+    return length
+
+
+
 @dataclasses.dataclass
 class SdmaResult:
     """Outcome of SdmaEngine.run().
