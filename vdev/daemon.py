@@ -1,0 +1,100 @@
+"""The vgpu daemon: a Device (the KMD) served at MOUNT by vdev.fs.VgpuFs.
+
+Run by ``vgpu mount`` as a detached ``python3 -m vdev.daemon MOUNT --vram N ...``
+(or in the foreground with ``--foreground``). The life cycle is pyfuse3's:
+``init`` mounts, ``trio.run(main)`` serves until the file system is unmounted
+(``fusermount3 -u``) or SIGTERM/SIGINT ask it to stop, and ``close(unmount=True)``
+in ``finally`` leaves no mount behind.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+import pyfuse3
+import trio
+
+log = logging.getLogger("vgpu.daemon")
+
+MiB = 1 << 20
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'512M', '2G', '65536', '1.5G' -> bytes (binary units, optional trailing B/iB)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    number = t[: len(t) - len(unit)] if unit else t
+    try:
+        value = float(number) * _UNITS[unit]
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (examples: 512M, 2G)") from None
+    if value <= 0 or value != int(value):
+        raise ValueError(f"not a positive whole number of bytes: {text!r}")
+    return int(value)
+
+
+def mount_options() -> set[str]:
+    """fsname=vgpu; allow_other as root so every uid reaches the device (vdev.fs does
+    its own permission checks, hence no default_permissions)."""
+    opts = {"fsname=vgpu", "subtype=vgpu"}
+    if os.getuid() == 0:
+        opts.add("allow_other")
+    return opts
+
+
+async def _serve() -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_stop_on_signal)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()
+
+
+async def _stop_on_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("signal %d: unmounting", signum)
+            pyfuse3.terminate()
+            return
+
+
+def serve(mountpoint: str, vram: int, gtt: int, timeout: float) -> None:
+    """Mount the device tree at ``mountpoint`` and serve it until unmounted or signalled."""
+    from kmd.device import Device  # imported here so `vgpu --help` stays light
+
+    from .fs import VgpuFs
+
+    dev = Device(vram_size=vram, gtt_size=gtt, timeout=timeout)
+    ops = VgpuFs(dev)
+    pyfuse3.init(ops, mountpoint, mount_options())
+    log.info("mounted vgpu at %s (pid %d)", mountpoint, os.getpid())
+    try:
+        trio.run(_serve)
+    finally:
+        dev.cpu_sync = None
+        pyfuse3.close(unmount=True)
+        shutdown = getattr(dev, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        log.info("unmounted %s", mountpoint)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m vdev.daemon", description="vgpu FUSE daemon")
+    p.add_argument("mountpoint")
+    p.add_argument("--vram", type=parse_size, default=512 * MiB)
+    p.add_argument("--gtt", type=parse_size, default=1024 * MiB)
+    p.add_argument("--timeout", type=float, default=2.0)
+    p.add_argument("--debug", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s: %(message)s", stream=sys.stderr)
+    serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

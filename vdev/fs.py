@@ -1,0 +1,521 @@
+"""The vgpu device tree (DESIGN.md section 2) as one pyfuse3 ``Operations``.
+
+::
+
+    dev/dri/card0, dev/dri/renderD128   control files: ioctl = write() request, read() reply
+    dev/kmsg                            the KMD log, snapshotted at open
+    bo/<offset-hex>                     one file per mmap-able BO (never listed)
+    prime/, sync/                       exported BOs and sync files (empty for now)
+    sys/class/drm/card0/device/*        sysfs numbers, from Device.sysfs_files()
+    sys/kernel/debug/dri/0/*            debugfs views, from Device.debugfs_files()
+    sys/class/devcoredump/devcd<N>/data crash dumps, from Device.devcoredumps() if present
+
+Generated files (sysfs, debugfs, kmsg, dumps) are ``direct_io``: their text is taken
+once at open() so a reader sees one consistent snapshot across read() calls, and
+their size reads as 0 (like procfs), so tools read to end of file.
+
+BO files are *not* ``direct_io``: the kernel page cache backs a MAP_SHARED mapping,
+dirty pages come back as write() at msync/munmap, and GPU writes are pushed into the
+cache with ``notify_store`` from KMD worker threads (``Device.cpu_sync``).
+
+Permission checks are ours (mounted without ``default_permissions``): anyone may
+open the control files; a BO file opens for the BO's uid or root only.
+
+Every handler converts KmdError to its errno and any other exception to EIO with a
+kmsg line: pyfuse3 ends its main loop on an uncaught exception, and the daemon must
+never die on bad input (DESIGN 5.6).
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import itertools
+import logging
+import os
+import re
+import stat
+import threading
+import time
+from typing import Callable
+
+import pyfuse3
+import trio
+
+from kmd.errors import KmdError
+from kmd.ioctl import PendingReply
+
+from .control import FrameError, encode_reply, parse_request
+
+log = logging.getLogger(__name__)
+
+# Generated files change under the reader: cache their attributes briefly.
+GENERATED_TIMEOUT = 1.0
+# A BO's size never changes and its name is a capability that stays valid while the
+# BO lives (open() rechecks that), so the kernel may cache both for long.
+BO_TIMEOUT = 3600.0
+BO_INODE_BASE = 1 << 32
+# notify_store pushes at most this much per message.
+NOTIFY_CHUNK = 1 << 20
+_HEX_NAME = re.compile(r"[0-9a-f]{1,16}")
+
+
+# ---------------------------------------------------------------------------
+# Nodes of the tree
+# ---------------------------------------------------------------------------
+class Node:
+    def __init__(self, inode: int, mode: int, uid: int = 0):
+        self.inode = inode
+        self.mode = mode
+        self.uid = uid
+
+    @property
+    def size(self) -> int:
+        return 0
+
+
+class Dir(Node):
+    """A directory: fixed children, or children computed by ``provider`` each time
+    the directory is listed or searched (sysfs, debugfs, devcoredump)."""
+
+    def __init__(self, inode: int, parent: "Dir | None", provider: Callable[[], dict] | None = None):
+        super().__init__(inode, stat.S_IFDIR | 0o755)
+        self.parent = parent or self
+        self.children: dict[str, Node] = {}
+        self.provider = provider
+
+
+class ControlFile(Node):
+    def __init__(self, inode: int, render: bool):
+        super().__init__(inode, stat.S_IFREG | 0o666)
+        self.render = render
+
+
+class GeneratedFile(Node):
+    """Text made on open by ``read_fn``; ``write_fn(bytes)`` takes writes if set."""
+
+    def __init__(self, inode: int, read_fn: Callable, write_fn: Callable | None = None):
+        super().__init__(inode, stat.S_IFREG | (0o644 if write_fn else 0o444))
+        self.read_fn = read_fn
+        self.write_fn = write_fn
+
+
+class BoFile(Node):
+    def __init__(self, inode: int, bo):
+        super().__init__(inode, stat.S_IFREG | 0o600, bo.uid)
+        self.bo = bo
+        self.offset = bo.mmap_offset
+        self.nlookup = 0  # references the kernel holds (lookup minus forget)
+
+    @property
+    def size(self) -> int:
+        return self.bo.size
+
+
+# ---------------------------------------------------------------------------
+# Open files
+# ---------------------------------------------------------------------------
+class ControlHandle:
+    """One open of card0/renderD128 = one DRM file, plus its unread reply."""
+
+    def __init__(self, file):
+        self.file = file
+        self.reply = None  # kmd Reply | PendingReply | None
+
+
+class SnapshotHandle:
+    def __init__(self, node: GeneratedFile, data: bytes):
+        self.node = node
+        self.data = data
+
+
+class BoHandle:
+    def __init__(self, node: BoFile):
+        self.node = node
+        self.bo = node.bo
+
+
+def _to_bytes(value) -> bytes:
+    if callable(value):
+        value = value()
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value or b"")
+
+
+def _proc_comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def _guard(fn):
+    """Turn KmdError into its errno and any unexpected exception into EIO (logged)."""
+
+    @functools.wraps(fn)
+    async def handler(self, *args):
+        try:
+            return await fn(self, *args)
+        except pyfuse3.FUSEError:
+            raise
+        except (KmdError, FrameError) as e:
+            raise pyfuse3.FUSEError(e.errno) from e
+        except Exception as e:
+            log.exception("vdev: %s failed", fn.__name__)
+            self.dev.kmsg.log(f"vdev: internal error in {fn.__name__}: {e!r}")
+            raise pyfuse3.FUSEError(errno.EIO) from e
+
+    return handler
+
+
+class VgpuFs(pyfuse3.Operations):
+    """MOUNT/ for one ``kmd.device.Device``."""
+
+    supports_dot_lookup = False
+    enable_writeback_cache = False  # BO write-back must reach the KMD at msync/munmap
+    enable_acl = False
+
+    def __init__(self, dev):
+        super().__init__()
+        self.dev = dev
+        self.uid = os.getuid()
+        self.time_ns = time.time_ns()
+        self._inodes: dict[int, Node] = {}
+        self._next_inode = itertools.count(pyfuse3.ROOT_INODE + 1)
+        self._next_bo_inode = itertools.count(BO_INODE_BASE)
+        self._bo_files: dict[int, BoFile] = {}  # mmap offset -> newest BoFile the kernel knows
+        self._handles: dict[int, object] = {}
+        self._next_fh = itertools.count(1)
+        self._dir_listings: dict[int, list] = {}
+        self._loop_thread: int | None = None
+
+        root = self._add(Dir(pyfuse3.ROOT_INODE, None))
+        dev_dir = self._mkdir(root, "dev")
+        dri = self._mkdir(dev_dir, "dri")
+        self._link(dri, "card0", ControlFile(self._ino(), render=False))
+        self._link(dri, "renderD128", ControlFile(self._ino(), render=True))
+        self._link(dev_dir, "kmsg", GeneratedFile(self._ino(), lambda: dev.kmsg.text()))
+        self.bo_dir = self._mkdir(root, "bo")
+        self._mkdir(root, "prime")
+        self._mkdir(root, "sync")
+        sys_dir = self._mkdir(root, "sys")
+        cls = self._mkdir(sys_dir, "class")
+        card0 = self._mkdir(self._mkdir(cls, "drm"), "card0")
+        self._mkdir(card0, "device", provider=dev.sysfs_files)
+        self._mkdir(cls, "devcoredump", provider=self._devcoredumps)
+        debug = self._mkdir(self._mkdir(sys_dir, "kernel"), "debug")
+        self._mkdir(self._mkdir(debug, "dri"), "0", provider=dev.debugfs_files)
+
+        dev.cpu_sync = self.cpu_sync
+
+    # -- tree building --------------------------------------------------------
+    def _ino(self) -> int:
+        return next(self._next_inode)
+
+    def _add(self, node: Node) -> Node:
+        self._inodes[node.inode] = node
+        return node
+
+    def _link(self, parent: Dir, name: str, node: Node) -> Node:
+        parent.children[name] = self._add(node)
+        return node
+
+    def _mkdir(self, parent: Dir, name: str, provider=None) -> Dir:
+        return self._link(parent, name, Dir(self._ino(), parent, provider))
+
+    def _devcoredumps(self) -> dict:
+        """{devcd<N>: {data: ...}} from Device.devcoredumps() when the KMD has it."""
+        dumps = getattr(self.dev, "devcoredumps", None)
+        if dumps is None:
+            return {}
+        out = {}
+        for key, data in dumps().items():
+            name = f"devcd{key}" if isinstance(key, int) else str(key)
+            out[name] = data if isinstance(data, dict) else {"data": data}
+        return out
+
+    def _refresh(self, d: Dir) -> dict[str, Node]:
+        """The current children of ``d``; provider entries keep their inode by name."""
+        if d.provider is None:
+            return d.children
+        current = {}
+        for name, entry in d.provider().items():
+            node = d.children.get(name)
+            if isinstance(entry, dict):
+                if not isinstance(node, Dir):
+                    node = self._link(d, name, Dir(self._ino(), d))
+                node.provider = (lambda e=entry: e)
+            else:
+                read_fn, write_fn = entry if isinstance(entry, tuple) else (entry, None)
+                if not isinstance(node, GeneratedFile) or bool(node.write_fn) != bool(write_fn):
+                    node = self._link(d, name, GeneratedFile(self._ino(), read_fn, write_fn))
+                node.read_fn, node.write_fn = read_fn, write_fn
+            current[name] = node
+        return current
+
+    # -- attributes -------------------------------------------------------------
+    def _attr(self, node: Node) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = node.inode
+        a.generation = 0
+        a.st_mode = node.mode
+        a.st_nlink = 2 if isinstance(node, Dir) else 1
+        a.st_uid = node.uid
+        a.st_gid = 0
+        a.st_rdev = 0
+        a.st_size = node.size
+        a.st_blksize = 4096
+        a.st_blocks = (node.size + 511) // 512
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = self.time_ns
+        timeout = BO_TIMEOUT if isinstance(node, (BoFile, ControlFile)) else GENERATED_TIMEOUT
+        a.entry_timeout = a.attr_timeout = timeout
+        return a
+
+    def _node(self, inode: int) -> Node:
+        node = self._inodes.get(inode)
+        if node is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return node
+
+    def init(self) -> None:
+        self._loop_thread = threading.get_ident()
+
+    @_guard
+    async def getattr(self, inode, ctx=None):
+        return self._attr(self._node(inode))
+
+    @_guard
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        node = self._node(inode)
+        # `echo 1 > gpu_reset` opens with O_TRUNC, which arrives as a size change
+        # first: accept it on writable generated files, refuse resizing a BO.
+        if fields.update_size and not (isinstance(node, (GeneratedFile, ControlFile))
+                                       or (isinstance(node, BoFile) and attr.st_size == node.size)):
+            raise pyfuse3.FUSEError(errno.EPERM)
+        if fields.update_mode or fields.update_uid or fields.update_gid:
+            raise pyfuse3.FUSEError(errno.EPERM)
+        return self._attr(node)
+
+    @_guard
+    async def lookup(self, parent_inode, name, ctx=None):
+        parent = self._node(parent_inode)
+        if not isinstance(parent, Dir):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        text = name.decode("utf-8", "surrogateescape")
+        if text == ".":
+            return self._attr(parent)
+        if text == "..":
+            return self._attr(parent.parent)
+        if parent is self.bo_dir:
+            return self._attr(self._lookup_bo(text))
+        node = self._refresh(parent).get(text)
+        if node is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._attr(node)
+
+    def _lookup_bo(self, name: str) -> BoFile:
+        # Only the canonical spelling names a BO: lowercase hex, no prefix, no
+        # leading zeros, so each BO has exactly one file.
+        if not _HEX_NAME.fullmatch(name) or format(int(name, 16), "x") != name:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        offset = int(name, 16)
+        bo = self.dev.bo_by_offset(offset)
+        if bo is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        node = self._bo_files.get(offset)
+        if node is None or node.bo is not bo:
+            node = self._add(BoFile(next(self._next_bo_inode), bo))
+            self._bo_files[offset] = node
+        node.nlookup += 1
+        return node
+
+    async def forget(self, inode_list):
+        for inode, nlookup in inode_list:
+            node = self._inodes.get(inode)
+            if not isinstance(node, BoFile):
+                continue  # the static tree and generated files live as long as the mount
+            node.nlookup -= nlookup
+            if node.nlookup <= 0:
+                del self._inodes[inode]
+                if self._bo_files.get(node.offset) is node:
+                    del self._bo_files[node.offset]
+
+    @_guard
+    async def access(self, inode, mode, ctx):
+        node = self._node(inode)
+        if isinstance(node, BoFile) and ctx.uid not in (0, node.bo.uid):
+            return False
+        return True
+
+    @_guard
+    async def statfs(self, ctx):
+        s = pyfuse3.StatvfsData()
+        s.f_bsize = s.f_frsize = 4096
+        s.f_namemax = 255
+        return s
+
+    # -- directories --------------------------------------------------------------
+    @_guard
+    async def opendir(self, inode, ctx):
+        node = self._node(inode)
+        if not isinstance(node, Dir):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        fh = next(self._next_fh)
+        # bo/ lists nothing: BO names are capabilities handed out by GEM_MMAP.
+        children = {} if node is self.bo_dir else self._refresh(node)
+        self._dir_listings[fh] = sorted(children.items())
+        return fh
+
+    @_guard
+    async def readdir(self, fh, start_id, token):
+        entries = self._dir_listings.get(fh, [])
+        for i in range(start_id, len(entries)):
+            name, node = entries[i]
+            if not pyfuse3.readdir_reply(token, name.encode(), self._attr(node), i + 1):
+                break
+
+    async def releasedir(self, fh):
+        self._dir_listings.pop(fh, None)
+
+    # -- files ----------------------------------------------------------------------
+    @_guard
+    async def open(self, inode, flags, ctx):
+        node = self._node(inode)
+        acc = flags & os.O_ACCMODE
+        if isinstance(node, Dir):
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if isinstance(node, ControlFile):
+            f = self.dev.open_file(pid=ctx.pid, uid=ctx.uid, comm=_proc_comm(ctx.pid),
+                                   render=node.render)
+            return self._new_handle(ControlHandle(f), direct_io=True)
+        if isinstance(node, GeneratedFile):
+            if acc != os.O_RDONLY and node.write_fn is None:
+                raise pyfuse3.FUSEError(errno.EACCES)
+            data = _to_bytes(node.read_fn) if acc != os.O_WRONLY else b""
+            return self._new_handle(SnapshotHandle(node, data), direct_io=True)
+        if isinstance(node, BoFile):
+            if self.dev.bo_by_offset(node.offset) is not node.bo:
+                raise pyfuse3.FUSEError(errno.ENOENT)  # freed since the kernel looked it up
+            if ctx.uid not in (0, node.bo.uid):
+                self.dev.kmsg.log(f"bo/{node.offset:x}: open by uid {ctx.uid} (pid {ctx.pid}) denied, "
+                                  f"owner uid {node.bo.uid}")
+                raise pyfuse3.FUSEError(errno.EACCES)
+            return self._new_handle(BoHandle(node), direct_io=False, keep_cache=True)
+        raise pyfuse3.FUSEError(errno.EACCES)
+
+    def _new_handle(self, handle, direct_io: bool, keep_cache: bool = False) -> pyfuse3.FileInfo:
+        fh = next(self._next_fh)
+        self._handles[fh] = handle
+        return pyfuse3.FileInfo(fh=fh, direct_io=direct_io, keep_cache=keep_cache)
+
+    def _handle(self, fh: int):
+        handle = self._handles.get(fh)
+        if handle is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        return handle
+
+    @_guard
+    async def read(self, fh, off, size):
+        h = self._handle(fh)
+        if isinstance(h, ControlHandle):
+            return await self._read_reply(h, size)
+        if isinstance(h, SnapshotHandle):
+            return h.data[off: off + size]
+        if isinstance(h, BoHandle):
+            if off >= h.bo.size:
+                return b""
+            return h.bo.read(off, min(size, h.bo.size - off))
+        raise pyfuse3.FUSEError(errno.EBADF)
+
+    async def _read_reply(self, h: ControlHandle, size: int) -> bytes:
+        """The reply of the last request: EINVAL if none is waiting or ``size`` is too
+        small (the reply stays); a PendingReply blocks here, off the FUSE loop."""
+        reply = h.reply
+        if reply is None:
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        if isinstance(reply, PendingReply):
+            try:
+                done = await trio.to_thread.run_sync(reply.wait, cancellable=True)
+            except KmdError:
+                if h.reply is reply:
+                    h.reply = None
+                raise
+            if h.reply is reply:  # a newer write() replaced it meanwhile: keep that one
+                h.reply = done
+            reply = done
+        data = encode_reply(reply.result, reply.arg, reply.extra)
+        if size < len(data):
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        if h.reply is reply:
+            h.reply = None
+        return data
+
+    @_guard
+    async def write(self, fh, off, buf):
+        h = self._handle(fh)
+        if isinstance(h, ControlHandle):
+            # Never blocks: the KMD answers at once or returns a PendingReply that
+            # the read() waits for. A new request replaces an unread reply.
+            req = parse_request(buf)
+            h.reply = None
+            h.reply = self.dev.ioctl(h.file, req.request, req.arg, req.extra)
+            return len(buf)
+        if isinstance(h, SnapshotHandle):
+            if h.node.write_fn is None:
+                raise pyfuse3.FUSEError(errno.EBADF)
+            # Run in a worker: a debugfs action (gpu_reset) may wait for engines and
+            # call back into cpu_sync, which must not run on the FUSE loop.
+            await trio.to_thread.run_sync(h.node.write_fn, bytes(buf))
+            return len(buf)
+        if isinstance(h, BoHandle):
+            n = h.bo.write(off, buf)
+            if n == 0 and len(buf):
+                raise pyfuse3.FUSEError(errno.EFBIG)
+            return n
+        raise pyfuse3.FUSEError(errno.EBADF)
+
+    async def flush(self, fh):
+        pass
+
+    async def fsync(self, fh, datasync):
+        pass  # BO writes reach the KMD synchronously in write()
+
+    @_guard
+    async def release(self, fh):
+        h = self._handles.pop(fh, None)
+        if isinstance(h, ControlHandle):
+            h.reply = None
+            # The last close of a DRM file frees its handles, VAs and contexts; a
+            # worker thread keeps the loop free if the KMD waits for jobs.
+            await trio.to_thread.run_sync(self.dev.close_file, h.file)
+
+    # -- coherence ------------------------------------------------------------------
+    def cpu_sync(self, bo, offset: int, size: int) -> None:
+        """Device.cpu_sync: push BO bytes the GPU wrote into the kernel page cache.
+
+        Called by KMD worker threads only, never from inside a FUSE request handler:
+        notify_store may wait on page locks held by a request this loop has yet to
+        answer. A call from the loop thread is handed to a short thread instead.
+        Only BOs whose inode the kernel knows are pushed; errors (ENOENT when the
+        kernel has dropped the inode) are ignored, the next read fetches fresh data.
+        """
+        node = self._bo_files.get(bo.mmap_offset)
+        if node is None or node.bo is not bo:
+            return
+        if threading.get_ident() == self._loop_thread:
+            log.warning("cpu_sync called on the FUSE loop thread; deferring to a thread")
+            threading.Thread(target=self._store, args=(node, offset, size), daemon=True).start()
+            return
+        self._store(node, offset, size)
+
+    def _store(self, node: BoFile, offset: int, size: int) -> None:
+        end = min(offset + size, node.bo.size)
+        offset = max(offset, 0)
+        while offset < end:
+            n = min(NOTIFY_CHUNK, end - offset)
+            try:
+                pyfuse3.notify_store(node.inode, offset, node.bo.read(offset, n))
+            except (OSError, KmdError):
+                return
+            offset += n

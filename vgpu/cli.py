@@ -1,0 +1,266 @@
+"""The ``vgpu`` console script: mount, umount, dmesg, info (DESIGN.md section 8).
+
+``vgpu mount MOUNT`` starts the daemon (``python3 -m vdev.daemon``) detached, with
+its log and pid in ``/tmp/vgpu-<hash of MOUNT>.{log,pid}``, and returns once MOUNT
+is a mount point. ``vgpu umount MOUNT`` unmounts and waits for that daemon to exit.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_MOUNT = "/tmp/vgpu"
+# The repository root, so the detached daemon imports the same vdev/kmd as we do.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+MOUNT_WAIT = 30.0      # seconds for a daemon to come up (imports, Cython core)
+UMOUNT_WAIT = 5.0      # seconds for a daemon to exit after its unmount
+
+
+def default_mount() -> str:
+    return os.environ.get("VGPU_MOUNT", DEFAULT_MOUNT)
+
+
+def state_paths(mount: str) -> tuple[Path, Path]:
+    """(log, pid) files of the daemon serving ``mount``."""
+    tag = hashlib.sha1(os.path.realpath(mount).encode()).hexdigest()[:12]
+    base = Path(os.environ.get("VGPU_STATE_DIR", "/tmp"))
+    return base / f"vgpu-{tag}.log", base / f"vgpu-{tag}.pid"
+
+
+def mount_state(mount: str) -> str:
+    """'live', 'dead' (FUSE endpoint gone: ENOTCONN) or 'none'."""
+    try:
+        # statfs always asks the file system (stat may answer from cached attributes).
+        os.statvfs(mount)
+    except OSError as e:
+        if e.errno == errno.ENOTCONN:
+            return "dead"
+        if e.errno == errno.ENOENT:
+            return "none"
+        raise
+    return "live" if _in_mountinfo(mount) or os.path.ismount(mount) else "none"
+
+
+def _in_mountinfo(mount: str) -> bool:
+    target = os.path.realpath(mount)
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                point = line.split()[4].encode().decode("unicode_escape")
+                if point == target:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def _lazy_unmount(mount: str) -> None:
+    subprocess.run(["fusermount3", "-u", "-z", mount], stderr=subprocess.DEVNULL)
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone: nobody may reap it here)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _is_daemon(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"vdev.daemon" in f.read()
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(True)[-lines:])
+    except OSError:
+        return ""
+
+
+def daemon_argv(args) -> list[str]:
+    return [sys.executable, "-m", "vdev.daemon", os.path.abspath(args.mount),
+            "--vram", args.vram, "--gtt", args.gtt, "--timeout", str(args.timeout)]
+
+
+def cmd_mount(args) -> int:
+    mount = os.path.abspath(args.mount)
+    from vdev.daemon import parse_size  # validate before starting anything
+    for opt in ("vram", "gtt"):
+        try:
+            parse_size(getattr(args, opt))
+        except ValueError as e:
+            print(f"vgpu mount: --{opt}: {e}", file=sys.stderr)
+            return 2
+    state = mount_state(mount)
+    if state == "dead":
+        print(f"vgpu mount: {mount}: stale mount (transport endpoint is not connected), "
+              "unmounting it first", file=sys.stderr)
+        _lazy_unmount(mount)
+    elif state == "live":
+        print(f"vgpu mount: {mount} is already mounted; run `vgpu umount {mount}` first",
+              file=sys.stderr)
+        return 1
+    os.makedirs(mount, exist_ok=True)
+
+    if args.foreground:
+        from vdev.daemon import main as daemon_main
+        return daemon_main(daemon_argv(args)[3:])
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_ROOT, env.get("PYTHONPATH")]))
+
+    log_path, pid_path = state_paths(mount)
+    with open(log_path, "wb") as logf:
+        proc = subprocess.Popen(daemon_argv(args), env=env, stdin=subprocess.DEVNULL,
+                                stdout=logf, stderr=logf, start_new_session=True, cwd="/")
+    pid_path.write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + MOUNT_WAIT
+    while not _in_mountinfo(mount):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                proc.kill()
+            print(f"vgpu mount: the daemon failed to mount {mount} "
+                  f"(exit status {proc.poll()}); log {log_path}:\n{_tail(log_path)}", file=sys.stderr)
+            pid_path.unlink(missing_ok=True)
+            return 1
+        time.sleep(0.02)
+    if not os.path.ismount(mount):  # a real stat through FUSE: the daemon answers
+        print(f"vgpu mount: {mount} does not answer; log {log_path}:\n{_tail(log_path)}",
+              file=sys.stderr)
+        return 1
+    print(f"vgpu mounted at {mount} (daemon pid {proc.pid}, log {log_path})")
+    return 0
+
+
+def cmd_umount(args) -> int:
+    mount = os.path.abspath(args.mount)
+    log_path, pid_path = state_paths(mount)
+    state = mount_state(mount)
+    status = 0
+    if state == "none":
+        print(f"vgpu umount: {mount} is not mounted", file=sys.stderr)
+        status = 1
+    elif subprocess.run(["fusermount3", "-u", mount]).returncode != 0:
+        print(f"vgpu umount: {mount} busy or dead, detaching it lazily", file=sys.stderr)
+        _lazy_unmount(mount)
+    try:
+        pid = int(pid_path.read_text())
+    except (OSError, ValueError):
+        return status
+    if _is_daemon(pid):
+        deadline = time.monotonic() + UMOUNT_WAIT
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not _alive(pid):
+                break
+            os.kill(pid, sig)
+            deadline = time.monotonic() + UMOUNT_WAIT
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+    pid_path.unlink(missing_ok=True)
+    return status
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def cmd_dmesg(args) -> int:
+    kmsg = os.path.join(args.mount, "dev", "kmsg")
+    try:
+        text = _read(kmsg)
+    except OSError as e:
+        print(f"vgpu dmesg: {kmsg}: {e.strerror}", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if not args.follow:
+        return 0
+    last = text.splitlines()[-1] if text else None
+    try:
+        while True:
+            time.sleep(0.25)
+            try:
+                lines = _read(kmsg).splitlines()
+            except OSError:
+                return 0  # unmounted
+            # Print what follows the last line seen (the log is a bounded ring).
+            start = 0
+            if last is not None and last in lines:
+                start = len(lines) - lines[::-1].index(last)
+            if lines[start:]:
+                sys.stdout.write("".join(line + "\n" for line in lines[start:]))
+                sys.stdout.flush()
+                last = lines[-1]
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_info(args) -> int:
+    sysfs = os.path.join(args.mount, "sys", "class", "drm", "card0", "device")
+    try:
+        names = sorted(os.listdir(sysfs))
+        values = {n: _read(os.path.join(sysfs, n)).strip() for n in names}
+    except OSError as e:
+        print(f"vgpu info: {sysfs}: {e.strerror}", file=sys.stderr)
+        return 1
+    for name in names:
+        value = values[name]
+        if name.startswith("mem_info_") and value.isdigit():
+            value = f"{value} ({int(value) / (1 << 20):.1f} MiB)"
+        if "\n" in value:
+            value = value.replace("\n", "\n    ")
+            print(f"{name}:\n    {value}")
+        else:
+            print(f"{name}: {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vgpu", description="A DRM-style virtual GPU through FUSE")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("mount", help="mount the virtual GPU")
+    m.add_argument("mount", metavar="MOUNT")
+    m.add_argument("--vram", default="512M", help="VRAM size (default 512M)")
+    m.add_argument("--gtt", default="1G", help="GTT size (default 1G)")
+    m.add_argument("--timeout", type=float, default=2.0, help="ring job timeout in seconds (default 2)")
+    m.add_argument("--foreground", "-f", action="store_true", help="serve in this process")
+    m.set_defaults(func=cmd_mount)
+
+    u = sub.add_parser("umount", help="unmount and stop the daemon")
+    u.add_argument("mount", metavar="MOUNT")
+    u.set_defaults(func=cmd_umount)
+
+    d = sub.add_parser("dmesg", help="print the KMD log (MOUNT/dev/kmsg)")
+    d.add_argument("-w", "--follow", action="store_true", help="wait for new lines")
+    d.add_argument("--mount", default=default_mount())
+    d.set_defaults(func=cmd_dmesg)
+
+    i = sub.add_parser("info", help="print device numbers from sysfs")
+    i.add_argument("--mount", default=default_mount())
+    i.set_defaults(func=cmd_info)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
