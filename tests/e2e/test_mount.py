@@ -1,0 +1,286 @@
+"""End to end: mount life cycle, generated files, the control-file protocol."""
+import os
+import signal
+import subprocess
+
+import pytest
+
+from tests.helpers import (daemon_log, make_mount_dir, mount, read_text, run_client, unmount,
+                           vgpu_cli, wait_for)
+from vgpu.cli import _alive, state_paths
+
+SYSFS = "sys/class/drm/card0/device"
+SYSFS_NAMES = ["vendor", "device", "uevent", "mem_info_vram_total", "mem_info_vram_used",
+               "mem_info_gtt_total", "mem_info_gtt_used", "gpu_busy_percent"]
+
+# Client prelude: raw os.write/os.read on a control file (tests.helpers.Drm).
+PRELUDE = """
+import ctypes, errno, os, sys
+from vgpu import uapi
+from vdev.control import encode_request
+from tests.helpers import Drm
+M = sys.argv[1]
+"""
+
+
+@pytest.fixture
+def mount_dir():
+    path = make_mount_dir()
+    try:
+        yield path
+    finally:
+        unmount(path)
+        os.rmdir(path)
+
+
+def daemon_pid(path) -> int:
+    return int(state_paths(path)[1].read_text())
+
+
+def test_mount_and_umount(mount_dir):
+    mount(mount_dir, "--vram", "64M", "--gtt", "128M", "--timeout", "3")
+    pid = daemon_pid(mount_dir)
+    assert os.path.ismount(mount_dir) and _alive(pid)
+    assert sorted(os.listdir(mount_dir)) == ["bo", "dev", "prime", "sync", "sys"]
+    assert read_text(f"{mount_dir}/{SYSFS}/mem_info_vram_total") == f"{64 << 20}\n"
+    assert read_text(f"{mount_dir}/{SYSFS}/mem_info_gtt_total") == f"{128 << 20}\n"
+    r = vgpu_cli("umount", mount_dir)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.ismount(mount_dir)
+    assert not _alive(pid)
+    assert "unmounted" in daemon_log(mount_dir)
+
+
+def test_mount_creates_missing_directory(mount_dir):
+    path = os.path.join(mount_dir, "sub", "dir")
+    try:
+        mount(path, "--vram", "16M")
+        assert os.path.ismount(path)
+    finally:
+        unmount(path)
+        os.rmdir(path)
+        os.rmdir(os.path.dirname(path))
+
+
+def test_dead_mount_is_cleaned_then_mounted(mount_dir):
+    mount(mount_dir, "--vram", "16M")
+    pid = daemon_pid(mount_dir)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not _alive(pid), "the daemon to die")
+    with pytest.raises(OSError):
+        os.listdir(mount_dir)  # ENOTCONN: the endpoint is gone
+    r = vgpu_cli("mount", mount_dir, "--vram", "32M")
+    assert r.returncode == 0, r.stderr
+    assert "stale mount" in r.stderr
+    assert read_text(f"{mount_dir}/{SYSFS}/mem_info_vram_total") == f"{32 << 20}\n"
+
+
+def test_live_mount_is_refused(vgpu_mount):
+    r = vgpu_cli("mount", vgpu_mount)
+    assert r.returncode == 1
+    assert "already mounted" in r.stderr
+    assert read_text(f"{vgpu_mount}/{SYSFS}/vendor").strip()  # the first daemon still serves
+
+
+def test_bad_size_is_refused(mount_dir):
+    r = vgpu_cli("mount", mount_dir, "--vram", "lots")
+    assert r.returncode == 2 and "--vram" in r.stderr
+    assert not os.path.ismount(mount_dir)
+
+
+def test_daemon_failing_at_start_reports_its_log(mount_dir):
+    r = vgpu_cli("mount", mount_dir, "--vram", "3")  # not a multiple of 4 KiB: the KMD refuses
+    assert r.returncode == 1
+    assert "failed to mount" in r.stderr and "Traceback" in r.stderr
+    assert not os.path.ismount(mount_dir)
+
+
+def test_tree(vgpu_mount):
+    assert sorted(os.listdir(f"{vgpu_mount}/dev/dri")) == ["card0", "renderD128"]
+    assert sorted(os.listdir(f"{vgpu_mount}/{SYSFS}")) == sorted(SYSFS_NAMES)
+    assert os.listdir(f"{vgpu_mount}/prime") == os.listdir(f"{vgpu_mount}/sync") == []
+    assert os.path.isdir(f"{vgpu_mount}/sys/class/devcoredump")
+    assert {"name", "clients", "gem_info", "vm_info"} <= set(os.listdir(f"{vgpu_mount}/sys/kernel/debug/dri/0"))
+    st = os.stat(f"{vgpu_mount}/dev/dri/renderD128")
+    assert st.st_mode & 0o777 == 0o666
+
+
+def test_generated_files_work_with_cat_and_grep(vgpu_mount):
+    for name in SYSFS_NAMES:
+        out = subprocess.run(["cat", f"{vgpu_mount}/{SYSFS}/{name}"], capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout.endswith("\n"), name
+    assert read_text(f"{vgpu_mount}/{SYSFS}/vendor").strip() == "0x1002"
+    for path in os.listdir(f"{vgpu_mount}/sys/kernel/debug/dri/0"):
+        assert subprocess.run(["cat", f"{vgpu_mount}/sys/kernel/debug/dri/0/{path}"],
+                              capture_output=True).returncode == 0, path
+    grep = subprocess.run(["grep", "initialized", f"{vgpu_mount}/dev/kmsg"], capture_output=True, text=True)
+    assert grep.returncode == 0 and "vgpu 0000:00:00.0" in grep.stdout
+
+
+def test_generated_files_are_read_only(vgpu_mount):
+    with pytest.raises(PermissionError):
+        open(f"{vgpu_mount}/{SYSFS}/vendor", "w")
+
+
+def test_kmsg_larger_than_a_page_reads_whole(vgpu_mount):
+    run_client(PRELUDE + """
+for _ in range(100):
+    with Drm(M): pass
+""", vgpu_mount, check=True)
+    text = subprocess.run(["cat", f"{vgpu_mount}/dev/kmsg"], capture_output=True, text=True).stdout
+    assert len(text) > 8192
+    assert text.count("opened renderD128") == 100 and text.endswith("\n")
+
+
+def test_dmesg_and_info_commands(vgpu_mount):
+    r = vgpu_cli("dmesg", "--mount", vgpu_mount)
+    assert r.returncode == 0 and "initialized" in r.stdout
+    r = vgpu_cli("info", "--mount", vgpu_mount)
+    assert r.returncode == 0
+    assert "mem_info_vram_total: 67108864 (64.0 MiB)" in r.stdout
+
+
+def test_version_and_gem_create_with_raw_write_read(vgpu_mount):
+    r = run_client(PRELUDE + """
+fd = os.open(M + "/dev/dri/renderD128", os.O_RDWR)
+v = uapi.drm_version(); v.name_len = 16
+frame = encode_request(uapi.DRM_IOCTL_VERSION, bytes(v))
+assert os.write(fd, frame) == len(frame)
+reply = os.read(fd, 4096)
+hdr = uapi.vgpu_reply_header.from_buffer_copy(reply[:16])
+assert hdr.result == 0 and hdr.arg_size == ctypes.sizeof(uapi.drm_version), (hdr.result, hdr.arg_size)
+assert hdr.extra_size == 16 and len(reply) == 16 + hdr.arg_size + 16
+print(reply[16 + hdr.arg_size:].rstrip(b"\\0").decode())
+
+c = uapi.drm_amdgpu_gem_create(); c.in_.bo_size = 65536; c.in_.domains = uapi.AMDGPU_GEM_DOMAIN_VRAM
+os.write(fd, encode_request(uapi.DRM_IOCTL_AMDGPU_GEM_CREATE, bytes(c)))
+reply = os.read(fd, 4096)
+out = uapi.drm_amdgpu_gem_create.from_buffer_copy(reply[16:])
+print(out.out.handle)
+print(open(M + "/sys/class/drm/card0/device/mem_info_vram_used").read().strip())
+""", vgpu_mount, check=True)
+    name, handle, used = r.stdout.split()
+    assert name == "vgpu" and int(handle) > 0 and int(used) == 65536
+
+
+@pytest.mark.parametrize("case,err", [("bad_magic", "EINVAL"), ("short", "EINVAL"),
+                                      ("sizes", "EINVAL"), ("ioc_size", "EINVAL"),
+                                      ("unknown", "ENOTTY"), ("too_big", "E2BIG")])
+def test_bad_requests_fail_the_write(vgpu_mount, case, err):
+    r = run_client(PRELUDE + """
+d = Drm(M)
+arg = bytes(ctypes.sizeof(uapi.drm_version))
+good = encode_request(uapi.DRM_IOCTL_VERSION, arg)
+frames = {
+    "bad_magic": b"XXXX" + good[4:],
+    "short": good[:10],
+    "sizes": good + b"junk",
+    "ioc_size": encode_request(uapi.DRM_IOCTL_VERSION, arg + bytes(8)),
+    "unknown": encode_request(uapi._IOC(3, uapi.DRM_IOCTL_BASE, 0x9E, 8), bytes(8)),
+    "too_big": encode_request(uapi.DRM_IOCTL_VERSION, arg, bytes(uapi.VGPU_MAX_FRAME)),
+}
+try:
+    os.write(d.fd, frames[sys.argv[2]])
+except OSError as e:
+    print(errno.errorcode[e.errno])
+else:
+    print("written")
+d.version()  # the file still works afterwards
+""", vgpu_mount, case, check=True)
+    assert r.stdout.split() == [err]
+
+
+def test_read_without_request_is_einval(vgpu_mount):
+    r = run_client(PRELUDE + """
+d = Drm(M)
+for _ in range(2):
+    try:
+        os.read(d.fd, 4096)
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+d.version()
+try:
+    os.read(d.fd, 4096)  # the reply was consumed
+except OSError as e:
+    print(errno.errorcode[e.errno])
+""", vgpu_mount, check=True)
+    assert r.stdout.split() == ["EINVAL"] * 3
+
+
+def test_small_read_is_einval_and_keeps_the_reply(vgpu_mount):
+    r = run_client(PRELUDE + """
+d = Drm(M)
+v = uapi.drm_version(); v.name_len = v.date_len = v.desc_len = 32
+d.send(uapi.DRM_IOCTL_VERSION, bytes(v))
+full = 16 + ctypes.sizeof(v) + 96
+print(os.read(d.fd, 0) == b"")  # a zero-byte read never reaches the file system
+for size in (16, full - 1):
+    try:
+        os.read(d.fd, size)
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+print(len(os.read(d.fd, full)) == full)
+""", vgpu_mount, check=True)
+    assert r.stdout.split() == ["True", "EINVAL", "EINVAL", "True"]
+
+
+def test_new_write_replaces_unread_reply(vgpu_mount):
+    r = run_client(PRELUDE + """
+d = Drm(M)
+v = uapi.drm_version()
+d.send(uapi.DRM_IOCTL_VERSION, bytes(v))       # its reply is never read
+d.send(uapi.DRM_IOCTL_AMDGPU_GEM_CREATE, bytes(uapi.drm_amdgpu_gem_create(
+    in_=uapi.drm_amdgpu_gem_create_in(bo_size=4096, domains=uapi.AMDGPU_GEM_DOMAIN_GTT))))
+reply = d.recv()
+print(len(reply.arg) == ctypes.sizeof(uapi.drm_amdgpu_gem_create))
+try:
+    os.read(d.fd, 4096)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+""", vgpu_mount, check=True)
+    assert r.stdout.split() == ["True", "EINVAL"]
+
+
+def test_each_open_is_its_own_drm_file(vgpu_mount):
+    r = run_client(PRELUDE + """
+a, b = Drm(M), Drm(M, "card0")
+h = a.gem_create(4096)
+print(a.gem_mmap(h) > 0)
+try:
+    b.gem_mmap(h)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+dup = os.dup(a.fd)       # a dup is the same open file, the same handles
+os.close(a.fd); a.fd = dup
+print(a.gem_mmap(h) > 0)
+""", vgpu_mount, check=True)
+    assert r.stdout.split() == ["True", "ENOENT", "True"]
+
+
+def test_clients_listed_in_debugfs_with_their_comm(vgpu_mount):
+    proc_code = PRELUDE + """
+d = Drm(M)
+print(open(M + "/sys/kernel/debug/dri/0/clients").read())
+"""
+    r = run_client(proc_code, vgpu_mount, check=True)
+    assert "python3" in r.stdout and "renderD128" in r.stdout
+
+
+def test_daemon_survives_garbage(vgpu_mount):
+    r = run_client(PRELUDE + """
+import random
+rng = random.Random(1)
+d = Drm(M)
+for i in range(300):
+    n = rng.choice([0, 1, 15, 16, 17, 40, 200])
+    junk = bytes(rng.getrandbits(8) for _ in range(n))
+    if rng.random() < 0.5 and n >= 16:
+        junk = encode_request(rng.getrandbits(32), b"")[:4] + junk[4:]
+    try:
+        os.write(d.fd, junk)
+    except OSError:
+        pass
+print(d.version()[1].split(b"\\0")[0].decode())
+""", vgpu_mount, check=True)
+    assert r.stdout.strip() == "vgpu"
+    assert "internal error" not in read_text(f"{vgpu_mount}/dev/kmsg")
