@@ -10,13 +10,17 @@ import time
 
 from vgpu import uapi
 
-from . import ctx as _ctx, gem as _gem, info as _info, vm as _vm  # noqa: F401  (register ioctls)
+from . import bo_list as _bo_list, cs as _cs, ctx as _ctx, gem as _gem, info as _info, vm as _vm  # noqa: F401
+from . import hw
 from .drm_file import DrmFile
 from .errors import KmdError
 from .gem import DOMAIN_NAMES, BufferObject
 from .ioctl import dispatch, request_name
+from .irq import InterruptHandler
+from .job import Job
 from .kmsg import KernelLog
 from .memory import DeviceMemory
+from .ring import Ring
 
 MiB = 1 << 20
 
@@ -34,6 +38,15 @@ class Device:
         self.reset_counter = 0
         self._t0 = time.monotonic()
         self.cpu_sync = None  # set by vdev: callback(bo, offset, size), worker threads only
+        self.zombie_bos: list[BufferObject] = []   # closed, but a job still uses them
+        self.ih = hw.InterruptRing()
+        self.rings: dict[tuple[int, int], Ring] = {}
+        for i in range(2):
+            ring = Ring(self, f"sdma{i}", uapi.AMDGPU_HW_IP_DMA, i, len(self.rings),
+                        hw.SdmaEngine(f"sdma{i}", self.ih))
+            self.rings[(ring.ip_type, i)] = ring
+        self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
+        self.irq = InterruptHandler(self)
         self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
                       f"ring timeout {timeout:g} s")
 
@@ -51,7 +64,10 @@ class Device:
             if f.closed:
                 return
             f.closed = True
+            for ring in self.rings.values():
+                ring.cancel(lambda j: j.file is f)
             f.vm.clear_all()
+            f.bo_lists.clear()
             for ctx in list(f.contexts.values()):
                 self.free_ctx(f, ctx)
             for handle in list(f.bos):
@@ -109,10 +125,18 @@ class Device:
             self.free_bo(bo)
 
     def free_bo(self, bo: BufferObject) -> None:
+        """Release a BO's memory, or defer it while a job still uses the BO (the
+        job's fence guards the memory, as a reservation object does in Linux)."""
         if bo.freed:
             return
-        bo.freed = True
         self.bos_by_offset.pop(bo.mmap_offset, None)
+        if bo.busy_jobs:
+            if bo not in self.zombie_bos:
+                self.zombie_bos.append(bo)
+            return
+        if bo in self.zombie_bos:
+            self.zombie_bos.remove(bo)
+        bo.freed = True
         if bo.vram is not None:
             self.memory.vram_allocator.free(bo.vram)
         else:
@@ -124,6 +148,79 @@ class Device:
 
     def wait_bo_idle(self, bo: BufferObject, timeout_ns: int) -> bool:
         return bo.busy_jobs == 0
+
+    # -- submission and completion --------------------------------------------
+    def queue_job(self, ring: Ring, job: Job) -> int:
+        """Take the job's references and queue it (device lock held). Returns its seq."""
+        for bo in job.bos:
+            bo.busy_jobs += 1
+        job.pin = job.file.vm.page_table.pin()
+        job.file.inflight += 1
+        return ring.submit(job)
+
+    def job_failed(self, ring: Ring, job: Job) -> None:
+        """Called by a ring worker when an IB faulted or was aborted by the watchdog."""
+        r = job.result
+        f, ctx = job.file, job.ctx
+        who = f"ctx {ctx.id} client {f.id} pid {f.pid} ({f.comm})"
+        with self.lock:
+            ctx.guilty = True
+            if r.status == "aborted":
+                job.error = errno.ETIME
+                ctx.hangs += 1
+                self.kmsg.log(f"ring {ring.name} timeout, signaled seq={ring.signaled_seq}, "
+                              f"emitted seq={ring.emitted_seq}")
+                self.kmsg.log(f"Process information: process {f.comm} pid {f.pid} thread {f.comm} "
+                              f"pid {f.pid}, job {job.id} {who}")
+                self.kmsg.log("GPU reset begin!")
+                n = ring.cancel(lambda j: j.ctx is ctx)
+                self.reset_counter += 1
+                self.kmsg.log(f"GPU reset succeeded, {n} queued job(s) of the guilty context cancelled")
+            else:
+                job.error = errno.EFAULT if r.fault is not None else errno.EINVAL
+                where = (f"{r.fault.access} of VA {r.fault.va:#x} ({r.fault.reason})" if r.fault
+                         else f"{r.reason}")
+                self.kmsg.log(f"[{ring.name}] GPU fault in job {job.id} seq {job.fence.seq} {who}: "
+                              f"{where} at IB packet offset {r.packet_offset} dw (opcode {r.opcode}); "
+                              f"context marked guilty")
+                ctx.errors.append(where)
+
+    def process_fences(self, ring: Ring) -> None:
+        """Signal every fence up to the ring's write-back slot, in order (IH thread).
+        GPU writes are pushed to CPU mappings first, so a woken waiter sees them."""
+        with self.lock:
+            done = []
+            while ring.signaled_seq < ring.fence_wb:
+                ring.signaled_seq += 1
+                job = ring.pending.pop(ring.signaled_seq, None)
+                if job is not None:
+                    done.append(job)
+        for job in done:
+            if job.user_fence is not None and not job.error:
+                bo, off = job.user_fence
+                if not bo.freed:
+                    bo.storage[off: off + 8] = memoryview(job.fence.seq.to_bytes(8, "little"))
+            if self.cpu_sync is not None and not job.file.closed:
+                for bo in job.bos:
+                    if not bo.freed:
+                        try:
+                            self.cpu_sync(bo, 0, bo.size)
+                        except Exception as e:  # a dead mapping must not stop fences
+                            self.kmsg.log(f"cpu sync of BO failed: {e!r}")
+            with self.lock:
+                for bo in job.bos:
+                    bo.busy_jobs -= 1
+                    if bo.busy_jobs == 0 and bo in self.zombie_bos:
+                        self.free_bo(bo)
+                job.file.inflight -= 1
+                job.pin.release()
+            job.fence.signal(job.error)
+
+    def shutdown(self) -> None:
+        """Stop the rings and the interrupt handler (daemon exit, tests)."""
+        for ring in self.rings.values():
+            ring.stop()
+        self.irq.stop()
 
     # -- contexts ------------------------------------------------------------
     def free_ctx(self, f: DrmFile, ctx) -> None:
@@ -156,7 +253,21 @@ class Device:
             "clients": self._debugfs_clients,
             "gem_info": self._debugfs_gem_info,
             "vm_info": self._debugfs_vm_info,
+            "fence_info": self._debugfs_fence_info,
+            **{f"ring_{r.name}": r.describe for r in self.rings.values()},
         }
+
+    def _debugfs_fence_info(self) -> str:
+        out = []
+        for r in self.rings.values():
+            out.append(f"--- ring {r.ring_id} ({r.name}) ---")
+            out.append(f"Last signaled fence {r.signaled_seq:#018x}")
+            out.append(f"Last emitted        {r.emitted_seq:#018x}")
+            out.append(f"Last completed (wb) {r.fence_wb:#018x}")
+            failed = [f for f in list(r.fences.values())[-64:] if f.signaled and f.error]
+            for f in failed[-8:]:
+                out.append(f"  seq {f.seq:#x} signaled with error {errno.errorcode.get(f.error, f.error)}")
+        return "\n".join(out) + "\n"
 
     def _debugfs_clients(self) -> str:
         lines = [f"{'command':>20} {'tgid':>5} {'dev':>3} {'master':>6} {'uid':>5} {'id':>4} node"]
@@ -204,8 +315,11 @@ class Device:
                     assert not bo.freed, "a handle names a freed BO"
             live = list(self.bos_by_offset.values())
             for bo in live:
+                if bo in self.zombie_bos:
+                    continue
                 assert held.get(id(bo), 0) == bo.handle_count, "handle_count mismatch"
                 assert bo.handle_count > 0, "a BO without handles is still alive"
+            live += self.zombie_bos
             vram = sum(bo.size for bo in live if bo.vram)
             gtt = sum(bo.size for bo in live if not bo.vram)
             assert vram == self.memory.vram_allocator.used, f"VRAM used {self.memory.vram_allocator.used} != BOs {vram}"

@@ -16,8 +16,11 @@ class DrmFile:
         self.bos: dict = {}            # GEM handle -> BufferObject
         self.contexts: dict[int, Context] = {}
         self.vm = VirtualMemory()
+        self.bo_lists: dict[int, list] = {}
+        self.inflight = 0              # jobs queued or running
         self._next_handle = 1
         self._next_ctx = 1
+        self._next_list = 1
         self.closed = False
 
     def add_bo(self, bo) -> int:
@@ -32,6 +35,20 @@ class DrmFile:
         self._next_ctx += 1
         self.contexts[ctx.id] = ctx
         return ctx
+
+    def add_bo_list(self, bos: list) -> int:
+        handle = self._next_list
+        self._next_list += 1
+        self.bo_lists[handle] = bos
+        return handle
+
+    def mapped_bos(self) -> list:
+        """BOs mapped in the VM: what a job without a BO list may touch."""
+        seen = []
+        for m in self.vm.mappings():
+            if m.bo not in seen:
+                seen.append(m.bo)
+        return seen
 
     def describe(self) -> str:
         return f"pid {self.pid} ({self.comm}) uid {self.uid} {self.node}"

@@ -90,5 +90,10 @@ def dispatch(dev, file, request: int, arg: bytes, extra: bytes):
     out = handler.fn(dev, file, args, extra)
     if isinstance(out, PendingReply):
         complete = out._complete
-        return PendingReply(lambda: Reply(0, bytes(buf[: len(arg)]), complete() or b""))
+
+        def finish() -> Reply:
+            extra_out = complete() or b""  # updates args (a view of buf) first
+            return Reply(0, bytes(buf[: len(arg)]), extra_out)
+
+        return PendingReply(finish)
     return Reply(0, bytes(buf[: len(arg)]), out or b"")

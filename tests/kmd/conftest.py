@@ -13,9 +13,12 @@ MiB = 1 << 20
 
 @pytest.fixture
 def dev():
-    d = Device(vram_size=64 * MiB, gtt_size=64 * MiB)
-    yield d
-    d.check_invariants()
+    d = Device(vram_size=64 * MiB, gtt_size=64 * MiB, timeout=1.0)
+    try:
+        yield d
+        d.check_invariants()
+    finally:
+        d.shutdown()
 
 
 @pytest.fixture

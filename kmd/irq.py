@@ -1,0 +1,47 @@
+"""The KMD's interrupt handler: drains the IH ring in its own thread (amdgpu_irq.c).
+
+Trap interrupts mean "a ring wrote its fence slot": the handler makes the jobs'
+GPU writes visible to CPU mappings and then signals their fences, in order.
+Fault interrupts are logged in amdgpu's words.
+"""
+import threading
+
+from . import hw
+
+
+class InterruptHandler:
+    def __init__(self, dev):
+        self.dev = dev
+        self.count = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="vgpu-ih", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        ih = self.dev.ih
+        while not self._stop:
+            if not ih.wait(0.5):
+                continue
+            for entry in ih.drain():
+                self.count += 1
+                try:
+                    self._handle(entry)
+                except Exception as e:  # never let one bad entry stop interrupts
+                    self.dev.kmsg.log(f"IH: error handling {entry}: {e!r}")
+
+    def _handle(self, e) -> None:
+        ring = self.dev.rings_by_id.get(e.ring_id)
+        if e.src_id in (hw.ih.IH_SRC_PAGE_FAULT, hw.ih.IH_SRC_PROT_FAULT):
+            kind = "page fault" if e.src_id == hw.ih.IH_SRC_PAGE_FAULT else "protection fault"
+            self.dev.kmsg.log(f"[gfxhub] {kind} (src_id:{e.src_id} ring:{e.ring_id} vmid:{e.ctx_id} "
+                              f"pasid:{e.ctx_id}) at VA {e.data:#014x} on {ring.name if ring else '?'}")
+        elif e.src_id == hw.ih.IH_SRC_ILLEGAL_INST:
+            self.dev.kmsg.log(f"[{ring.name if ring else '?'}] illegal packet at dword {e.data} "
+                              f"(src_id:{e.src_id} ctx:{e.ctx_id})")
+        if ring is not None:
+            self.dev.process_fences(ring)
+
+    def stop(self) -> None:
+        self._stop = True
+        self.dev.ih.push(0, -1, 0, 0)  # src 0 on no ring: just wakes the loop
+        self._thread.join(timeout=2)

@@ -1,0 +1,24 @@
+"""A job: the IBs of one CS for one ring, with everything it holds while in flight."""
+import itertools
+from dataclasses import dataclass, field
+
+from .fence import Fence
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Job:
+    file: object                     # DrmFile
+    ctx: object                      # Context
+    ibs: list[tuple[int, int]]       # (va, size in dwords)
+    bos: list                        # BOs of the BO list: busy while the job runs
+    deps: list[Fence]
+    fence: Fence | None = None
+    user_fence: tuple | None = None  # (bo, offset): write the seq there when done
+    pin: object = None               # hw.PinnedBuffers: memory stays valid while running
+    id: int = field(default_factory=lambda: next(_ids))
+    result: object = None            # the engine's result of the last IB run
+    error: int = 0                   # errno carried by the fence
+    started_at: float | None = None
+    timed_out: bool = False

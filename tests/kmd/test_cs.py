@@ -1,0 +1,287 @@
+"""BO_LIST, CS, WAIT_CS, WAIT_FENCES and faults, through the dispatch table."""
+import ctypes
+import errno
+import struct
+import threading
+import time
+
+import pytest
+
+from kmd.hw import SdmaIb
+from vgpu import uapi
+
+from .conftest import call, fails, gem_create, gem_va
+
+VA_IB, VA_A, VA_B = 0x10000000, 0x20000000, 0x30000000
+DMA = uapi.AMDGPU_HW_IP_DMA
+FOREVER = (1 << 64) - 1
+
+
+class Setup:
+    """A client with a context, an IB BO and two 64 KiB data BOs mapped."""
+
+    def __init__(self, dev, f, size=65536):
+        self.dev, self.f = dev, f
+        a = uapi.drm_amdgpu_ctx()
+        a.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
+        self.ctx = call(dev, f, "AMDGPU_CTX", a)[0].out.alloc.ctx_id
+        self.ib = gem_create(dev, f, 65536, uapi.AMDGPU_GEM_DOMAIN_GTT)
+        self.slot = 0  # each submission gets its own 512-byte IB slot
+        self.a = gem_create(dev, f, size)
+        self.b = gem_create(dev, f, size)
+        call(dev, f, "AMDGPU_GEM_VA", gem_va(dev, f, self.ib, VA_IB, 65536, flags=uapi.AMDGPU_VM_PAGE_READABLE))
+        call(dev, f, "AMDGPU_GEM_VA", gem_va(dev, f, self.a, VA_A, size))
+        call(dev, f, "AMDGPU_GEM_VA", gem_va(dev, f, self.b, VA_B, size))
+        self.list = self.bo_list([self.ib, self.a, self.b])
+
+    def bo(self, h):
+        return self.f.bos[h]
+
+    def bo_list(self, handles):
+        a = uapi.drm_amdgpu_bo_list()
+        a.in_.operation = uapi.AMDGPU_BO_LIST_OP_CREATE
+        a.in_.bo_number = len(handles)
+        a.in_.bo_info_size = ctypes.sizeof(uapi.drm_amdgpu_bo_list_entry)
+        entries = b"".join(struct.pack("<II", h, 0) for h in handles)
+        return call(self.dev, self.f, "AMDGPU_BO_LIST", a, entries)[0].out.list_handle
+
+    def submit(self, ib: SdmaIb, ring=0, deps=(), ctx=None, extra_chunks=b"", nchunks=1):
+        ib_va = VA_IB + 512 * (self.slot % 128)
+        self.slot += 1
+        self.bo(self.ib).write(ib_va - VA_IB, ib.tobytes())
+        c = uapi.drm_amdgpu_cs_chunk_ib()
+        c.va_start, c.ib_bytes, c.ip_type, c.ring = ib_va, len(ib) * 4, DMA, ring
+        chunks = chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(c))
+        if deps:
+            chunks += chunk(uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, b"".join(bytes(d) for d in deps))
+            nchunks += 1
+        a = uapi.drm_amdgpu_cs()
+        a.in_.ctx_id = self.ctx if ctx is None else ctx
+        a.in_.bo_list_handle = self.list
+        a.in_.num_chunks = nchunks
+        return call(self.dev, self.f, "AMDGPU_CS", a, chunks + extra_chunks)[0].out.handle
+
+    def wait(self, seq, ring=0, timeout=FOREVER):
+        a = uapi.drm_amdgpu_wait_cs()
+        a.in_.handle, a.in_.ip_type, a.in_.ring, a.in_.ctx_id, a.in_.timeout = seq, DMA, ring, self.ctx, timeout
+        return call(self.dev, self.f, "AMDGPU_WAIT_CS", a)[0].out.status
+
+
+def chunk(cid, data: bytes) -> bytes:
+    h = uapi.drm_amdgpu_cs_chunk()
+    h.chunk_id, h.length_dw = cid, len(data) // 4
+    return bytes(h) + data
+
+
+@pytest.fixture
+def s(dev, client):
+    return Setup(dev, client)
+
+
+def test_write_fill_copy(s):
+    data = list(range(0x100, 0x140))
+    seq = s.submit(SdmaIb().write_linear(VA_A, data)
+                   .constant_fill(VA_A + 4096, 0xDEADBEEF, 8192)
+                   .copy_linear(VA_B + 100, VA_A, 4096 + 8192))
+    assert seq == 1
+    assert s.wait(seq) == 0
+    a, b = s.bo(s.a), s.bo(s.b)
+    assert a.read(0, 256) == struct.pack("<64I", *data)
+    assert a.read(4096, 8192) == struct.pack("<I", 0xDEADBEEF) * 2048
+    assert b.read(100, 4096 + 8192) == a.read(0, 4096 + 8192)
+    assert s.dev.kmsg.text().count("GPU fault") == 0
+
+
+def test_sequence_numbers_and_both_rings(s):
+    seqs = [s.submit(SdmaIb().fence(VA_A + 8 * i, i + 1), ring=i % 2) for i in range(6)]
+    assert seqs == [1, 1, 2, 2, 3, 3]
+    assert s.wait(3, ring=0) == 0 and s.wait(3, ring=1) == 0
+    assert s.bo(s.a).read(0, 48) == struct.pack("<6Q", *range(1, 7))
+    info = s.dev.debugfs_files()
+    assert "Last signaled fence 0x0000000000000003" in info["fence_info"]()
+    assert "emitted seq:  3" in info["ring_sdma1"]()
+
+
+def test_fault_unmapped_marks_guilty_and_fence_errors(s, dev, client):
+    seq = s.submit(SdmaIb().write_linear(0x7000000000, [1, 2, 3]))
+    with pytest.raises(Exception) as e:
+        s.wait(seq)
+    assert e.value.errno == errno.EFAULT
+    log = dev.kmsg.text()
+    assert "page fault" in log and "0x7000000000" in log and "sdma0" in log and "packet offset 0" in log
+    a = uapi.drm_amdgpu_ctx()
+    a.in_.op, a.in_.ctx_id = uapi.AMDGPU_CTX_OP_QUERY_STATE2, s.ctx
+    assert call(dev, client, "AMDGPU_CTX", a)[0].out.state.flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY
+    # a guilty context can no longer submit
+    fails(errno.ECANCELED, dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 1),
+          chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(ib_chunk(VA_IB, 4))))
+
+
+def cs_args(ctx, lst, n):
+    a = uapi.drm_amdgpu_cs()
+    a.in_.ctx_id, a.in_.bo_list_handle, a.in_.num_chunks = ctx, lst, n
+    return a
+
+
+def ib_chunk(va, nbytes, ip=DMA, ring=0):
+    c = uapi.drm_amdgpu_cs_chunk_ib()
+    c.va_start, c.ib_bytes, c.ip_type, c.ring = va, nbytes, ip, ring
+    return c
+
+
+@pytest.mark.parametrize("ib,what", [
+    (SdmaIb().raw(0x000000FF), "unknown opcode"),
+    (SdmaIb().write_linear(VA_IB, [1]), "read-only page"),
+    (SdmaIb().copy_linear(VA_A, VA_A + (1 << 20), 16), "unmapped source"),
+])
+def test_faults(s, dev, ib, what):
+    seq = s.submit(ib)
+    with pytest.raises(Exception) as e:
+        s.wait(seq)
+    assert e.value.errno in (errno.EFAULT, errno.EINVAL)
+    assert "GPU fault" in dev.kmsg.text()
+
+
+def test_ib_outside_vm_is_a_fault(s, dev):
+    c = ib_chunk(0x5000000000, 16)
+    call(dev, s.f, "AMDGPU_CS", cs_args(s.ctx, s.list, 1), chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(c)))
+    with pytest.raises(Exception) as e:
+        s.wait(1)
+    assert e.value.errno == errno.EFAULT
+
+
+def test_other_files_unaffected_by_a_fault(dev, client, root_client):
+    bad, good = Setup(dev, client), Setup(dev, root_client)
+    seq_bad = bad.submit(SdmaIb().write_linear(0x7000000000, [1]))
+    seq_good = good.submit(SdmaIb().write_linear(VA_A, [42]))
+    with pytest.raises(Exception):
+        bad.wait(seq_bad)
+    assert good.wait(seq_good) == 0
+    assert good.bo(good.a).read(0, 4) == struct.pack("<I", 42)
+
+
+@pytest.mark.parametrize("mutate,err", [
+    (lambda a, c: (setattr(a.in_, "ctx_id", 99), c), errno.EINVAL),
+    (lambda a, c: (setattr(a.in_, "num_chunks", 0), b""), errno.EINVAL),
+    (lambda a, c: (setattr(a.in_, "num_chunks", 2), c), errno.EINVAL),
+    (lambda a, c: (None, c[:-4]), errno.EINVAL),
+    (lambda a, c: (None, c + b"\0" * 4), errno.EINVAL),
+    (lambda a, c: (setattr(a.in_, "bo_list_handle", 77), c), errno.ENOENT),
+    (lambda a, c: (setattr(a.in_, "flags", 1), c), errno.EINVAL),
+    (lambda a, c: (None, chunk(0x55, bytes(8))), errno.EINVAL),
+    (lambda a, c: (None, chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(ib_chunk(VA_IB, 6)))), errno.EINVAL),
+    (lambda a, c: (None, chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(ib_chunk(VA_IB, 8, ring=5)))), errno.EINVAL),
+    (lambda a, c: (None, chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(ib_chunk(VA_IB, 8, ip=uapi.AMDGPU_HW_IP_GFX)))), errno.EINVAL),
+])
+def test_cs_refused(s, dev, client, mutate, err):
+    a = cs_args(s.ctx, s.list, 1)
+    c = chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(ib_chunk(VA_IB, 8)))
+    _, c = mutate(a, c)
+    fails(err, dev, client, "AMDGPU_CS", a, c)
+    assert all(r.emitted_seq == 0 for r in dev.rings.values())
+
+
+def test_bo_list_ops(s, dev, client):
+    a = uapi.drm_amdgpu_bo_list()
+    a.in_.operation, a.in_.list_handle = uapi.AMDGPU_BO_LIST_OP_DESTROY, s.list
+    call(dev, client, "AMDGPU_BO_LIST", a)
+    fails(errno.ENOENT, dev, client, "AMDGPU_BO_LIST", a)
+    a.in_.operation, a.in_.bo_number, a.in_.bo_info_size = uapi.AMDGPU_BO_LIST_OP_CREATE, 1, 8
+    fails(errno.ENOENT, dev, client, "AMDGPU_BO_LIST", a, struct.pack("<II", 999, 0))
+    fails(errno.EINVAL, dev, client, "AMDGPU_BO_LIST", a, struct.pack("<I", s.a))
+    a.in_.operation = 7
+    fails(errno.EINVAL, dev, client, "AMDGPU_BO_LIST", a, struct.pack("<II", s.a, 0))
+
+
+def test_wait_cs_errors_and_timeout(s, dev, client):
+    a = uapi.drm_amdgpu_wait_cs()
+    a.in_.handle, a.in_.ip_type, a.in_.ctx_id = 5, DMA, s.ctx
+    fails(errno.EINVAL, dev, client, "AMDGPU_WAIT_CS", a)  # never emitted
+    a.in_.handle, a.in_.ctx_id = 0, 42
+    fails(errno.EINVAL, dev, client, "AMDGPU_WAIT_CS", a)
+    # a job that polls memory until the CPU writes it: WAIT_CS with timeout 0 says busy
+    seq = s.submit(SdmaIb().poll_regmem(VA_A, 7).fence(VA_A + 8, 1))
+    assert s.wait(seq, timeout=0) == 1
+    assert s.wait(seq, timeout=time.monotonic_ns() + 20_000_000) == 1
+    s.bo(s.a).write(0, struct.pack("<I", 7))
+    assert s.wait(seq) == 0
+
+
+def test_hang_times_out_and_resets(dev, client):
+    s = Setup(dev, client)
+    other = Setup(dev, dev.open_file(pid=9, uid=9, comm="innocent"))
+    seq = s.submit(SdmaIb().poll_regmem(VA_A, 1234))
+    queued = s.submit(SdmaIb().fence(VA_A + 8, 5))
+    with pytest.raises(Exception) as e:
+        s.wait(seq)
+    assert e.value.errno == errno.ETIME
+    with pytest.raises(Exception) as e:
+        s.wait(queued)
+    assert e.value.errno == errno.ECANCELED
+    log = dev.kmsg.text()
+    assert "ring sdma0 timeout" in log and "GPU reset begin!" in log and "GPU reset succeeded" in log
+    assert other.wait(other.submit(SdmaIb().fence(VA_A, 3))) == 0
+    a = uapi.drm_amdgpu_ctx()
+    a.in_.op, a.in_.ctx_id = uapi.AMDGPU_CTX_OP_QUERY_STATE, other.ctx
+    assert call(dev, other.f, "AMDGPU_CTX", a)[0].out.state.reset_status == uapi.AMDGPU_CTX_INNOCENT_RESET
+    dev.close_file(other.f)
+
+
+def test_dependencies_across_rings(s):
+    blocker = s.submit(SdmaIb().poll_regmem(VA_A, 1).fence(VA_A + 8, 11), ring=0)
+    d = uapi.drm_amdgpu_cs_chunk_dep()
+    d.ip_type, d.ring, d.ctx_id, d.handle = DMA, 0, s.ctx, blocker
+    after = s.submit(SdmaIb().copy_linear(VA_B, VA_A + 8, 4), ring=1, deps=[d])
+    assert s.wait(after, ring=1, timeout=time.monotonic_ns() + 50_000_000) == 1
+    s.bo(s.a).write(0, struct.pack("<I", 1))
+    assert s.wait(after, ring=1) == 0
+    assert s.bo(s.b).read(0, 4) == struct.pack("<I", 11)
+
+
+def test_wait_fences_all_and_any(s, dev, client):
+    seq_a = s.submit(SdmaIb().poll_regmem(VA_A, 1), ring=0)
+    seq_b = s.submit(SdmaIb().fence(VA_B, 1), ring=1)
+    s.wait(seq_b, ring=1)
+
+    def fences(*pairs):
+        out = b""
+        for ring, seq in pairs:
+            f = uapi.drm_amdgpu_fence()
+            f.ctx_id, f.ip_type, f.ring, f.seq_no = s.ctx, DMA, ring, seq
+            out += bytes(f)
+        return out
+
+    a = uapi.drm_amdgpu_wait_fences()
+    a.in_.fence_count, a.in_.wait_all, a.in_.timeout_ns = 2, 0, FOREVER
+    out, _ = call(dev, client, "AMDGPU_WAIT_FENCES", a, fences((0, seq_a), (1, seq_b)))
+    assert out.out.status == 0 and out.out.first_signaled == 1
+    a.in_.wait_all, a.in_.timeout_ns = 1, time.monotonic_ns() + 20_000_000
+    out, _ = call(dev, client, "AMDGPU_WAIT_FENCES", a, fences((0, seq_a), (1, seq_b)))
+    assert out.out.status == 1
+    threading.Timer(0.05, s.bo(s.a).write, args=(0, struct.pack("<I", 1))).start()
+    a.in_.timeout_ns = FOREVER
+    out, _ = call(dev, client, "AMDGPU_WAIT_FENCES", a, fences((0, seq_a), (1, seq_b)))
+    assert out.out.status == 0
+    a.in_.fence_count = 3
+    fails(errno.EINVAL, dev, client, "AMDGPU_WAIT_FENCES", a, fences((0, seq_a)))
+
+
+def test_closing_a_bo_under_a_running_job_defers_the_free(s, dev, client):
+    used = dev.memory.vram_allocator.used
+    seq = s.submit(SdmaIb().poll_regmem(VA_A, 1).constant_fill(VA_A + 64, 0x11, 4096))
+    c = uapi.drm_gem_close()
+    c.handle = s.b
+    call(dev, client, "GEM_CLOSE", c)
+    assert dev.memory.vram_allocator.used == used  # still held by the job
+    dev.check_invariants()
+    s.bo(s.a).write(0, struct.pack("<I", 1))
+    s.wait(seq)
+    assert dev.memory.vram_allocator.used == used - 65536
+
+
+def test_user_fence(s, dev, client):
+    f = uapi.drm_amdgpu_cs_chunk_fence()
+    f.handle, f.offset = s.b, 64
+    seq = s.submit(SdmaIb().nop(), extra_chunks=chunk(uapi.AMDGPU_CHUNK_ID_FENCE, bytes(f)), nchunks=2)
+    s.wait(seq)
+    assert s.bo(s.b).read(64, 8) == struct.pack("<Q", seq)
