@@ -66,6 +66,25 @@ def daemon_log(path: str) -> str:
         return ""
 
 
+def _reachable_by_others(path: str) -> bool:
+    """True if every directory on the way to ``path`` is searchable by other users."""
+    p = Path(path).resolve()
+    return all(os.stat(d).st_mode & 0o001 for d in p.parents) and bool(os.stat(p).st_mode & 0o001)
+
+
+def client_python(uid: int | None = None) -> str:
+    """The interpreter for a client running as ``uid``.
+
+    Ours (sys.executable) when that uid can execute it; otherwise (e.g. a pyenv
+    under a 0700 /root) $VGPU_TEST_PYTHON or the system /usr/bin/python3. Such a
+    client gets only the standard library plus this repository (no numpy), which
+    is all the uapi and the raw protocol need.
+    """
+    if uid is None or uid == os.getuid() or _reachable_by_others(sys.executable):
+        return sys.executable
+    return os.environ.get("VGPU_TEST_PYTHON", "/usr/bin/python3")
+
+
 def _drop_to(uid: int):
     def preexec():
         os.setgroups([])
@@ -82,7 +101,7 @@ def run_client(code: str, *args, uid: int | None = None, timeout: float = 60,
     ``mount``: exported as VGPU_MOUNT. Output is captured as text; with ``check``
     a nonzero exit raises CalledProcessError (its output in the message).
     """
-    r = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=_env(mount),
+    r = subprocess.run([client_python(uid), "-c", code, *map(str, args)], env=_env(mount),
                        capture_output=True, text=True, timeout=timeout, cwd="/",
                        preexec_fn=_drop_to(uid) if uid is not None else None)
     if check and r.returncode != 0:
@@ -94,7 +113,7 @@ def start_client(code: str, *args, uid: int | None = None,
                  mount: str | None = None) -> subprocess.Popen:
     """Like run_client, but running on: stdin/stdout are text pipes, so the test can
     read what the client reports (``proc.stdout.readline()``) and tell it to go on."""
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], env=_env(mount),
+    return subprocess.Popen([client_python(uid), "-c", code, *map(str, args)], env=_env(mount),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/",
                             preexec_fn=_drop_to(uid) if uid is not None else None)
 
