@@ -151,3 +151,49 @@ except OSError as e:
 print(os.stat(path).st_size)
 """, vgpu_mount, check=True)
     assert r.stdout.split() == ["EPERM", "4096"]
+
+
+def test_gpu_writes_reach_a_live_cpu_mapping(vgpu_mount):
+    # The libdrm way: map, write, submit, wait on the fence, read; no extra calls.
+    # The KMD pushes the GPU's writes into the page cache (cpu_sync -> notify_store)
+    # before it signals the fence; WAIT_CS answers through a PendingReply in read().
+    r = run_client(PRELUDE + """
+import ctypes, struct
+d = Drm(M)
+VA_IB, VA_A, SIZE = 0x10000000, 0x20000000, 64 << 10
+DMA = uapi.AMDGPU_HW_IP_DMA
+a = uapi.drm_amdgpu_ctx(); a.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
+ctx = d.ioctl(uapi.DRM_IOCTL_AMDGPU_CTX, a)[0].out.alloc.ctx_id
+ib, buf = d.gem_create(4096, uapi.AMDGPU_GEM_DOMAIN_GTT), d.gem_create(SIZE)
+for h, va, size in ((ib, VA_IB, 4096), (buf, VA_A, SIZE)):
+    v = uapi.drm_amdgpu_gem_va(handle=h, operation=uapi.AMDGPU_VA_OP_MAP, va_address=va, map_size=size,
+                               flags=uapi.AMDGPU_VM_PAGE_READABLE | uapi.AMDGPU_VM_PAGE_WRITEABLE)
+    d.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_VA, v)
+
+fd = os.open(d.bo_path(d.gem_mmap(buf)), os.O_RDWR)
+m = mmap.mmap(fd, SIZE, mmap.MAP_SHARED)
+m[:] = b"\\x11" * SIZE
+m.flush()                      # what libvgpu does for mapped BOs before a submission
+
+# SDMA (DESIGN 5.2): CONSTANT_FILL (op 11, dword fill size 2 in header bits 31:30)
+# of the whole BO, then WRITE_LINEAR (op 2/0) of two dwords at offset 8.
+words = [11 | (2 << 30), VA_A, VA_A >> 32, 0xCAFEBABE, SIZE - 1,
+         2, VA_A + 8, (VA_A + 8) >> 32, 1, 0x01234567, 0x89ABCDEF]
+ibfd = os.open(d.bo_path(d.gem_mmap(ib)), os.O_RDWR)
+os.pwrite(ibfd, struct.pack(f"<{len(words)}I", *words), 0)
+
+bl = uapi.drm_amdgpu_bo_list()
+bl.in_.operation, bl.in_.bo_number = uapi.AMDGPU_BO_LIST_OP_CREATE, 2
+bl.in_.bo_info_size = ctypes.sizeof(uapi.drm_amdgpu_bo_list_entry)
+lst = d.ioctl(uapi.DRM_IOCTL_AMDGPU_BO_LIST, bl, struct.pack("<IIII", ib, 0, buf, 0))[0].out.list_handle
+c = uapi.drm_amdgpu_cs_chunk_ib(va_start=VA_IB, ib_bytes=4 * len(words), ip_type=DMA)
+chunk = bytes(uapi.drm_amdgpu_cs_chunk(chunk_id=uapi.AMDGPU_CHUNK_ID_IB,
+                                       length_dw=ctypes.sizeof(c) // 4)) + bytes(c)
+cs = uapi.drm_amdgpu_cs(); cs.in_.ctx_id, cs.in_.bo_list_handle, cs.in_.num_chunks = ctx, lst, 1
+seq = d.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, cs, chunk)[0].out.handle
+w = uapi.drm_amdgpu_wait_cs(); w.in_.handle, w.in_.ip_type, w.in_.ctx_id = seq, DMA, ctx
+w.in_.timeout = (1 << 64) - 1
+print(d.ioctl(uapi.DRM_IOCTL_AMDGPU_WAIT_CS, w)[0].out.status)
+print(m[:8].hex(), m[8:16].hex(), m[SIZE - 4:].hex())
+""", vgpu_mount, check=True)
+    assert r.stdout.split() == ["0", "bebafecabebafeca", "67452301efcdab89", "bebafeca"]
