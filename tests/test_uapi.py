@@ -176,6 +176,8 @@ def test_framing_and_helpers():
     s = uapi.drm_gem_close.from_bytes(b"\x05")
     assert (s.handle, s.pad) == (5, 0)
     assert bytes(uapi.drm_gem_close.from_bytes(bytes(range(12)))) == bytes(range(8))
+    u = uapi.drm_amdgpu_gem_create.from_bytes((7).to_bytes(8, "little"))
+    assert type(u) is uapi.drm_amdgpu_gem_create and u.in_.bo_size == 7 and u.out.handle == 7
     # Anonymous unions reach their members as in C; 'in' is spelled 'in_'.
     info = uapi.drm_amdgpu_info(query=uapi.AMDGPU_INFO_HW_IP_INFO)
     info.query_hw_ip.type = uapi.AMDGPU_HW_IP_DMA

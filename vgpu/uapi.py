@@ -40,25 +40,27 @@ _u64 = c_uint64
 _s64 = c_int64
 
 
+def _from_bytes(cls, data: bytes | bytearray | memoryview):
+    """Build from ``data``; a short buffer is zero-extended, a long one cut.
+
+    Like Linux ``drm_ioctl``, which copies ``min(user size, kernel size)``
+    bytes and zero-fills the rest.
+    """
+    size = ctypes.sizeof(cls)
+    raw = bytes(data[:size])
+    return cls.from_buffer_copy(raw.ljust(size, b"\0"))
+
+
 class _Struct(ctypes.LittleEndianStructure):
     """Base of every uapi struct: little-endian, natural alignment."""
 
-    @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview):
-        """Build from ``data``; a short buffer is zero-extended, a long one cut.
-
-        Like Linux ``drm_ioctl``, which copies ``min(user size, kernel size)``
-        bytes and zero-fills the rest.
-        """
-        size = ctypes.sizeof(cls)
-        raw = bytes(data[:size])
-        return cls.from_buffer_copy(raw.ljust(size, b"\0"))
+    from_bytes = classmethod(_from_bytes)
 
 
 class _Union(ctypes.LittleEndianUnion):
     """Base of every uapi union (see :class:`_Struct`)."""
 
-    from_bytes = _Struct.from_bytes
+    from_bytes = classmethod(_from_bytes)
 
 
 # ---------------------------------------------------------------------------
