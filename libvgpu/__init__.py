@@ -1,0 +1,28 @@
+"""libvgpu: a libdrm_amdgpu-like client library for the vgpu device.
+
+Talks to ``MOUNT/dev/dri/renderD128`` through the control-file protocol (one
+write() + one read() per ioctl, DESIGN.md section 3) and imports nothing but
+:mod:`vgpu.uapi`. Function names follow libdrm_amdgpu without the ``amdgpu_``
+prefix; ``docs/libvgpu.md`` maps each to its libdrm counterpart and ioctl.
+
+    with device_initialize("/tmp/vgpu") as dev, bo_alloc(dev, 1 << 20) as bo:
+        bo.cpu_map()[:4] = b"abcd"
+"""
+
+from .bo import Bo, BoInfo, bo_alloc, bo_cpu_map, bo_cpu_unmap, bo_free, bo_query_info, bo_wait_for_idle
+from .ctx import Context, cs_ctx_create, cs_ctx_free
+from .device import (Device, DrmVersion, device_deinitialize, device_initialize, device_initialize_fd, get_cap,
+                     get_version, query_firmware_version, query_gpu_info, query_heap_info,
+                     query_hw_ip_count, query_hw_ip_info, query_info, query_info_struct,
+                     query_timestamp)
+from .errors import (VgpuBusy, VgpuCanceled, VgpuError, VgpuInvalidArgument, VgpuNoSuchObject,
+                     VgpuNotSupported, VgpuOutOfMemory, VgpuPermissionDenied, VgpuProtocolError,
+                     VgpuTimeout, error_for, from_oserror)
+from .ioctl import AMDGPU_TIMEOUT_INFINITE, drm_ioctl
+from .va import (VA_RANGE_32_BIT, VA_RANGE_HIGH, VaManager, VaRange, bo_va_op, bo_va_op_raw,
+                 va_range_alloc, va_range_free)
+
+import types as _types
+
+__all__ = [name for name, value in globals().items()
+           if not name.startswith("_") and not isinstance(value, _types.ModuleType)]

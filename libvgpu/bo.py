@@ -1,0 +1,207 @@
+"""Buffer objects: allocation, CPU mapping, idle wait, queries (amdgpu_bo.c).
+
+A CPU map is GEM_MMAP (the fake offset) then ``mmap(MAP_SHARED)`` of
+``MOUNT/bo/<offset lowercase hex>``; maps are reference-counted, the last
+unmap writes dirty pages back (msync) and unmaps. The KMD sees CPU writes
+only when pages are written back: :meth:`Bo.flush` (libvgpu calls it for the
+mapped BOs of a submission) or the last unmap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+from typing import NamedTuple
+
+from vgpu import uapi
+
+from .errors import error_for, from_oserror
+from .ioctl import AMDGPU_TIMEOUT_INFINITE, absolute_timeout
+
+
+class BoInfo(NamedTuple):
+    """amdgpu_bo_info: how the BO was created (AMDGPU_GEM_OP_GET_GEM_CREATE_INFO)."""
+    alloc_size: int
+    phys_alignment: int
+    preferred_heap: int
+    alloc_flags: int
+
+
+class Bo:
+    """A GEM buffer object of one Device (libdrm's amdgpu_bo_handle).
+
+    Use :func:`bo_alloc`; ``with bo_alloc(...) as bo:`` frees it on exit.
+    """
+
+    def __init__(self, dev, handle: int, size: int, alignment: int, domain: int, flags: int):
+        self.dev = dev
+        self.handle = handle
+        self.size = size
+        self.alignment = alignment
+        self.domain = domain
+        self.flags = flags
+        self.mmap_offset: int | None = None
+        self._map: mmap.mmap | None = None
+        self._view: memoryview | None = None
+        self._map_count = 0
+
+    # -- object-style API, same verbs as the functions below -------------------------
+    def cpu_map(self) -> memoryview:
+        return bo_cpu_map(self)
+
+    def cpu_unmap(self) -> None:
+        bo_cpu_unmap(self)
+
+    def cpu_map_array(self, dtype="uint8"):
+        """A numpy view of the whole BO (takes a map reference like :meth:`cpu_map`;
+        pair it with :meth:`cpu_unmap`)."""
+        import numpy as np  # only callers that want arrays pay for numpy
+
+        dtype = np.dtype(dtype)
+        view = bo_cpu_map(self)
+        return np.frombuffer(view, dtype=dtype, count=self.size // dtype.itemsize)
+
+    def flush(self) -> None:
+        """Write the live mapping's dirty pages back to the device (msync). No-op if unmapped."""
+        if self._map is not None:
+            try:
+                self._map.flush()
+            except OSError as e:
+                raise from_oserror(e, f"msync of BO {self.handle}") from e
+
+    def wait_for_idle(self, timeout_ns: int = AMDGPU_TIMEOUT_INFINITE) -> bool:
+        return bo_wait_for_idle(self, timeout_ns)
+
+    def query_info(self) -> BoInfo:
+        return bo_query_info(self)
+
+    def free(self) -> None:
+        bo_free(self)
+
+    def __enter__(self) -> "Bo":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        bo_free(self)
+
+    def __repr__(self) -> str:
+        return f"<Bo handle={self.handle} size={self.size:#x} domain={self.domain:#x}>"
+
+    # -- mapping internals ------------------------------------------------------------
+    def _drop_mapping(self) -> None:
+        """Write back and unmap regardless of the reference count."""
+        if self._map is None:
+            return
+        m, view = self._map, self._view
+        self._map, self._view, self._map_count = None, None, 0
+        try:
+            m.flush()
+        finally:
+            try:
+                view.release()
+                m.close()
+            except BufferError:
+                # The caller still holds views (memoryview slices, numpy arrays):
+                # the pages stay mapped until the last of them is garbage.
+                pass
+
+
+def bo_alloc(dev, size: int, alignment: int = 4096, domain: int = uapi.AMDGPU_GEM_DOMAIN_VRAM,
+             flags: int = 0) -> Bo:
+    """AMDGPU_GEM_CREATE (amdgpu_bo_alloc). Raises VgpuOutOfMemory when the
+    domain is full, VgpuInvalidArgument for a bad size, alignment, domain or flag."""
+    req = uapi.drm_amdgpu_gem_create()
+    req.in_.bo_size = size
+    req.in_.alignment = alignment
+    req.in_.domains = domain
+    req.in_.domain_flags = flags
+    dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_CREATE, req)
+    handle = req.out.handle
+    try:
+        bo = Bo(dev, handle, size, alignment, domain, flags)
+        dev._bos[handle] = bo
+    except BaseException:
+        # Our own bookkeeping failed: do not leak the kernel object.
+        _gem_close(dev, handle)
+        raise
+    return bo
+
+
+def _gem_close(dev, handle: int) -> None:
+    dev.ioctl(uapi.DRM_IOCTL_GEM_CLOSE, uapi.drm_gem_close(handle=handle))
+
+
+def bo_free(bo: Bo) -> None:
+    """Unmap (with write-back) and GEM_CLOSE the BO (amdgpu_bo_free). Idempotent."""
+    if bo.handle == 0:
+        return
+    try:
+        bo._drop_mapping()
+    finally:
+        handle, bo.handle = bo.handle, 0
+        bo.dev._bos.pop(handle, None)
+        if bo.dev.fd >= 0:  # a closed device already freed every handle
+            _gem_close(bo.dev, handle)
+
+
+def _bo_path(bo: Bo) -> str:
+    return os.path.join(bo.dev.mount, "bo", f"{bo.mmap_offset:x}")
+
+
+def bo_cpu_map(bo: Bo) -> memoryview:
+    """Map the BO for the CPU (amdgpu_bo_cpu_map): a writable memoryview of
+    ``bo.size`` bytes. Reference-counted: a second map returns the same mapping."""
+    if bo.handle == 0:
+        raise error_for(errno.EINVAL, "bo_cpu_map: BO was freed")
+    if bo._map is not None:
+        bo._map_count += 1
+        return bo._view
+    if bo.mmap_offset is None:
+        req = uapi.drm_amdgpu_gem_mmap()
+        req.in_.handle = bo.handle
+        bo.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_MMAP, req)
+        bo.mmap_offset = req.out.addr_ptr
+    path = _bo_path(bo)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e:
+        raise from_oserror(e, f"open {path}") from e
+    try:
+        m = mmap.mmap(fd, bo.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError as e:
+        raise from_oserror(e, f"mmap {path}") from e
+    finally:
+        os.close(fd)  # the mapping keeps the file referenced
+    bo._map, bo._view, bo._map_count = m, memoryview(m), 1
+    return bo._view
+
+
+def bo_cpu_unmap(bo: Bo) -> None:
+    """Drop one map reference (amdgpu_bo_cpu_unmap); the last one msyncs and unmaps.
+    EINVAL if the BO is not mapped."""
+    if bo._map is None:
+        raise error_for(errno.EINVAL, f"bo_cpu_unmap: BO {bo.handle} is not mapped")
+    bo._map_count -= 1
+    if bo._map_count == 0:
+        bo._drop_mapping()
+
+
+def bo_wait_for_idle(bo: Bo, timeout_ns: int = AMDGPU_TIMEOUT_INFINITE) -> bool:
+    """AMDGPU_GEM_WAIT_IDLE (amdgpu_bo_wait_for_idle) with a relative timeout.
+    Returns True if the BO is idle, False if still busy when the time ran out."""
+    req = uapi.drm_amdgpu_gem_wait_idle()
+    req.in_.handle = bo.handle
+    req.in_.timeout = absolute_timeout(timeout_ns)
+    bo.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_WAIT_IDLE, req)
+    return req.out.status == 0
+
+
+def bo_query_info(bo: Bo) -> BoInfo:
+    """AMDGPU_GEM_OP GET_GEM_CREATE_INFO (amdgpu_bo_query_info)."""
+    req = uapi.drm_amdgpu_gem_op(handle=bo.handle, op=uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO)
+    size = ctypes.sizeof(uapi.drm_amdgpu_gem_create_in)
+    _, extra = bo.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_OP, req, reply_extra=size)
+    info = uapi.drm_amdgpu_gem_create_in.from_bytes(extra)
+    return BoInfo(info.bo_size, info.alignment, info.domains, info.domain_flags)

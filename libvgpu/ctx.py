@@ -1,0 +1,75 @@
+"""Submission contexts (amdgpu_cs.c: amdgpu_cs_ctx_create2 and friends)."""
+
+from __future__ import annotations
+
+import errno
+
+from vgpu import uapi
+
+from .errors import error_for
+
+
+class Context:
+    """A GPU context of one Device (libdrm's amdgpu_context_handle): jobs are
+    scheduled per (context, ring) entity, and a reset is reported per context."""
+
+    def __init__(self, dev, ctx_id: int, priority: int):
+        self.dev = dev
+        self.id = ctx_id
+        self.priority = priority
+
+    def query_state(self) -> int:
+        """AMDGPU_CTX_OP_QUERY_STATE2 (amdgpu_cs_query_reset_state2): the
+        AMDGPU_CTX_QUERY2_FLAGS_* bits (RESET, VRAMLOST, GUILTY...)."""
+        return _ctx_op(self, uapi.AMDGPU_CTX_OP_QUERY_STATE2).out.state.flags
+
+    def query_reset_state(self) -> tuple[int, int]:
+        """AMDGPU_CTX_OP_QUERY_STATE (amdgpu_cs_query_reset_state):
+        (reset_status AMDGPU_CTX_*_RESET, hangs)."""
+        state = _ctx_op(self, uapi.AMDGPU_CTX_OP_QUERY_STATE).out.state
+        return state.reset_status, state.hangs
+
+    def free(self) -> None:
+        cs_ctx_free(self)
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        cs_ctx_free(self)
+
+    def __repr__(self) -> str:
+        return f"<Context id={self.id} priority={self.priority}>"
+
+
+def _ctx_op(ctx: Context, op: int) -> uapi.drm_amdgpu_ctx:
+    if ctx.id == 0:
+        raise error_for(errno.EINVAL, "context was freed")
+    req = uapi.drm_amdgpu_ctx()
+    req.in_.op = op
+    req.in_.ctx_id = ctx.id
+    ctx.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_CTX, req)
+    return req
+
+
+def cs_ctx_create(dev, priority: int = uapi.AMDGPU_CTX_PRIORITY_NORMAL) -> Context:
+    """AMDGPU_CTX_OP_ALLOC_CTX (amdgpu_cs_ctx_create2). A priority above NORMAL
+    may be refused with VgpuPermissionDenied."""
+    req = uapi.drm_amdgpu_ctx()
+    req.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
+    req.in_.priority = priority
+    dev.ioctl(uapi.DRM_IOCTL_AMDGPU_CTX, req)
+    return Context(dev, req.out.alloc.ctx_id, priority)
+
+
+def cs_ctx_free(ctx: Context) -> None:
+    """AMDGPU_CTX_OP_FREE_CTX (amdgpu_cs_ctx_free). Idempotent."""
+    if ctx.id == 0:
+        return
+    ctx_id, ctx.id = ctx.id, 0
+    if ctx.dev.fd < 0:  # a closed device already freed its contexts
+        return
+    req = uapi.drm_amdgpu_ctx()
+    req.in_.op = uapi.AMDGPU_CTX_OP_FREE_CTX
+    req.in_.ctx_id = ctx_id
+    ctx.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_CTX, req)

@@ -1,0 +1,231 @@
+"""Device: one open DRM file of a vgpu mount (libdrm's amdgpu_device_handle).
+
+``device_initialize`` opens the render node, reads VERSION and DEV_INFO, and
+builds the user-space VA manager from DEV_INFO, as libdrm's
+``amdgpu_device_initialize`` does. Everything issued through one Device is
+serialised by a lock: an ioctl is a write()/read() pair on one fd, and two
+threads must not interleave their pairs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+from vgpu import uapi
+
+from .errors import error_for, from_oserror
+from .ioctl import drm_ioctl
+from .va import VaManager
+
+RENDER_NODE = Path("dev/dri/renderD128")
+
+
+class DrmVersion(NamedTuple):
+    """drmGetVersion's answer."""
+    major: int
+    minor: int
+    patchlevel: int
+    name: str
+    date: str
+    desc: str
+
+
+class Device:
+    """An open vgpu DRM file. Use :func:`device_initialize` to make one."""
+
+    def __init__(self, fd: int, node: Path):
+        self.fd = fd
+        self.node = node
+        self.mount = node.parents[2]  # MOUNT/dev/dri/<node>
+        self._lock = threading.RLock()
+        self._bos: dict[int, object] = {}  # GEM handle -> Bo, for unmapping at deinit
+        self.version: DrmVersion | None = None
+        self.info: uapi.drm_amdgpu_info_device | None = None
+        self.vamgr: VaManager | None = None
+        self.vamgr_32: VaManager | None = None
+
+    # -- the one path to the device -------------------------------------------------
+    def ioctl(self, request: int, struct, extra: bytes = b"", reply_extra: int = 0):
+        """:func:`libvgpu.ioctl.drm_ioctl` on this file, serialised."""
+        with self._lock:
+            if self.fd < 0:
+                raise error_for(errno.EBADF, f"{uapi.ioctl_name(request)}: device is closed")
+            return drm_ioctl(self.fd, request, struct, extra, reply_extra)
+
+    @property
+    def major_version(self) -> int:
+        return self.version.major
+
+    @property
+    def minor_version(self) -> int:
+        return self.version.minor
+
+    def close(self) -> None:
+        device_deinitialize(self)
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        device_deinitialize(self)
+
+    def __repr__(self) -> str:
+        return f"<Device {self.node} fd={self.fd}>"
+
+
+def _node_path(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    return p / RENDER_NODE if p.is_dir() else p
+
+
+def device_initialize(path: str | os.PathLike) -> Device:
+    """Open a vgpu device: ``path`` is the mount point (the render node is used)
+    or a node (``MOUNT/dev/dri/card0`` / ``renderD128``). Like
+    amdgpu_device_initialize: queries VERSION and DEV_INFO, builds the VA managers.
+    Raises :class:`VgpuError`; nothing stays open on failure.
+    """
+    node = _node_path(path)
+    try:
+        fd = os.open(node, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e:
+        raise from_oserror(e, f"open {node}") from e
+    return device_initialize_fd(fd, node)
+
+
+def device_initialize_fd(fd: int, node: str | os.PathLike) -> Device:
+    """:func:`device_initialize` on an already open control file ``fd`` (the
+    Device owns it from now on, and closes it on failure); ``node`` is its path
+    under the mount, used to find ``MOUNT/bo/``."""
+    dev = Device(fd, Path(node))
+    try:
+        dev.version = get_version(dev)
+        dev.info = query_info_struct(dev, uapi.AMDGPU_INFO_DEV_INFO, uapi.drm_amdgpu_info_device)
+        dev.vamgr, dev.vamgr_32 = VaManager.from_dev_info(dev.info)
+    except BaseException:
+        os.close(fd)
+        dev.fd = -1
+        raise
+    return dev
+
+
+def device_deinitialize(dev: Device) -> None:
+    """Close the DRM file: live CPU maps are written back and unmapped first;
+    the KMD frees every handle, context and VA of the file on close.
+    Idempotent."""
+    with dev._lock:
+        if dev.fd < 0:
+            return
+        try:
+            for bo in list(dev._bos.values()):
+                bo._drop_mapping()
+        finally:
+            dev._bos.clear()
+            fd, dev.fd = dev.fd, -1
+            os.close(fd)
+
+
+# -- queries ----------------------------------------------------------------------
+
+def get_version(dev: Device) -> DrmVersion:
+    """DRM_IOCTL_VERSION (drmGetVersion): ask for the lengths, then the strings."""
+    v = uapi.drm_version()
+    dev.ioctl(uapi.DRM_IOCTL_VERSION, v)
+    lengths = (v.name_len, v.date_len, v.desc_len)
+    v = uapi.drm_version(name_len=lengths[0], date_len=lengths[1], desc_len=lengths[2])
+    _, extra = dev.ioctl(uapi.DRM_IOCTL_VERSION, v, reply_extra=sum(lengths))
+    strings, pos = [], 0
+    for n in lengths:
+        strings.append(bytes(extra[pos:pos + n]).split(b"\0", 1)[0].decode("utf-8", "replace"))
+        pos += n
+    return DrmVersion(v.version_major, v.version_minor, v.version_patchlevel, *strings)
+
+
+def get_cap(dev: Device, capability: int) -> int:
+    """DRM_IOCTL_GET_CAP (drmGetCap): the value of ``DRM_CAP_*``."""
+    cap = uapi.drm_get_cap(capability=capability)
+    dev.ioctl(uapi.DRM_IOCTL_GET_CAP, cap)
+    return cap.value
+
+
+def query_info(dev: Device, info_id: int, size: int, **query) -> bytes:
+    """AMDGPU_INFO (amdgpu_query_info): the raw answer, at most ``size`` bytes.
+
+    ``query`` fills the request's union member, e.g.
+    ``query_hw_ip={"type": AMDGPU_HW_IP_DMA, "ip_instance": 0}`` or
+    ``query_fw=drm_amdgpu_query_fw(...)``.
+    """
+    req = uapi.drm_amdgpu_info(return_size=size, query=info_id)
+    for member, value in query.items():
+        if not hasattr(req, member) or member.startswith("_"):
+            raise TypeError(f"drm_amdgpu_info has no query member {member!r}")
+        if isinstance(value, dict):
+            target = getattr(req, member)
+            for field, v in value.items():
+                setattr(target, field, v)
+        else:
+            setattr(req, member, value)
+    _, answer = dev.ioctl(uapi.DRM_IOCTL_AMDGPU_INFO, req, reply_extra=size)
+    return answer
+
+
+def query_info_struct(dev: Device, info_id: int, cls, **query):
+    """:func:`query_info` decoded into ``cls`` (a short answer reads as zero)."""
+    return cls.from_bytes(query_info(dev, info_id, ctypes.sizeof(cls), **query))
+
+
+def _query_u64(dev: Device, info_id: int, **query) -> int:
+    return int.from_bytes(bytes(query_info(dev, info_id, 8, **query)).ljust(8, b"\0"), "little")
+
+
+def _query_u32(dev: Device, info_id: int, **query) -> int:
+    return int.from_bytes(bytes(query_info(dev, info_id, 4, **query)).ljust(4, b"\0"), "little")
+
+
+def query_gpu_info(dev: Device) -> uapi.drm_amdgpu_info_device:
+    """AMDGPU_INFO_DEV_INFO, fresh (``dev.info`` holds the copy from initialisation)."""
+    return query_info_struct(dev, uapi.AMDGPU_INFO_DEV_INFO, uapi.drm_amdgpu_info_device)
+
+
+def query_hw_ip_info(dev: Device, ip_type: int, ip_instance: int = 0) -> uapi.drm_amdgpu_info_hw_ip:
+    """AMDGPU_INFO_HW_IP_INFO (amdgpu_query_hw_ip_info)."""
+    return query_info_struct(dev, uapi.AMDGPU_INFO_HW_IP_INFO, uapi.drm_amdgpu_info_hw_ip,
+                             query_hw_ip={"type": ip_type, "ip_instance": ip_instance})
+
+
+def query_hw_ip_count(dev: Device, ip_type: int) -> int:
+    """AMDGPU_INFO_HW_IP_COUNT (amdgpu_query_hw_ip_count)."""
+    return _query_u32(dev, uapi.AMDGPU_INFO_HW_IP_COUNT, query_hw_ip={"type": ip_type})
+
+
+def query_heap_info(dev: Device, heap: int, flags: int = 0) -> uapi.drm_amdgpu_heap_info:
+    """AMDGPU_INFO_MEMORY for one heap (amdgpu_query_heap_info).
+
+    ``heap`` is AMDGPU_GEM_DOMAIN_VRAM or _GTT; with
+    AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED in ``flags`` the CPU-visible VRAM heap.
+    """
+    mem = query_info_struct(dev, uapi.AMDGPU_INFO_MEMORY, uapi.drm_amdgpu_memory_info)
+    if heap == uapi.AMDGPU_GEM_DOMAIN_VRAM:
+        if flags & uapi.AMDGPU_GEM_CREATE_CPU_ACCESS_REQUIRED:
+            return mem.cpu_accessible_vram
+        return mem.vram
+    if heap == uapi.AMDGPU_GEM_DOMAIN_GTT:
+        return mem.gtt
+    raise error_for(errno.EINVAL, f"query_heap_info: heap {heap:#x} is neither VRAM nor GTT")
+
+
+def query_firmware_version(dev: Device, fw_type: int, ip_instance: int = 0,
+                           index: int = 0) -> tuple[int, int]:
+    """AMDGPU_INFO_FW_VERSION (amdgpu_query_firmware_version): (version, feature)."""
+    fw = query_info_struct(dev, uapi.AMDGPU_INFO_FW_VERSION, uapi.drm_amdgpu_info_firmware,
+                           query_fw={"fw_type": fw_type, "ip_instance": ip_instance, "index": index})
+    return fw.ver, fw.feature
+
+
+def query_timestamp(dev: Device) -> int:
+    """AMDGPU_INFO_TIMESTAMP: the GPU clock in ns (amdgpu_query_info)."""
+    return _query_u64(dev, uapi.AMDGPU_INFO_TIMESTAMP)
