@@ -1,0 +1,142 @@
+"""Shared bench helpers: quick mode, statistics, mounting daemons, client processes.
+
+Every mount is made in a fresh temp directory and always undone in ``finally``
+(``fusermount3 -u -z``, then the daemon is stopped by its pid).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+MiB = 1 << 20
+
+
+def quick() -> bool:
+    """BENCH_QUICK=1: few rounds, for the smoke test (whole run well under 30 s)."""
+    return os.environ.get("BENCH_QUICK", "") not in ("", "0")
+
+
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs)
+
+
+def env() -> dict:
+    """The environment for child processes: this tree first on PYTHONPATH."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), e.get("PYTHONPATH")]))
+    return e
+
+
+def is_mounted(path: str) -> bool:
+    real = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == real for line in f)
+
+
+def wait_mounted(path: str, proc: subprocess.Popen | None, what: str, limit: float = 30.0) -> None:
+    """Until ``path`` is a live mount; raise (with the daemon's output) if it dies first."""
+    deadline = time.monotonic() + limit
+    while not is_mounted(path):
+        if proc is not None and proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout else ""
+            raise RuntimeError(f"{what} exited {proc.returncode} before mounting:\n{out}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not mount {path} within {limit:.0f} s")
+        time.sleep(0.02)
+    os.stat(path)  # first request answered: the loop is serving
+
+
+def _unmount(path: str) -> None:
+    subprocess.run(["fusermount3", "-u", "-z", path], stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def daemon_mount(argv: list[str], what: str) -> Iterator[str]:
+    """Run ``argv + [MOUNT]`` (a foreground FUSE daemon) on a fresh temp dir; yield MOUNT."""
+    path = tempfile.mkdtemp(prefix=f"vgpu-bench-{what}-")
+    proc = None
+    try:
+        proc = subprocess.Popen([*argv, path], env=env(), cwd=str(ROOT), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        wait_mounted(path, proc, what)
+        yield path
+    finally:
+        _unmount(path)
+        if proc is not None:
+            _stop(proc)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+
+@contextlib.contextmanager
+def vgpu_mount(vram: str = "512M", gtt: str = "256M") -> Iterator[str]:
+    """A vgpu daemon (``python3 -m vdev.daemon``, the process ``vgpu mount`` starts)."""
+    with daemon_mount([sys.executable, "-m", "vdev.daemon", "--vram", vram, "--gtt", gtt],
+                      "vgpu") as path:
+        yield path
+
+
+@contextlib.contextmanager
+def pyfuse3_echo_mount() -> Iterator[str]:
+    with daemon_mount([sys.executable, "-m", "bench.echo_pyfuse3"], "pyfuse3-echo") as path:
+        yield path
+
+
+C_ECHO = ROOT / "bench" / "c_echo" / "echo_fuse"
+
+
+def build_c_echo() -> Path:
+    """Compile bench/c_echo/echo_fuse.c if the binary is missing or older (make does
+    this too; doing it here keeps ``python3 -m bench`` self-sufficient)."""
+    src = C_ECHO.with_suffix(".c")
+    if not C_ECHO.exists() or C_ECHO.stat().st_mtime < src.stat().st_mtime:
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], check=True,
+                               capture_output=True, text=True).stdout.split()
+        subprocess.run(["gcc", "-O2", "-Wall", "-o", str(C_ECHO), str(src), *flags], check=True)
+    return C_ECHO
+
+
+@contextlib.contextmanager
+def c_echo_mount() -> Iterator[str]:
+    # -f: foreground, -s: single-threaded loop (as pyfuse3's one trio loop).
+    with daemon_mount([str(build_c_echo()), "-f", "-s"], "c-echo") as path:
+        yield path
+
+
+def start_client(module: str, *args) -> subprocess.Popen:
+    """``python3 -m MODULE ARGS`` with line-based text pipes (a bench client process)."""
+    return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], env=env(),
+                            cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def ask(proc: subprocess.Popen, line: str) -> str:
+    """Send one command line to a client and return its one answer line."""
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+    answer = proc.stdout.readline()
+    if not answer:
+        raise RuntimeError(f"bench client exited ({proc.wait()}) on {line!r}")
+    return answer.strip()
+
+
+def fmt_us(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} µs"
