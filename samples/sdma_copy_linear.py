@@ -1,0 +1,36 @@
+"""SDMA COPY_LINEAR: the GPU copies a buffer filled by the CPU into another, for
+every pair of GTT and VRAM source and destination.
+
+    python samples/sdma_copy_linear.py --device /tmp/vgpu
+"""
+import os
+
+from sdma_common import SdmaTest, check, finish, parse_args
+
+import libvgpu
+
+MAX_COPY = 1 << 22  # one COPY_LINEAR moves at most 4 MiB (22-bit count)
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    ok = True
+    with SdmaTest(args.device) as t:
+        for src_domain in ("GTT", "VRAM"):
+            for dst_domain in ("GTT", "VRAM"):
+                print(f"COPY_LINEAR of {args.size} bytes {src_domain} -> {dst_domain}:")
+                src = t.alloc(args.size, src_domain, "source")
+                dst = t.alloc(args.size, dst_domain, "destination")
+                data = os.urandom(args.size)
+                src.cpu[:] = data                  # CPU writes; cs_submit flushes them
+                dst.cpu[:] = bytes(args.size)
+                ib = libvgpu.SdmaIb()
+                for off in range(0, args.size, MAX_COPY):
+                    ib.copy_linear(dst.va + off, src.va + off, min(MAX_COPY, args.size - off))
+                t.submit(ib, [src, dst], args.ring)
+                ok &= check(f"{src_domain}->{dst_domain}", bytes(dst.cpu), data)
+    finish(ok)
+
+
+if __name__ == "__main__":
+    main()
