@@ -39,6 +39,7 @@ class Device:
         self._t0 = time.monotonic()
         self.cpu_sync = None  # set by vdev: callback(bo, offset, size), worker threads only
         self.zombie_bos: list[BufferObject] = []   # closed, but a job still uses them
+        self.idle_cv = threading.Condition()          # notified when jobs complete
         self.ih = hw.InterruptRing()
         self.rings: dict[tuple[int, int], Ring] = {}
         for i in range(2):
@@ -146,8 +147,10 @@ class Device:
         with self.lock:
             return self.bos_by_offset.get(offset)
 
-    def wait_bo_idle(self, bo: BufferObject, timeout_ns: int) -> bool:
-        return bo.busy_jobs == 0
+    def wait_bo_idle(self, bo: BufferObject, timeout: float | None) -> bool:
+        """Block (outside the device lock) until no job uses `bo`, or `timeout` s pass."""
+        with self.idle_cv:
+            return self.idle_cv.wait_for(lambda: bo.busy_jobs == 0, timeout)
 
     # -- submission and completion --------------------------------------------
     def queue_job(self, ring: Ring, job: Job) -> int:
@@ -215,6 +218,8 @@ class Device:
                 job.file.inflight -= 1
                 job.pin.release()
             job.fence.signal(job.error)
+            with self.idle_cv:
+                self.idle_cv.notify_all()
 
     def shutdown(self) -> None:
         """Stop the rings and the interrupt handler (daemon exit, tests)."""

@@ -14,7 +14,8 @@ import numpy as np
 from vgpu import uapi
 
 from .errors import KmdError, check
-from .ioctl import ioctl
+from .fence import abs_timeout_to_relative
+from .ioctl import PendingReply, ioctl
 from .vram import PAGE_SIZE, VramAllocation
 
 DOMAIN_NAMES = {uapi.AMDGPU_GEM_DOMAIN_VRAM: "VRAM", uapi.AMDGPU_GEM_DOMAIN_GTT: "GTT"}
@@ -128,12 +129,20 @@ def gem_close(dev, file, args, extra):
 @ioctl("AMDGPU_GEM_WAIT_IDLE")
 def gem_wait_idle(dev, file, args, extra):
     """Report whether the BO is idle (status 0) or still used by a job (status 1),
-    waiting up to the timeout. ENOENT: bad handle. EINVAL: unknown flags."""
+    waiting up to the absolute CLOCK_MONOTONIC timeout (in read(), as a
+    PendingReply). ENOENT: bad handle. EINVAL: unknown flags."""
     check(args.in_.flags == 0, errno.EINVAL, "unknown flags")
     bo = lookup_bo(file, args.in_.handle)
-    idle = dev.wait_bo_idle(bo, args.in_.timeout)
-    args.out.status = 0 if idle else 1
-    args.out.domain = bo.domain
+    timeout = abs_timeout_to_relative(args.in_.timeout)
+
+    def complete():
+        idle = dev.wait_bo_idle(bo, timeout)
+        args.out.status = 0 if idle else 1
+        args.out.domain = bo.domain
+
+    if bo.busy_jobs == 0 or timeout == 0:
+        return complete()
+    return PendingReply(complete)
 
 
 @ioctl("AMDGPU_GEM_OP")

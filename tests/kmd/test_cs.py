@@ -285,3 +285,16 @@ def test_user_fence(s, dev, client):
     seq = s.submit(SdmaIb().nop(), extra_chunks=chunk(uapi.AMDGPU_CHUNK_ID_FENCE, bytes(f)), nchunks=2)
     s.wait(seq)
     assert s.bo(s.b).read(64, 8) == struct.pack("<Q", seq)
+
+
+def test_gem_wait_idle_waits_for_the_job(s, dev, client):
+    seq = s.submit(SdmaIb().poll_regmem(VA_A, 1))
+    a = uapi.drm_amdgpu_gem_wait_idle()
+    a.in_.handle, a.in_.timeout = s.b, 0
+    assert call(dev, client, "AMDGPU_GEM_WAIT_IDLE", a)[0].out.status == 1
+    a.in_.timeout = time.monotonic_ns() + 20_000_000
+    assert call(dev, client, "AMDGPU_GEM_WAIT_IDLE", a)[0].out.status == 1
+    threading.Timer(0.05, s.bo(s.a).write, args=(0, struct.pack("<I", 1))).start()
+    a.in_.timeout = FOREVER
+    assert call(dev, client, "AMDGPU_GEM_WAIT_IDLE", a)[0].out.status == 0
+    assert s.wait(seq) == 0
