@@ -1,9 +1,11 @@
 # vgpu: `make demo` and `make test` are the two commands a new user types; each
 # installs what is missing (deps) and builds the Cython core (build) first.
 PYTHON ?= python3
+PIP := PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip
 DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev gcc
-PY_PKGS := pyfuse3 trio numpy cython pytest pytest-trio setuptools
-MOUNT ?= /tmp/vgpu-demo
+PY_PKGS := pyfuse3 trio numpy cython pytest pytest-trio setuptools wheel
+# Empty: the demo mounts a fresh temporary directory.
+DEMO_MOUNT ?=
 
 .PHONY: deps build test demo bench clean
 
@@ -12,17 +14,20 @@ deps:
 	if [ -n "$$missing" ]; then echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; fi
-	@$(PYTHON) -c "import pyfuse3, trio, numpy, Cython, pytest, pytest_trio" 2>/dev/null || \
-	  $(PYTHON) -m pip install -q $(PY_PKGS)
+	@$(PYTHON) -c "import pyfuse3, trio, numpy, Cython, pytest, pytest_trio, wheel, setuptools" 2>/dev/null || \
+	  $(PIP) install -q $(PY_PKGS)
 
+# Compiles the Cython core in place and installs the packages in editable mode,
+# so samples, `vgpu` and `python3 -m ...` work from any directory.
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
+	$(PIP) install -q --no-build-isolation --no-deps -e .
 
 test: build
 	$(PYTHON) -m pytest -q tests
 
 demo: build
-	$(PYTHON) -m vgpu.demo $(MOUNT)
+	$(PYTHON) -m vgpu.demo $(DEMO_MOUNT)
 
 bench: build
 	$(PYTHON) -m bench
