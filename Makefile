@@ -29,8 +29,12 @@ test: build
 demo: build
 	$(PYTHON) -m vgpu.demo $(DEMO_MOUNT)
 
-bench: build
+bench: build bench/c_echo/echo_fuse
 	$(PYTHON) -m bench
+
+# The C floor of (a): a minimal libfuse3 echo daemon (docs/bench.md).
+bench/c_echo/echo_fuse: bench/c_echo/echo_fuse.c
+	gcc -O2 -Wall -o $@ $< $$(pkg-config --cflags --libs fuse3)
 
 clean:
 	rm -rf build *.egg-info kmd/hw/_core.cpp kmd/hw/_core*.so bench/c_echo/echo_fuse

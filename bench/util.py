@@ -140,3 +140,52 @@ def ask(proc: subprocess.Popen, line: str) -> str:
 
 def fmt_us(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} µs"
+
+
+class Submitter:
+    """A libvgpu client with one IB ready to submit on sdma0 (the bench clients' GPU side).
+
+    ``Submitter(mount, ib_bytes, bos)``: opens the device, makes a context, writes
+    ``ib_bytes`` into a GTT BO mapped at a VA, and a BO list of the IB and ``bos``.
+    The IB BO is unmapped from the CPU after writing, so ``cs_submit`` has nothing
+    to write back: what is timed is the submission path itself.
+    """
+
+    def __init__(self, dev, ib_bytes: bytes, bos: list = ()):
+        import libvgpu
+        from vgpu import uapi
+        self.stack = contextlib.ExitStack()
+        self.dev = dev
+        self.ctx = self.stack.enter_context(libvgpu.cs_ctx_create(dev))
+        size = -(-len(ib_bytes) // 4096) * 4096
+        self.ib_bo = self.stack.enter_context(libvgpu.bo_alloc(dev, size, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT))
+        self.ib_bo.cpu_map()[:len(ib_bytes)] = ib_bytes
+        self.ib_bo.cpu_unmap()  # msync + munmap: the KMD has the packets
+        self.ib_va = self.map(self.ib_bo)
+        self.bo_list = self.stack.enter_context(libvgpu.bo_list_create(dev, [self.ib_bo, *bos]))
+        self.request = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA,
+                                         [libvgpu.IbInfo(self.ib_va, len(ib_bytes) // 4)], self.bo_list)
+
+    def map(self, bo) -> int:
+        """GEM_VA-map ``bo`` whole at a fresh VA (unmapped and freed at close)."""
+        import libvgpu
+        from vgpu import uapi
+        va = self.stack.enter_context(libvgpu.va_range_alloc(self.dev, bo.size, 4096))
+        libvgpu.bo_va_op(bo, 0, bo.size, va.address)
+        self.stack.callback(libvgpu.bo_va_op, bo, 0, bo.size, va.address, 0, uapi.AMDGPU_VA_OP_UNMAP)
+        return va.address
+
+    def submit(self) -> int:
+        import libvgpu
+        return libvgpu.cs_submit(self.ctx, self.request)
+
+    def wait(self, seq: int) -> None:
+        """WAIT_CS on ``seq`` with an infinite timeout."""
+        import libvgpu
+        from vgpu import uapi
+        fence = libvgpu.CsFence(self.ctx, uapi.AMDGPU_HW_IP_DMA, 0, 0, seq)
+        if not libvgpu.cs_query_fence_status(fence, libvgpu.AMDGPU_TIMEOUT_INFINITE):
+            raise RuntimeError(f"fence {seq} not signalled after an infinite wait")
+
+    def close(self) -> None:
+        self.stack.close()

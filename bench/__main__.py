@@ -1,0 +1,36 @@
+"""``python3 -m bench`` (``make bench``): every section against one vgpu mount, one table.
+
+    BENCH_QUICK=1 python3 -m bench     # a few rounds per section (the smoke test)
+"""
+from __future__ import annotations
+
+import platform
+import time
+
+from . import cs_latency, null_ioctl, sdma_bandwidth, util
+
+SECTIONS = (
+    ("(a) null ioctl round trip", null_ioctl),
+    ("(b) NOP submission", cs_latency),
+    ("(c) SDMA bandwidth", sdma_bandwidth),
+)
+
+
+def main() -> None:
+    t0 = time.monotonic()
+    mode = "quick (BENCH_QUICK=1)" if util.quick() else "full"
+    print(f"vgpu bench, {mode} mode; {platform.node()}, Python {platform.python_version()}; "
+          "ratios are within this run")
+    util.build_c_echo()
+    with util.vgpu_mount() as mount:
+        for title, section in SECTIONS:
+            rows = section.report(section.run(mount))
+            width = max(len(r[0]) for r in rows)
+            print(f"\n{title}")
+            for name, value, note in rows:
+                print(f"  {name:<{width}}  {value:>12}  {note}".rstrip())
+    print(f"\ndone in {time.monotonic() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

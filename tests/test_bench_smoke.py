@@ -1,0 +1,25 @@
+"""Smoke test of ``python3 -m bench`` in quick mode: it runs and prints every section.
+
+No timing assertions (DESIGN.md section 9: benchmarks, not timed tests); the
+figures themselves are for docs/bench.md and ``make bench``.
+"""
+import os
+import subprocess
+import sys
+
+from tests.helpers import ROOT, _env
+
+
+def test_bench_quick_mode_prints_every_section():
+    env = _env()
+    env["BENCH_QUICK"] = "1"
+    r = subprocess.run([sys.executable, "-m", "bench"], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    for line in ("(a) null ioctl round trip", "vgpu / pyfuse3 echo", "vgpu / C echo",
+                 "pyfuse3 echo / C echo", "(b) NOP submission", "NOP CS -> WAIT_CS latency",
+                 "NOP submissions/s, 2 processes", "(c) SDMA bandwidth",
+                 "SDMA COPY_LINEAR 64 MiB, through the mount", "SDMA CONSTANT_FILL 64 MiB, engine"):
+        assert line in r.stdout, r.stdout
+    with open("/proc/self/mountinfo") as f:  # every bench mount is gone again
+        assert "vgpu-bench-" not in f.read()
