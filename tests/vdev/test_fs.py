@@ -1,0 +1,149 @@
+"""VgpuFs handlers called directly (no mount): generated-file providers, writable
+debugfs entries, devcoredump directories, error mapping. The end-to-end behaviour
+through the kernel is in tests/e2e/."""
+import errno
+import os
+
+import pyfuse3
+import pytest
+
+from kmd.errors import KmdError
+from vdev.fs import VgpuFs
+
+
+class Log:
+    def __init__(self):
+        self.lines = []
+
+    def log(self, msg):
+        self.lines.append(msg)
+
+    def text(self):
+        return "".join(line + "\n" for line in self.lines)
+
+
+class FakeDevice:
+    """Just what VgpuFs touches, with entries the KMD may grow later."""
+
+    def __init__(self):
+        self.kmsg = Log()
+        self.written = []
+        self.dumps = {}
+        self.cpu_sync = None
+
+    def sysfs_files(self):
+        return {"vendor": lambda: "0x1002\n"}
+
+    def debugfs_files(self):
+        def boom():
+            raise RuntimeError("bug in a view")
+        return {"name": lambda: "vgpu\n", "gpu_reset": (lambda: "0\n", self.written.append),
+                "broken": boom, "refuse": (lambda: "", self._refuse)}
+
+    def _refuse(self, data):
+        raise KmdError(errno.EBUSY, "busy")
+
+    def devcoredumps(self):
+        return self.dumps
+
+    def bo_by_offset(self, offset):
+        return None
+
+
+class Ctx:
+    uid = pid = gid = 0
+    umask = 0o22
+
+
+@pytest.fixture
+def fs():
+    return VgpuFs(FakeDevice())
+
+
+async def walk(fs, path):
+    inode = pyfuse3.ROOT_INODE
+    for part in path.split("/"):
+        inode = (await fs.lookup(inode, part.encode(), Ctx())).st_ino
+    return inode
+
+
+async def cat(fs, path):
+    fi = await fs.open(await walk(fs, path), os.O_RDONLY, Ctx())
+    assert fi.direct_io
+    try:
+        return await fs.read(fi.fh, 0, 1 << 16)
+    finally:
+        await fs.release(fi.fh)
+
+
+async def listdir(fs, path):
+    fh = await fs.opendir(await walk(fs, path), Ctx())
+    names = [name for name, _ in fs._dir_listings[fh]]
+    await fs.releasedir(fh)
+    return names
+
+
+async def fails(err, coro):
+    with pytest.raises(pyfuse3.FUSEError) as e:
+        await coro
+    assert e.value.errno == err
+
+
+async def test_generated_files(fs):
+    assert await cat(fs, "sys/class/drm/card0/device/vendor") == b"0x1002\n"
+    assert await cat(fs, "sys/kernel/debug/dri/0/name") == b"vgpu\n"
+    assert b"" == await cat(fs, "dev/kmsg")
+    fs.dev.kmsg.log("hello")
+    assert await cat(fs, "dev/kmsg") == b"hello\n"
+
+
+async def test_snapshot_is_taken_at_open(fs):
+    fi = await fs.open(await walk(fs, "dev/kmsg"), os.O_RDONLY, Ctx())
+    fs.dev.kmsg.log("later")
+    assert await fs.read(fi.fh, 0, 100) == b""
+
+
+async def test_writable_debugfs_entry(fs):
+    inode = await walk(fs, "sys/kernel/debug/dri/0/gpu_reset")
+    assert (await fs.getattr(inode, Ctx())).st_mode & 0o777 == 0o644
+    fi = await fs.open(inode, os.O_WRONLY, Ctx())
+    assert await fs.write(fi.fh, 0, b"1\n") == 2
+    assert fs.dev.written == [b"1\n"]
+    ro = await walk(fs, "sys/kernel/debug/dri/0/name")
+    await fails(errno.EACCES, fs.open(ro, os.O_WRONLY, Ctx()))
+
+
+async def test_kmd_errors_keep_their_errno_and_bugs_become_eio(fs):
+    fi = await fs.open(await walk(fs, "sys/kernel/debug/dri/0/refuse"), os.O_WRONLY, Ctx())
+    await fails(errno.EBUSY, fs.write(fi.fh, 0, b"x"))
+    await fails(errno.EIO, fs.open(await walk(fs, "sys/kernel/debug/dri/0/broken"), os.O_RDONLY, Ctx()))
+    assert "internal error in open" in fs.dev.kmsg.text()
+
+
+async def test_devcoredump_directories_follow_the_provider(fs):
+    assert await listdir(fs, "sys/class/devcoredump") == []
+    fs.dev.dumps[0] = lambda: "dump zero"
+    fs.dev.dumps[3] = b"dump three"
+    assert await listdir(fs, "sys/class/devcoredump") == ["devcd0", "devcd3"]
+    assert await listdir(fs, "sys/class/devcoredump/devcd3") == ["data"]
+    assert await cat(fs, "sys/class/devcoredump/devcd0/data") == b"dump zero"
+    inode = await walk(fs, "sys/class/devcoredump/devcd3")
+    del fs.dev.dumps[3]
+    await fails(errno.ENOENT, walk(fs, "sys/class/devcoredump/devcd3"))
+    fs.dev.dumps[3] = b"again"
+    assert await walk(fs, "sys/class/devcoredump/devcd3") == inode  # a name keeps its inode
+
+
+async def test_lookup_errors(fs):
+    await fails(errno.ENOENT, walk(fs, "nothing"))
+    await fails(errno.ENOENT, walk(fs, "bo/1000"))
+    await fails(errno.ENOTDIR, walk(fs, "dev/kmsg/x"))
+    await fails(errno.EISDIR, fs.open(await walk(fs, "dev"), os.O_RDONLY, Ctx()))
+
+
+async def test_cpu_sync_is_installed_and_ignores_unknown_bos(fs):
+    assert fs.dev.cpu_sync == fs.cpu_sync
+
+    class Bo:
+        mmap_offset = 0x1000
+    fs.cpu_sync(Bo(), 0, 4096)  # no inode known: nothing to push, no error
