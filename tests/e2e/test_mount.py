@@ -2,6 +2,7 @@
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -284,3 +285,16 @@ print(d.version()[1].split(b"\\0")[0].decode())
 """, vgpu_mount, check=True)
     assert r.stdout.strip() == "vgpu"
     assert "internal error" not in read_text(f"{vgpu_mount}/dev/kmsg")
+
+
+def test_dmesg_follow_prints_new_lines(vgpu_mount):
+    from tests.helpers import _env
+    p = subprocess.Popen([sys.executable, "-m", "vgpu", "dmesg", "-w", "--mount", vgpu_mount],
+                         stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert "initialized" in p.stdout.readline()
+        run_client(PRELUDE + "Drm(M).close()\n", vgpu_mount, check=True)
+        assert "opened renderD128" in p.stdout.readline()
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
