@@ -1,4 +1,4 @@
-"""The ``vgpu`` console script: mount, umount, dmesg, info (DESIGN.md section 8).
+"""The ``vgpu`` console script: mount, umount, dmesg, info, trace (DESIGN.md section 8).
 
 ``vgpu mount MOUNT`` starts the daemon (``python3 -m vdev.daemon``) detached, with
 its log and pid in ``/tmp/vgpu-<hash of MOUNT>.{log,pid}``, and returns once MOUNT
@@ -230,6 +230,11 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_trace(args) -> int:
+    from vgpu.trace import main as trace_main
+    return trace_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vgpu", description="A DRM-style virtual GPU through FUSE")
     sub = p.add_subparsers(dest="command", required=True)
@@ -254,6 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="print device numbers from sysfs")
     i.add_argument("--mount", default=default_mount())
     i.set_defaults(func=cmd_info)
+
+    t = sub.add_parser("trace", help="run a command under strace and decode its ioctls",
+                       description="Run CMD under strace and print its vgpu ioctls decoded, "
+                                   "or decode an existing `strace -f -xx -s 65536 -o LOG` log. "
+                                   "See docs/trace.md.")
+    t.add_argument("--decode", metavar="LOG", help="decode this strace log instead of running CMD")
+    t.add_argument("--log", metavar="FILE", help="keep strace's raw log in FILE")
+    t.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
+    t.set_defaults(func=cmd_trace)
     return p
 
 

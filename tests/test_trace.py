@@ -1,0 +1,299 @@
+"""vgpu trace: decoding strace text built from real frames (vdev.control encoders).
+
+No FUSE here; tests/e2e/test_trace_e2e.py traces real clients.
+"""
+import ctypes
+import shutil
+import sys
+
+import pytest
+
+from vdev.control import encode_reply, encode_request
+from vgpu import cli, uapi
+from vgpu.trace import decode_lines, run
+from vgpu.trace_strace import parse_log, split_call, unescape
+
+M = "/tmp/vgpu-x"
+RENDER = f"{M}/dev/dri/renderD128"
+
+
+def hx(data: bytes) -> str:
+    """A string argument as `strace -xx` prints it."""
+    return '"' + "".join(f"\\x{b:02x}" for b in data) + '"'
+
+
+def octal(data: bytes) -> str:
+    """A string argument in strace's default style (printable as is, octal escapes)."""
+    out = []
+    for b in data:
+        c = chr(b)
+        out.append("\\" + c if c in '"\\' else c if 32 <= b < 127 else f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def yfd(fd: int, path: str = RENDER) -> str:
+    """An fd as `strace -y -xx` prints it."""
+    return f"{fd}<" + "".join(f"\\x{b:02x}" for b in path.encode()) + ">"
+
+
+def req(request: int, struct, extra: bytes = b"") -> bytes:
+    return encode_request(request, bytes(struct), extra)
+
+
+def rep(struct, extra: bytes = b"") -> bytes:
+    return encode_reply(0, bytes(struct), extra)
+
+
+def pair(fd: str, request: bytes, reply: bytes, pid: str = "") -> list[str]:
+    return [f"{pid}write({fd}, {hx(request)}, {len(request)}) = {len(request)}",
+            f"{pid}read({fd}, {hx(reply)}, 131072) = {len(reply)}"]
+
+
+def gem_create(size=4096, domains=uapi.AMDGPU_GEM_DOMAIN_GTT, handle=1):
+    c = uapi.drm_amdgpu_gem_create()
+    c.in_.bo_size, c.in_.alignment, c.in_.domains = size, 4096, domains
+    out = uapi.drm_amdgpu_gem_create()
+    out.out.handle = handle
+    return req(uapi.DRM_IOCTL_AMDGPU_GEM_CREATE, c), rep(out)
+
+
+GEM_CREATE_LINE = ("renderD128: AMDGPU_GEM_CREATE {bo_size=4096, alignment=4096, domains=GTT, "
+                   "flags=0} = 0 {handle=1}")
+
+
+def test_gem_create_with_y_paths():
+    r, p = gem_create()
+    assert decode_lines(pair(yfd(3), r, p)) == [GEM_CREATE_LINE]
+
+
+def test_fds_tracked_from_openat_without_y():
+    r, p = gem_create()
+    log = [f'openat(AT_FDCWD, "{RENDER}", O_RDWR|O_CLOEXEC) = 3', *pair("3", r, p),
+           "close(3) = 0",
+           'openat(AT_FDCWD, "/etc/hosts", O_RDONLY) = 3',
+           *pair("3", r, p)]                     # fd 3 is no longer the device
+    assert decode_lines(log) == ["open renderD128 -> fd 3", GEM_CREATE_LINE, "close renderD128 fd 3"]
+
+
+def test_open_failure_and_card0():
+    log = [f'openat(AT_FDCWD, "{M}/dev/dri/card0", O_RDWR) = -1 EACCES (Permission denied)']
+    assert decode_lines(log) == ["open card0 = -1 EACCES (Permission denied)"]
+
+
+def test_default_escapes_and_timestamps():
+    r, p = gem_create()
+    log = [f'12:00:00.000001 open("{RENDER}", O_RDWR) = 5',
+           f"12:00:00.000002 write(5, {octal(r)}, {len(r)}) = {len(r)} <0.000021>",
+           f"12:00:00.000003 read(5, {octal(p)}, 65536) = {len(p)} <0.000100>"]
+    assert decode_lines(log)[1] == GEM_CREATE_LINE
+
+
+def test_unfinished_resumed_and_several_pids():
+    r1, p1 = gem_create(handle=1)
+    r2, p2 = gem_create(size=8192, domains=uapi.AMDGPU_GEM_DOMAIN_VRAM, handle=7)
+    log = [f"100 write({yfd(3)}, {hx(r1)}, {len(r1)} <unfinished ...>",
+           f"[pid   200] write({yfd(4)}, {hx(r2)}, {len(r2)}) = {len(r2)}",
+           f"100 <... write resumed>) = {len(r1)}",
+           f"100 read({yfd(3)},  <unfinished ...>",
+           f"200 read({yfd(4)}, {hx(p2)}, 131072) = {len(p2)}",
+           "200 +++ exited with 0 +++",
+           f"100 <... read resumed>{hx(p1)}, 131072) = {len(p1)}"]
+    assert decode_lines(log) == [
+        f"[pid 100] {GEM_CREATE_LINE}",
+        "[pid 200] renderD128: AMDGPU_GEM_CREATE {bo_size=8192, alignment=4096, domains=VRAM, "
+        "flags=0} = 0 {handle=7}"]
+
+
+def test_failed_write_and_failed_read():
+    va = uapi.drm_amdgpu_gem_va(handle=1, operation=uapi.AMDGPU_VA_OP_MAP, va_address=0x10,
+                                map_size=4096, flags=uapi.AMDGPU_VM_PAGE_READABLE
+                                | uapi.AMDGPU_VM_PAGE_WRITEABLE)
+    w = uapi.drm_amdgpu_wait_cs()
+    w.in_.handle, w.in_.timeout, w.in_.ip_type, w.in_.ctx_id = 5, 123456789, uapi.AMDGPU_HW_IP_DMA, 2
+    rv, rw = req(uapi.DRM_IOCTL_AMDGPU_GEM_VA, va), req(uapi.DRM_IOCTL_AMDGPU_WAIT_CS, w)
+    log = [f"write({yfd(3)}, {hx(rv)}, {len(rv)}) = -1 EINVAL (Invalid argument)",
+           f"write({yfd(3)}, {hx(rw)}, {len(rw)}) = {len(rw)}",
+           f"read({yfd(3)}, 0x7f0000001000, 131072) = -1 EINTR (Interrupted system call)",
+           f"read({yfd(3)}, 0x7f0000001000, 131072) = -1 ETIME (Timer expired)"]
+    assert decode_lines(log) == [
+        "renderD128: AMDGPU_GEM_VA {op=MAP, handle=1, va=0x10, offset=0x0, size=4096, "
+        "flags=READ|WRITE} = -1 EINVAL (Invalid argument)",
+        "renderD128: AMDGPU_WAIT_CS {seq=5, ctx=2, ip=DMA ring=0, timeout=123456789} "
+        "= -1 ETIME (Timer expired) (in read)"]
+
+
+def test_cs_chunks_and_wait_cs():
+    ib = uapi.drm_amdgpu_cs_chunk_ib(va_start=0x100004000, ib_bytes=28, ip_type=uapi.AMDGPU_HW_IP_DMA)
+    fence = uapi.drm_amdgpu_cs_chunk_fence(handle=4, offset=64)
+    dep = uapi.drm_amdgpu_cs_chunk_dep(ip_type=uapi.AMDGPU_HW_IP_COMPUTE, ring=1, ctx_id=1, handle=9)
+    sems = (ctypes.c_uint32 * 2)(5, 6)
+    tl = uapi.drm_amdgpu_cs_chunk_syncobj(handle=8, point=3)
+    extra = b""
+    for cid, data in ((uapi.AMDGPU_CHUNK_ID_IB, bytes(ib)), (uapi.AMDGPU_CHUNK_ID_FENCE, bytes(fence)),
+                      (uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, bytes(dep)),
+                      (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, bytes(sems)),
+                      (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, bytes(tl))):
+        extra += bytes(uapi.drm_amdgpu_cs_chunk(chunk_id=cid, length_dw=len(data) // 4)) + data
+    cs = uapi.drm_amdgpu_cs()
+    cs.in_.ctx_id, cs.in_.bo_list_handle, cs.in_.num_chunks = 1, 2, 5
+    out = uapi.drm_amdgpu_cs()
+    out.out.handle = 3
+    w = uapi.drm_amdgpu_wait_cs()
+    w.in_.handle, w.in_.timeout, w.in_.ip_type, w.in_.ctx_id = 3, (1 << 64) - 1, uapi.AMDGPU_HW_IP_DMA, 1
+    lines = decode_lines(pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_CS, cs, extra), rep(out))
+                         + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_WAIT_CS, w),
+                                rep(uapi.drm_amdgpu_wait_cs())))
+    assert lines == [
+        "renderD128: AMDGPU_CS {ctx=1, bo_list=2, chunks=[IB{va=0x100004000, size=28 bytes, "
+        "ip=DMA ring=0}, FENCE{handle=4, offset=64}, DEPENDENCIES[{ctx=1 ip=COMPUTE ring=1 seq=9}], "
+        "SYNCOBJ_IN[5, 6], SYNCOBJ_TIMELINE_SIGNAL[8@3]]} = 0 {seq=3}",
+        "renderD128: AMDGPU_WAIT_CS {seq=3, ctx=1, ip=DMA ring=0, timeout=inf} = 0 "
+        "{status=0 (signaled)}"]
+
+
+def test_ctx_bo_list_info_version():
+    ctx = uapi.drm_amdgpu_ctx()
+    ctx.in_.op, ctx.in_.priority = uapi.AMDGPU_CTX_OP_ALLOC_CTX, uapi.AMDGPU_CTX_PRIORITY_HIGH
+    ctx_out = uapi.drm_amdgpu_ctx()
+    ctx_out.out.alloc.ctx_id = 4
+    bl = uapi.drm_amdgpu_bo_list()
+    bl.in_.operation, bl.in_.bo_number = uapi.AMDGPU_BO_LIST_OP_CREATE, 2
+    bl.in_.bo_info_size = 8
+    entries = bytes(uapi.drm_amdgpu_bo_list_entry(1)) + bytes(uapi.drm_amdgpu_bo_list_entry(3, 2))
+    bl_out = uapi.drm_amdgpu_bo_list()
+    bl_out.out.list_handle = 1
+    info = uapi.drm_amdgpu_info(return_size=4, query=uapi.AMDGPU_INFO_HW_IP_COUNT)
+    info.query_hw_ip.type = uapi.AMDGPU_HW_IP_DMA
+    v = uapi.drm_version(name_len=4, date_len=8, desc_len=3)
+    v_out = uapi.drm_version(version_major=3, version_minor=49, name_len=4, date_len=8, desc_len=3)
+    log = (pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_CTX, ctx), rep(ctx_out))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_BO_LIST, bl, entries), rep(bl_out))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_INFO, info), rep(info, (2).to_bytes(4, "little")))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_VERSION, v), rep(v_out, b"vgpu20261129abc")))
+    assert decode_lines(log) == [
+        "renderD128: AMDGPU_CTX {op=ALLOC_CTX, priority=HIGH} = 0 {ctx_id=4}",
+        "renderD128: AMDGPU_BO_LIST {op=CREATE, bo_number=2, handles=[1, 3@prio2]} = 0 {list_handle=1}",
+        "renderD128: AMDGPU_INFO {query=HW_IP_COUNT, return_size=4, ip=DMA} = 0 {value=2}",
+        'renderD128: VERSION {name_len=4, date_len=8, desc_len=3} = 0 {version=3.49.0, name="vgpu", '
+        'date="20261129", desc="abc"}']
+
+
+def test_syncobj_wait_fences_and_generic_fallback():
+    sw = uapi.drm_syncobj_wait(timeout_nsec=(1 << 63) - 1, count_handles=2,
+                               flags=uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL)
+    handles = bytes((ctypes.c_uint32 * 2)(1, 2))
+    wf = uapi.drm_amdgpu_wait_fences()
+    wf.in_.fence_count, wf.in_.wait_all, wf.in_.timeout_ns = 1, 1, 1000
+    fence = bytes(uapi.drm_amdgpu_fence(ctx_id=1, ip_type=uapi.AMDGPU_HW_IP_DMA, seq_no=7))
+    wf_out = uapi.drm_amdgpu_wait_fences()
+    wf_out.out.status = 1
+    tr = uapi.drm_syncobj_transfer(src_handle=1, dst_handle=2, dst_point=5)
+    log = (pair(yfd(3), req(uapi.DRM_IOCTL_SYNCOBJ_WAIT, sw, handles), rep(sw))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_WAIT_FENCES, wf, fence), rep(wf_out))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_SYNCOBJ_TRANSFER, tr), rep(tr)))
+    assert decode_lines(log) == [
+        "renderD128: SYNCOBJ_WAIT {handles=[1, 2], timeout=inf, flags=WAIT_ALL} = 0 {first_signaled=0}",
+        "renderD128: AMDGPU_WAIT_FENCES {[{ctx=1 ip=DMA ring=0 seq=7}], wait_all=1, timeout=1000} "
+        "= 0 {status=1, first_signaled=0}",
+        "renderD128: SYNCOBJ_TRANSFER {src_handle=1, dst_handle=2, src_point=0, dst_point=5, flags=0} = 0"]
+
+
+def test_unknown_request_and_garbage_write():
+    bogus = encode_request(uapi.DRM_IOWR(0x3F, uapi.drm_gem_close), bytes(8))
+    log = [f"write({yfd(3)}, {hx(bogus)}, {len(bogus)}) = -1 ENOTTY (Inappropriate ioctl for device)",
+           f'write({yfd(3)}, "hello", 5) = -1 EINVAL (Invalid argument)']
+    out = decode_lines(log)
+    assert out[0].startswith("renderD128: 0xc008643f {arg_size=8") and out[0].endswith("= -1 ENOTTY "
+                                                                                       "(Inappropriate ioctl for device)")
+    assert out[1] == "renderD128: <short frame: 5 bytes> = -1 EINVAL (Invalid argument)"
+
+
+def test_bo_mmap_msync_munmap_and_fcntl_dup_without_y():
+    bo = f"{M}/bo/3fa2c000"
+    log = [f'openat(AT_FDCWD, "{bo}", O_RDWR|O_CLOEXEC) = 4',
+           "fcntl(4, F_DUPFD_CLOEXEC, 0) = 5",
+           "mmap(NULL, 8192, PROT_READ|PROT_WRITE, MAP_SHARED, 4, 0) = 0x7f0000010000",
+           "close(4) = 0",
+           "mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 5, 0x1000) = 0x7f0000020000",
+           "msync(0x7f0000011000, 4096, MS_SYNC) = 0",
+           "munmap(0x7f0000010000, 8192) = 0",
+           "msync(0x7f0000010000, 4096, MS_SYNC) = -1 ENOMEM (Cannot allocate memory)",
+           "close(5) = 0"]
+    assert decode_lines(log) == [
+        "open bo/3fa2c000 -> fd 4",
+        "mmap bo/3fa2c000 size=8192 -> 0x7f0000010000",
+        "close bo/3fa2c000 fd 4",
+        "mmap bo/3fa2c000 size=4096 offset=0x1000 MAP_PRIVATE -> 0x7f0000020000",
+        "msync 0x7f0000011000 4096 (bo/3fa2c000)",
+        "munmap 0x7f0000010000 8192 (bo/3fa2c000)",
+        "close bo/3fa2c000 fd 5"]
+
+
+def test_forked_child_inherits_fds_and_threads_share():
+    r, p = gem_create()
+    log = [f'100 openat(AT_FDCWD, "{RENDER}", O_RDWR) = 3',
+           "100 clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|SIGCHLD, child_tidptr=0x7f) = 101",
+           "100 clone3({flags=CLONE_VM|CLONE_FS|CLONE_FILES|CLONE_THREAD, exit_signal=0}, 88) = 102",
+           *pair("3", r, p, "101 "),
+           '102 openat(AT_FDCWD, "/etc/hosts", O_RDONLY) = 3',   # the thread reuses fd 3
+           *pair("3", r, p, "100 ")]
+    assert decode_lines(log) == ["[pid 100] open renderD128 -> fd 3", f"[pid 101] {GEM_CREATE_LINE}"]
+
+
+def test_unread_reply_and_truncated_frame():
+    r, p = gem_create()
+    cut = hx(r[:30]) + "..."
+    log = [f"write({yfd(3)}, {hx(r)}, {len(r)}) = {len(r)}",
+           f"write({yfd(3)}, {cut}, {len(r)}) = {len(r)}",
+           f"read({yfd(3)}, {hx(p)}, 131072) = {len(p)}"]
+    out = decode_lines(log)
+    assert out[0].endswith("= ? <reply not read>")
+    assert "<truncated>" in out[1] and out[1].endswith("= 0 {handle=1}")
+
+
+def test_gem_mmap_va_flags_and_ctx_free():
+    m = uapi.drm_amdgpu_gem_mmap()
+    m.in_.handle = 2
+    m_out = uapi.drm_amdgpu_gem_mmap()
+    m_out.out.addr_ptr = 0x3FA2C000
+    va = uapi.drm_amdgpu_gem_va(handle=2, operation=uapi.AMDGPU_VA_OP_UNMAP, va_address=0x100000000,
+                                map_size=8192, flags=uapi.AMDGPU_VM_PAGE_EXECUTABLE
+                                | uapi.AMDGPU_VM_MTYPE_UC)
+    ctx = uapi.drm_amdgpu_ctx()
+    ctx.in_.op, ctx.in_.ctx_id = uapi.AMDGPU_CTX_OP_FREE_CTX, 4
+    log = (pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_GEM_MMAP, m), rep(m_out))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_GEM_VA, va), rep(va))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_CTX, ctx), rep(ctx)))
+    assert decode_lines(log) == [
+        "renderD128: AMDGPU_GEM_MMAP {handle=2} = 0 {offset=0x3fa2c000 (bo/3fa2c000)}",
+        "renderD128: AMDGPU_GEM_VA {op=UNMAP, handle=2, va=0x100000000, offset=0x0, size=8192, "
+        "flags=EXEC|MTYPE_UC} = 0",
+        "renderD128: AMDGPU_CTX {op=FREE_CTX, ctx_id=4} = 0"]
+
+
+def test_strace_text_helpers():
+    assert unescape(r"a\x41\101\n\"\\") == b"aAA\n\"\\"
+    name, args, rest = split_call('write(3</a\\x3eb>, "x)\\"y", 4) = 4')
+    assert (name, args, rest) == ("write", ["3</a\\x3eb>", '"x)\\"y"', "4"], " = 4")
+    calls = list(parse_log(["7 fork() = 8", "7 exit_group(0) = ?", "garbage"]))
+    assert [(c.name, c.args, c.ret) for c in calls] == [("fork", [], "8"), ("exit_group", ["0"], "?")]
+
+
+def test_cli_decode(tmp_path, capsys):
+    r, p = gem_create()
+    log = tmp_path / "log"
+    log.write_text("\n".join(pair(yfd(3), r, p)) + "\n")
+    assert cli.main(["trace", "--decode", str(log)]) == 0
+    assert capsys.readouterr().out == GEM_CREATE_LINE + "\n"
+    assert cli.main(["trace", "--decode", str(tmp_path / "missing")]) == 1
+    assert cli.main(["trace"]) == 2
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_run_returns_the_command_status(tmp_path):
+    import io
+    out = io.StringIO()
+    log = tmp_path / "raw.strace"
+    assert run([sys.executable, "-c", "import sys; sys.exit(3)"], str(log), out) == 3
+    assert out.getvalue() == "" and log.exists()
+    assert run(["sh", "-c", "kill -TERM $$"], None, io.StringIO()) == 128 + 15
