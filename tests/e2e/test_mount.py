@@ -52,6 +52,15 @@ def test_mount_and_umount(mount_dir):
     assert "unmounted" in daemon_log(mount_dir)
 
 
+def test_sigterm_unmounts_cleanly(mount_dir):
+    mount(mount_dir, "--vram", "16M")
+    pid = daemon_pid(mount_dir)
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not _alive(pid), "the daemon to exit")
+    assert not os.path.ismount(mount_dir)
+    assert "unmounted" in daemon_log(mount_dir)
+
+
 def test_mount_creates_missing_directory(mount_dir):
     path = os.path.join(mount_dir, "sub", "dir")
     try:
@@ -298,3 +307,58 @@ def test_dmesg_follow_prints_new_lines(vgpu_mount):
     finally:
         p.terminate()
         p.wait(timeout=60)
+
+
+# Client A: a job that polls its BO until it reads 7, then writes 0x600d after it;
+# A then waits for it with WAIT_CS, which blocks in read().
+POLLING_CLIENT = PRELUDE + """
+import mmap, struct
+d = Drm(M)
+VA_IB, VA_A, DMA = 0x10000000, 0x20000000, uapi.AMDGPU_HW_IP_DMA
+a = uapi.drm_amdgpu_ctx(); a.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
+ctx = d.ioctl(uapi.DRM_IOCTL_AMDGPU_CTX, a)[0].out.alloc.ctx_id
+ib, buf = d.gem_create(4096, uapi.AMDGPU_GEM_DOMAIN_GTT), d.gem_create(4096)
+for h, va in ((ib, VA_IB), (buf, VA_A)):
+    d.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_VA, uapi.drm_amdgpu_gem_va(
+        handle=h, operation=uapi.AMDGPU_VA_OP_MAP, va_address=va, map_size=4096,
+        flags=uapi.AMDGPU_VM_PAGE_READABLE | uapi.AMDGPU_VM_PAGE_WRITEABLE))
+# SDMA POLL_REGMEM (op 8, func EQ, memory poll, retry forever), WRITE_LINEAR (op 2).
+words = [0xB0000008, VA_A, 0, 7, 0xFFFFFFFF, 0x0FFF000A, 2, VA_A + 8, 0, 0, 0x600D]
+os.pwrite(os.open(d.bo_path(d.gem_mmap(ib)), os.O_RDWR), struct.pack(f"<{len(words)}I", *words), 0)
+bl = uapi.drm_amdgpu_bo_list()
+bl.in_.operation, bl.in_.bo_number, bl.in_.bo_info_size = uapi.AMDGPU_BO_LIST_OP_CREATE, 2, 8
+lst = d.ioctl(uapi.DRM_IOCTL_AMDGPU_BO_LIST, bl, struct.pack("<IIII", ib, 0, buf, 0))[0].out.list_handle
+c = uapi.drm_amdgpu_cs_chunk_ib(va_start=VA_IB, ib_bytes=4 * len(words), ip_type=DMA)
+chunk = bytes(uapi.drm_amdgpu_cs_chunk(chunk_id=uapi.AMDGPU_CHUNK_ID_IB,
+                                       length_dw=ctypes.sizeof(c) // 4)) + bytes(c)
+cs = uapi.drm_amdgpu_cs(); cs.in_.ctx_id, cs.in_.bo_list_handle, cs.in_.num_chunks = ctx, lst, 1
+seq = d.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, cs, chunk)[0].out.handle
+path = d.bo_path(d.gem_mmap(buf))
+m = mmap.mmap(os.open(path, os.O_RDWR), 4096, mmap.MAP_SHARED)
+print(path, flush=True)
+w = uapi.drm_amdgpu_wait_cs(); w.in_.handle, w.in_.ip_type, w.in_.ctx_id = seq, DMA, ctx
+w.in_.timeout = (1 << 64) - 1
+print(d.ioctl(uapi.DRM_IOCTL_AMDGPU_WAIT_CS, w)[0].out.status, hex(struct.unpack("<I", m[8:12])[0]))
+"""
+
+
+def test_a_client_blocked_in_a_wait_does_not_hold_up_others(mount_dir):
+    from tests.helpers import start_client
+    mount(mount_dir, "--vram", "16M", "--timeout", "600")  # no TDR during the test
+    waiter = start_client(POLLING_CLIENT, mount_dir)
+    try:
+        path = waiter.stdout.readline().strip()
+        assert path, "the polling client failed"
+        # Another process gets through while A waits, then releases A's job by
+        # writing the polled value into A's BO through its file.
+        r = run_client(PRELUDE + """
+print(Drm(M).version()[1].split(b"\\0")[0].decode())
+os.pwrite(os.open(sys.argv[2], os.O_RDWR), (7).to_bytes(4, "little"), 0)
+""", mount_dir, path, check=True)
+        assert r.stdout.strip() == "vgpu"
+        out, _ = waiter.communicate(timeout=120)
+        assert out.split() == ["0", "0x600d"]
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
