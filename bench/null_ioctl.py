@@ -75,7 +75,7 @@ def measure(paths: list[str], rounds: int, per_round: int) -> dict[str, float]:
 
 
 def run(vgpu_mount: str | None = None) -> dict[str, float]:
-    rounds, per_round = (3, 300) if util.quick() else (10, 2000)
+    rounds, per_round = (5, 400) if util.quick() else (10, 2000)
     with contextlib.ExitStack() as stack:
         if vgpu_mount is None:
             vgpu_mount = stack.enter_context(util.vgpu_mount())
