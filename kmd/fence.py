@@ -16,16 +16,32 @@ class Fence:
         self.error = 0
         self.signaled_at: float | None = None
         self._event = threading.Event()
+        self._callbacks: list = []
+        self._cb_lock = threading.Lock()
 
     @property
     def signaled(self) -> bool:
         return self._event.is_set()
 
     def signal(self, error: int = 0) -> None:
-        if not self._event.is_set():
+        with self._cb_lock:
+            if self._event.is_set():
+                return
             self.error = self.error or error
             self.signaled_at = time.monotonic()
             self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(self)
+
+    def add_callback(self, fn) -> None:
+        """Call `fn(fence)` once the fence signals (at once if it already has), like
+        dma_fence_add_callback. Callbacks run in the signalling thread: keep them short."""
+        with self._cb_lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self)
 
     def wait(self, timeout: float | None) -> bool:
         """Block up to `timeout` seconds (None: forever). True once signaled."""
