@@ -20,12 +20,16 @@ _UNFINISHED = "<unfinished ...>"
 _RESULT = re.compile(r"^\s*=\s*(\S+?)(<(?:[^>\\]|\\.)*>)?(?:\s+(E[A-Z0-9]+)(?:\s+\((.*?)\))?)?"
                      r"(?:\s+<[\d.]+>)?\s*$")
 _FD = re.compile(r"^(-?\d+|AT_FDCWD)(?:<(.*)>)?$", re.S)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)     # a string literal, escapes kept
+_HEX_ONLY = re.compile(r"(?:\\x[0-9a-fA-F]{2})*")         # a -xx string body
 _ESCAPES = {"n": 0x0A, "t": 0x09, "r": 0x0D, "v": 0x0B, "f": 0x0C, "a": 0x07, "b": 0x08,
             '"': 0x22, "\\": 0x5C, "'": 0x27, "?": 0x3F}
 
 
 def unescape(text: str) -> bytes:
     """Bytes of a strace string body (no quotes): ``\\xNN``, octal, C escapes."""
+    if _HEX_ONLY.fullmatch(text):      # -xx: the common case, done in C
+        return bytes.fromhex(text.replace("\\x", ""))
     out = bytearray()
     i, n = 0, len(text)
     while i < n:
@@ -76,15 +80,7 @@ def parse_fd(arg: str) -> tuple[int | None, str | None]:
 
 def _skip_string(s: str, i: int) -> int:
     """Index just past the string literal starting at ``s[i] == '"'``."""
-    i += 1
-    while i < len(s):
-        if s[i] == "\\":
-            i += 2
-        elif s[i] == '"':
-            return i + 1
-        else:
-            i += 1
-    return i
+    return _STRING.match(s, i).end()
 
 
 def split_call(text: str) -> tuple[str, list[str], str] | None:
