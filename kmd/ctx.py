@@ -29,6 +29,7 @@ class Context:
     reset_counter: int            # device resets seen when the context was made
     guilty: bool = False
     hangs: int = 0
+    inflight: int = 0             # jobs queued or running (capped by kmd.sched)
     errors: list[str] = field(default_factory=list)
 
 

@@ -10,7 +10,7 @@ import time
 
 from vgpu import uapi
 
-from . import bo_list as _bo_list, cs as _cs, ctx as _ctx, gem as _gem, info as _info, vm as _vm  # noqa: F401
+from . import bo_list as _bo_list, cs as _cs, ctx as _ctx, gem as _gem, info as _info, sched as _sched, vm as _vm  # noqa: F401
 from . import hw
 from .drm_file import DrmFile
 from .errors import KmdError
@@ -154,7 +154,13 @@ class Device:
 
     # -- submission and completion --------------------------------------------
     def queue_job(self, ring: Ring, job: Job) -> int:
-        """Take the job's references and queue it (device lock held). Returns its seq."""
+        """Take the job's references and queue it (device lock held). Returns its seq.
+        EBUSY: the context already has MAX_JOBS_PER_CONTEXT jobs in flight (the
+        write() must not block, so the client is told to wait and retry)."""
+        if job.ctx.inflight >= _sched.MAX_JOBS_PER_CONTEXT:
+            raise KmdError(errno.EBUSY, f"context {job.ctx.id} has {job.ctx.inflight} jobs in flight "
+                                        f"(limit {_sched.MAX_JOBS_PER_CONTEXT}); wait for a fence")
+        job.ctx.inflight += 1
         for bo in job.bos:
             bo.busy_jobs += 1
         job.pin = job.file.vm.page_table.pin()
@@ -172,13 +178,10 @@ class Device:
                 job.error = errno.ETIME
                 ctx.hangs += 1
                 self.kmsg.log(f"ring {ring.name} timeout, signaled seq={ring.signaled_seq}, "
-                              f"emitted seq={ring.emitted_seq}")
+                              f"emitted seq={ring.hw_emitted}")
                 self.kmsg.log(f"Process information: process {f.comm} pid {f.pid} thread {f.comm} "
                               f"pid {f.pid}, job {job.id} {who}")
-                self.kmsg.log("GPU reset begin!")
-                n = ring.cancel(lambda j: j.ctx is ctx)
-                self.reset_counter += 1
-                self.kmsg.log(f"GPU reset succeeded, {n} queued job(s) of the guilty context cancelled")
+                self.gpu_reset(ring, guilty=ctx)
             else:
                 job.error = errno.EFAULT if r.fault is not None else errno.EINVAL
                 where = (f"{r.fault.access} of VA {r.fault.va:#x} ({r.fault.reason})" if r.fault
@@ -188,6 +191,26 @@ class Device:
                               f"context marked guilty")
                 ctx.errors.append(where)
 
+    def gpu_reset(self, ring: Ring | None = None, guilty=None) -> str:
+        """Reset the GPU (amdgpu_device_gpu_recover): cancel the guilty context's
+        queued jobs, bump the reset counter so every context reports the reset, log
+        it. Called for a timed-out job, or from debugfs `gpu_reset` with no culprit
+        (then any running job is aborted and its context becomes guilty)."""
+        with self.lock:
+            self.kmsg.log("GPU reset begin!")
+            n = 0
+            if guilty is not None:
+                for r in self.rings.values():
+                    n += r.cancel(lambda j: j.ctx is guilty)
+            else:
+                aborted = [r.name for r in self.rings.values() if r.abort_running()]
+                if aborted:
+                    self.kmsg.log(f"reset requested: aborting the running job on {', '.join(aborted)}")
+            self.reset_counter += 1
+            self.kmsg.log(f"GPU reset succeeded, {n} queued job(s) of the guilty context cancelled, "
+                          f"reset counter {self.reset_counter}")
+            return f"reset {self.reset_counter}\n"
+
     def process_fences(self, ring: Ring) -> None:
         """Signal every fence up to the ring's write-back slot, in order (IH thread).
         GPU writes are pushed to CPU mappings first, so a woken waiter sees them."""
@@ -195,7 +218,7 @@ class Device:
             done = []
             while ring.signaled_seq < ring.fence_wb:
                 ring.signaled_seq += 1
-                job = ring.pending.pop(ring.signaled_seq, None)
+                job = ring.hw_pending.pop(ring.signaled_seq, None)
                 if job is not None:
                     done.append(job)
         for job in done:
@@ -216,6 +239,7 @@ class Device:
                     if bo.busy_jobs == 0 and bo in self.zombie_bos:
                         self.free_bo(bo)
                 job.file.inflight -= 1
+                job.ctx.inflight -= 1
                 job.pin.release()
             job.fence.signal(job.error)
             with self.idle_cv:
@@ -259,6 +283,7 @@ class Device:
             "gem_info": self._debugfs_gem_info,
             "vm_info": self._debugfs_vm_info,
             "fence_info": self._debugfs_fence_info,
+            "gpu_reset": (lambda: f"resets: {self.reset_counter}\n", lambda data: self.gpu_reset()),
             **{f"ring_{r.name}": r.describe for r in self.rings.values()},
         }
 
@@ -267,8 +292,9 @@ class Device:
         for r in self.rings.values():
             out.append(f"--- ring {r.ring_id} ({r.name}) ---")
             out.append(f"Last signaled fence {r.signaled_seq:#018x}")
-            out.append(f"Last emitted        {r.emitted_seq:#018x}")
+            out.append(f"Last emitted        {r.hw_emitted:#018x}")
             out.append(f"Last completed (wb) {r.fence_wb:#018x}")
+            out.append(f"Last CS seq         {r.emitted_seq:#018x}")
             failed = [f for f in list(r.fences.values())[-64:] if f.signaled and f.error]
             for f in failed[-8:]:
                 out.append(f"  seq {f.seq:#x} signaled with error {errno.errorcode.get(f.error, f.error)}")

@@ -22,3 +22,4 @@ class Job:
     error: int = 0                   # errno carried by the fence
     started_at: float | None = None
     timed_out: bool = False
+    hw_seq: int = 0                  # position in the ring's execution order

@@ -1,11 +1,12 @@
-"""Rings: a job queue and a worker thread driving one engine (amdgpu_ring.c plus a
-first-in-first-out scheduler; the drm_sched-style one replaces the queue later).
+"""Rings: a drm_sched-style scheduler feeding one engine from a worker thread
+(amdgpu_ring.c + drm_sched_main).
 
-The worker runs each job's IBs on the engine (which releases the GIL), then does
-what the ring's end-of-job packets do on real hardware: writes the sequence number
-to the ring's fence write-back slot and raises a trap interrupt. The KMD's
-interrupt handler reads the slot and signals fences from there (kmd/irq.py).
-A watchdog aborts a job running past the ring timeout (kmd/reset.py handles it).
+The worker picks the next ready job (kmd/sched.py), runs its IBs on the engine
+(which releases the GIL), then does what the ring's end-of-job packets do on real
+hardware: writes the sequence number to the ring's fence write-back slot and raises
+a trap interrupt. The KMD's interrupt handler reads the slot and signals fences
+from there (kmd/irq.py). A watchdog thread aborts a job still running past the
+ring timeout; Device.job_failed then does the reset (TDR).
 """
 import collections
 import errno
@@ -15,6 +16,7 @@ import time
 from . import hw
 from .fence import Fence
 from .job import Job
+from .sched import RingScheduler
 
 FENCE_HISTORY = 4096  # fences remembered for WAIT_CS after they signaled
 
@@ -24,32 +26,46 @@ class Ring:
         self.dev = dev
         self.name, self.ip_type, self.index, self.ring_id = name, ip_type, index, ring_id
         self.engine = engine
-        self.emitted_seq = 0
-        self.fence_wb = 0              # last seq the "hardware" completed
-        self.signaled_seq = 0          # last seq the KMD signaled
+        # Two numberings, as in amdgpu: the sequence number a CS returns is given at
+        # submission (the scheduler fence); the hardware sequence is given when the
+        # scheduler hands the job to the engine, so it grows in execution order and
+        # the fence write-back slot can signal "everything up to N" (amdgpu_fence.c).
+        self.emitted_seq = 0           # last seq returned by CS
+        self.hw_emitted = 0            # last hardware seq handed to the engine
+        self.fence_wb = 0              # last hardware seq completed
+        self.signaled_seq = 0          # last hardware seq signaled by the KMD
         self.fences: "collections.OrderedDict[int, Fence]" = collections.OrderedDict()
-        self.pending: dict[int, Job] = {}      # seq -> job, until its fence signals
-        self.queue: collections.deque[Job] = collections.deque()
+        self.hw_pending: dict[int, Job] = {}   # hardware seq -> job, until signaled
+        self.sched = RingScheduler()
         self.running: Job | None = None
         self.busy_time = 0.0
         self.jobs_done = 0
+        self.history: collections.deque = collections.deque(maxlen=256)  # (job id, ctx id), run order
         self._cv = threading.Condition()
         self._stop = False
+        self._deadline: float | None = None    # watchdog: when the running job times out
         self._thread = threading.Thread(target=self._worker, name=f"ring-{name}", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch, name=f"tdr-{name}", daemon=True)
         self._thread.start()
+        self._watchdog.start()
 
     # -- submission (called under the device lock) ---------------------------
     def submit(self, job: Job) -> int:
         self.emitted_seq += 1
         job.fence = Fence(self.name, self.emitted_seq)
         self.fences[job.fence.seq] = job.fence
-        while len(self.fences) > FENCE_HISTORY and next(iter(self.fences)) <= self.signaled_seq:
+        while len(self.fences) > FENCE_HISTORY and next(iter(self.fences.values())).signaled:
             self.fences.popitem(last=False)
-        self.pending[job.fence.seq] = job
         with self._cv:
-            self.queue.append(job)
-            self._cv.notify()
+            self.sched.push(job)
+            self._cv.notify_all()
+        for dep in job.deps:  # a signalled dependency may make the job ready
+            dep.add_callback(self._wake)
         return job.fence.seq
+
+    def _wake(self, _fence=None) -> None:
+        with self._cv:
+            self._cv.notify_all()
 
     def fence(self, seq: int) -> Fence | None:
         """The fence of `seq`; None if it signaled long ago (treat as signaled, no error)."""
@@ -57,49 +73,58 @@ class Ring:
 
     def cancel(self, pred, err: int = errno.ECANCELED) -> int:
         """Mark queued (not yet running) jobs matching `pred` as failed with `err`.
-        They stay in order: the worker skips their IBs and signals their fences."""
+        They are skipped in order: no IBs run, their fences signal with the error."""
         with self._cv:
-            gone = [j for j in self.queue if pred(j) and not j.error]
+            gone = [j for j in self.sched.jobs() if pred(j) and not j.error]
             for j in gone:
                 j.error = err
+            self._cv.notify_all()
         return len(gone)
+
+    def queued(self) -> int:
+        with self._cv:
+            return len(self.sched)
 
     def stop(self) -> None:
         with self._cv:
             self._stop = True
-            self._cv.notify()
+            self._cv.notify_all()
         self.engine.abort()
         self._thread.join(timeout=5)
+        self._watchdog.join(timeout=5)
 
     # -- the "hardware" side ---------------------------------------------------
     def _worker(self) -> None:
         while True:
             with self._cv:
-                while not self.queue and not self._stop:
+                job = None
+                while not self._stop and (job := self.sched.pick()) is None:
                     self._cv.wait()
                 if self._stop:
                     return
-                job = self.queue.popleft()
                 self.running = job
+                self.hw_emitted += 1
+                job.hw_seq = self.hw_emitted
+                self.hw_pending[job.hw_seq] = job
+                self.history.append((job.id, job.ctx.id))
             self._run(job)
             with self._cv:
                 self.running = None
+                self._deadline = None
             # End of job: fence write-back, then the trap interrupt (sdma_v4_0_ring_emit_fence).
-            self.fence_wb = job.fence.seq
+            self.fence_wb = job.hw_seq
             self.dev.ih.push(hw.ih.IH_SRC_TRAP, self.ring_id, job.ctx.id, 0)
 
     def _run(self, job: Job) -> None:
-        for dep in job.deps:  # inter-ring dependencies: wait for the other ring's fence
-            dep.wait(None)
-            if dep.error:
-                job.error = errno.ECANCELED  # drm_sched skips jobs whose dependency failed
-                return
-        if job.error:  # cancelled while queued behind a hang
+        failed_dep = next((d for d in job.deps if d.error), None)
+        if failed_dep is not None and not job.error:
+            job.error = errno.ECANCELED  # drm_sched skips jobs whose dependency failed
+        if job.error:
             return
         job.started_at = time.monotonic()
-        watchdog = threading.Timer(self.dev.timeout, self._timeout, args=(job,))
-        watchdog.daemon = True
-        watchdog.start()
+        with self._cv:
+            self._deadline = job.started_at + self.dev.timeout
+            self._cv.notify_all()  # arm the watchdog
         try:
             for va, size_dw in job.ibs:
                 job.result = self.engine.run(job.file.vm.page_table, va, size_dw, job.ctx.id, self.ring_id)
@@ -109,26 +134,51 @@ class Ring:
             job.error = errno.EIO
             self.dev.kmsg.log(f"ring {self.name}: engine error {e!r} in job {job.id}")
         finally:
-            watchdog.cancel()
             self.busy_time += time.monotonic() - job.started_at
             self.jobs_done += 1
         if job.result is not None and job.result.status != "ok":
             self.dev.job_failed(self, job)
 
-    def _timeout(self, job: Job) -> None:
-        if self.running is job:
-            job.timed_out = True
-            self.engine.abort()
+    def _watch(self) -> None:
+        """The TDR watchdog (drm_sched_job_timedout): abort a job past its deadline."""
+        with self._cv:
+            while not self._stop:
+                if self._deadline is None:
+                    self._cv.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cv.wait(left)
+                    continue
+                job, self._deadline = self.running, None
+                if job is not None:
+                    job.timed_out = True
+                    self.engine.abort()
+
+    def abort_running(self) -> bool:
+        """Stop the running job now (an on-demand GPU reset). True if one was running."""
+        with self._cv:
+            if self.running is None:
+                return False
+            self._deadline = time.monotonic()
+            self._cv.notify_all()
+        return True
 
     def describe(self) -> str:
-        run = self.running
+        with self._cv:
+            run = self.running
+            entities = self.sched.describe()
+            queued = len(self.sched)
         lines = [f"ring {self.name} (ip {self.ip_type} instance 0 ring {self.index})",
                  f"emitted seq:  {self.emitted_seq}",
-                 f"completed seq: {self.fence_wb}",
-                 f"signaled seq: {self.signaled_seq}",
-                 f"queued jobs:  {len(self.queue)}",
+                 f"hw emitted:   {self.hw_emitted}",
+                 f"hw completed: {self.fence_wb}",
+                 f"hw signaled:  {self.signaled_seq}",
+                 f"queued jobs:  {queued}",
                  f"running:      " + (f"job {run.id} ctx {run.ctx.id} client {run.file.id} pid {run.file.pid} "
                                      f"seq {run.fence.seq}" if run else "idle"),
                  f"jobs done:    {self.jobs_done}",
-                 f"busy time:    {self.busy_time:.6f} s"]
+                 f"busy time:    {self.busy_time:.6f} s",
+                 f"timeout:      {self.dev.timeout:g} s",
+                 *entities]
         return "\n".join(lines) + "\n"

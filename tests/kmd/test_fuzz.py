@@ -171,6 +171,6 @@ def test_fuzz_10000_requests_keep_the_kmd_consistent():
         dev.check_invariants()
         assert dev.memory.vram_allocator.used == 0 and dev.memory.gtt_used == 0
         assert not dev.bos_by_offset and not dev.zombie_bos and not dev.files
-        assert all(not r.pending for r in dev.rings.values())
+        assert all(not r.hw_pending and not len(r.sched) for r in dev.rings.values())
     finally:
         dev.shutdown()

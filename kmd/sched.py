@@ -1,0 +1,135 @@
+"""RingScheduler: a drm_sched-style scheduler for one ring, and the SCHED ioctl.
+
+Jobs are queued on entities, one per (context, ring). Each entity belongs to a run
+queue by priority: HIGH, NORMAL, LOW (amdgpu's VERY_HIGH counts as HIGH and
+VERY_LOW as LOW; KERNEL is reserved for the driver's own jobs). The scheduler picks
+the next job whose dependencies have all signalled:
+
+- from the highest priority run queue that has a ready entity;
+- round-robin among the ready entities of one run queue (the entity served goes to
+  the back), so one busy client cannot starve another of the same priority;
+- starvation bound: when a ready job of a lower run queue has been passed over
+  STARVATION_LIMIT times in a row, it is served next. A ready job therefore waits
+  for at most STARVATION_LIMIT jobs of higher priority (plus the one running).
+
+Jobs of one entity run in submission order. A cancelled job is ready at once (it
+runs no IBs; its fence signals with its error).
+"""
+import collections
+import errno
+
+from vgpu import uapi
+
+from .ctx import PRIORITIES, check_priority
+from .errors import KmdError, check
+from .ioctl import ioctl
+
+KERNEL, HIGH, NORMAL, LOW = 0, 1, 2, 3
+LEVEL_NAMES = {KERNEL: "KERNEL", HIGH: "HIGH", NORMAL: "NORMAL", LOW: "LOW"}
+STARVATION_LIMIT = 8
+MAX_JOBS_PER_CONTEXT = 64  # queued + running, per context; beyond it CS fails with EBUSY
+
+
+def level_of(priority: int) -> int:
+    """amdgpu context priority -> run queue (amdgpu_ctx_prio_to_sched_prio)."""
+    if priority > uapi.AMDGPU_CTX_PRIORITY_NORMAL:
+        return HIGH
+    if priority < uapi.AMDGPU_CTX_PRIORITY_NORMAL and priority != uapi.AMDGPU_CTX_PRIORITY_UNSET:
+        return LOW
+    return NORMAL
+
+
+class Entity:
+    """The queue of one context on one ring (drm_sched_entity)."""
+
+    def __init__(self, ctx, file):
+        self.ctx, self.file = ctx, file
+        self.jobs: collections.deque = collections.deque()
+        self.passed_over = 0
+
+    @property
+    def level(self) -> int:
+        return level_of(self.ctx.priority)
+
+    def ready(self) -> bool:
+        if not self.jobs:
+            return False
+        job = self.jobs[0]
+        return bool(job.error) or all(d.signaled for d in job.deps)
+
+
+class RingScheduler:
+    """Chooses the next job of one ring. Not thread-safe: the ring's lock guards it."""
+
+    def __init__(self):
+        self.entities: dict[tuple[int, int], Entity] = {}
+        self.order: list[Entity] = []  # round-robin order (served entities move back)
+
+    def push(self, job) -> None:
+        key = (job.file.id, job.ctx.id)
+        ent = self.entities.get(key)
+        if ent is None:
+            ent = self.entities[key] = Entity(job.ctx, job.file)
+            self.order.append(ent)
+        ent.jobs.append(job)
+
+    def pick(self):
+        """Pop the next job to run, or None if no entity has a ready job."""
+        ready = [e for e in self.order if e.ready()]
+        if not ready:
+            return None
+        best = min(e.level for e in ready)
+        starved = [e for e in ready if e.level > best and e.passed_over >= STARVATION_LIMIT]
+        chosen = starved[0] if starved else next(e for e in ready if e.level == best)
+        for e in ready:
+            if e is not chosen and e.level > chosen.level:
+                e.passed_over += 1
+        chosen.passed_over = 0
+        self.order.remove(chosen)
+        self.order.append(chosen)
+        job = chosen.jobs.popleft()
+        if not chosen.jobs:  # drop idle entities so the table stays small
+            del self.entities[(chosen.file.id, chosen.ctx.id)]
+            self.order.remove(chosen)
+        return job
+
+    def jobs(self):
+        for e in self.order:
+            yield from e.jobs
+
+    def __len__(self) -> int:
+        return sum(len(e.jobs) for e in self.order)
+
+    def describe(self) -> list[str]:
+        return [f"  entity client {e.file.id} ctx {e.ctx.id} {LEVEL_NAMES[e.level]}: "
+                f"{len(e.jobs)} queued, ready={e.ready()}, passed over {e.passed_over}"
+                for e in self.order]
+
+
+@ioctl("AMDGPU_SCHED")
+def sched_ioctl(dev, file, args, extra):
+    """Override scheduling priority (amdgpu_sched.c), root only.
+
+    PROCESS_PRIORITY_OVERRIDE sets every context of a client; CONTEXT_PRIORITY_OVERRIDE
+    one context. `fd` names the client: 0 is the calling file, otherwise a client id
+    as listed in debugfs `clients` (vgpu has no fds to pass). EACCES: not root.
+    EINVAL: unknown op or priority, nonzero ctx_id for a process override. ENOENT:
+    unknown client or context."""
+    args = args.in_
+    check(file.uid == 0, errno.EACCES, "SCHED needs root (CAP_SYS_NICE)")
+    check(args.priority in PRIORITIES, errno.EINVAL, f"invalid priority {args.priority}")
+    check_priority(file, args.priority)
+    target = file if args.fd == 0 else dev.files.get(args.fd)
+    check(target is not None, errno.ENOENT, f"no client {args.fd}")
+    if args.op == uapi.AMDGPU_SCHED_OP_PROCESS_PRIORITY_OVERRIDE:
+        check(args.ctx_id == 0, errno.EINVAL, "ctx_id must be 0 for a process override")
+        contexts = list(target.contexts.values())
+    elif args.op == uapi.AMDGPU_SCHED_OP_CONTEXT_PRIORITY_OVERRIDE:
+        ctx = target.contexts.get(args.ctx_id)
+        check(ctx is not None, errno.ENOENT, f"no context {args.ctx_id} in client {target.id}")
+        contexts = [ctx]
+    else:
+        raise KmdError(errno.EINVAL, f"unknown SCHED op {args.op}")
+    for ctx in contexts:
+        ctx.priority = args.priority
+    dev.kmsg.log(f"sched: client {target.id} {len(contexts)} context(s) now {PRIORITIES[args.priority]}")

@@ -1,0 +1,153 @@
+"""The drm_sched-style scheduler: priorities, round-robin, starvation bound, the
+per-context cap, SCHED, on-demand reset."""
+import errno
+import struct
+import time
+
+import pytest
+
+from kmd import sched
+from kmd.errors import KmdError
+from kmd.hw import SdmaIb
+from vgpu import uapi
+
+from .conftest import call, fails
+from .test_cs import VA_A, VA_B, Setup
+
+
+def new_ctx(s, priority=0):
+    a = uapi.drm_amdgpu_ctx()
+    a.in_.op, a.in_.priority = uapi.AMDGPU_CTX_OP_ALLOC_CTX, priority
+    return call(s.dev, s.f, "AMDGPU_CTX", a)[0].out.alloc.ctx_id
+
+
+def block_ring(s):
+    """Run a job that polls VA_A until the test writes 1 there: the ring is busy.
+    Returns once the ring is running it, so later jobs queue behind it."""
+    seq = s.submit(SdmaIb().poll_regmem(VA_A, 1))
+    ring = s.dev.rings[(uapi.AMDGPU_HW_IP_DMA, 0)]
+    deadline = time.monotonic() + 30
+    while ring.running is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return seq
+
+
+def release(s):
+    s.bo(s.a).write(0, struct.pack("<I", 1))
+
+
+def drain(s, ring=0):
+    """Wait for every job submitted on the ring (they may complete out of seq order)."""
+    for seq in range(1, s.dev.rings[(uapi.AMDGPU_HW_IP_DMA, ring)].emitted_seq + 1):
+        try:
+            s.wait(seq, ring=ring)
+        except KmdError:
+            pass
+
+
+def order(dev, ring=0):
+    return [ctx for _, ctx in dev.rings[(uapi.AMDGPU_HW_IP_DMA, ring)].history]
+
+
+def test_high_priority_first(dev, root_client):
+    s = Setup(dev, root_client)
+    low, high = new_ctx(s, uapi.AMDGPU_CTX_PRIORITY_LOW), new_ctx(s, uapi.AMDGPU_CTX_PRIORITY_HIGH)
+    block_ring(s)
+    for _ in range(3):
+        s.submit(SdmaIb().nop(), ctx=low)
+    last = [s.submit(SdmaIb().nop(), ctx=high) for _ in range(3)][-1]
+    release(s)
+    drain(s)
+    assert order(dev)[1:] == [high] * 3 + [low] * 3
+
+
+def test_round_robin_within_a_priority(dev, client):
+    s = Setup(dev, client)
+    a, b = new_ctx(s), new_ctx(s)
+    block_ring(s)
+    for _ in range(3):
+        s.submit(SdmaIb().nop(), ctx=a)
+    for _ in range(3):
+        s.submit(SdmaIb().nop(), ctx=b)
+    release(s)
+    drain(s)
+    assert order(dev)[1:] == [a, b, a, b, a, b]
+
+
+def test_starvation_bound(dev, root_client):
+    s = Setup(dev, root_client)
+    low, high = new_ctx(s, uapi.AMDGPU_CTX_PRIORITY_LOW), new_ctx(s, uapi.AMDGPU_CTX_PRIORITY_HIGH)
+    block_ring(s)
+    s.submit(SdmaIb().nop(), ctx=low)
+    for _ in range(sched.STARVATION_LIMIT + 4):
+        s.submit(SdmaIb().nop(), ctx=high)
+    release(s)
+    drain(s)
+    ran = order(dev)[1:]
+    assert ran.index(low) == sched.STARVATION_LIMIT  # served after exactly LIMIT higher jobs
+
+
+def test_per_context_cap_is_ebusy_and_write_never_blocks(dev, client, monkeypatch):
+    monkeypatch.setattr(sched, "MAX_JOBS_PER_CONTEXT", 4)
+    s = Setup(dev, client)
+    block_ring(s)
+    for _ in range(3):
+        s.submit(SdmaIb().nop())
+    with pytest.raises(Exception) as e:
+        s.submit(SdmaIb().nop())
+    assert e.value.errno == errno.EBUSY
+    other = new_ctx(s)  # another context is not affected
+    s.submit(SdmaIb().nop(), ctx=other)
+    release(s)
+    drain(s)
+    s.submit(SdmaIb().nop())  # room again once the jobs are done
+
+
+def sched_args(op, priority, ctx_id=0, fd=0):
+    a = uapi.drm_amdgpu_sched()
+    a.in_.op, a.in_.priority, a.in_.ctx_id, a.in_.fd = op, priority, ctx_id, fd
+    return a
+
+
+def test_sched_ioctl_overrides_priority(dev, client, root_client):
+    s = Setup(dev, client)
+    call(dev, root_client, "AMDGPU_SCHED", sched_args(
+        uapi.AMDGPU_SCHED_OP_CONTEXT_PRIORITY_OVERRIDE, uapi.AMDGPU_CTX_PRIORITY_HIGH, s.ctx, client.id))
+    assert client.contexts[s.ctx].priority == uapi.AMDGPU_CTX_PRIORITY_HIGH
+    call(dev, root_client, "AMDGPU_SCHED", sched_args(
+        uapi.AMDGPU_SCHED_OP_PROCESS_PRIORITY_OVERRIDE, uapi.AMDGPU_CTX_PRIORITY_LOW, 0, client.id))
+    assert client.contexts[s.ctx].priority == uapi.AMDGPU_CTX_PRIORITY_LOW
+    fails(errno.EACCES, dev, client, "AMDGPU_SCHED", sched_args(
+        uapi.AMDGPU_SCHED_OP_PROCESS_PRIORITY_OVERRIDE, uapi.AMDGPU_CTX_PRIORITY_LOW))
+    fails(errno.EINVAL, dev, root_client, "AMDGPU_SCHED", sched_args(9, 0))
+    fails(errno.EINVAL, dev, root_client, "AMDGPU_SCHED", sched_args(
+        uapi.AMDGPU_SCHED_OP_PROCESS_PRIORITY_OVERRIDE, 77))
+    fails(errno.ENOENT, dev, root_client, "AMDGPU_SCHED", sched_args(
+        uapi.AMDGPU_SCHED_OP_CONTEXT_PRIORITY_OVERRIDE, 0, 99, client.id))
+    fails(errno.ENOENT, dev, root_client, "AMDGPU_SCHED", sched_args(
+        uapi.AMDGPU_SCHED_OP_PROCESS_PRIORITY_OVERRIDE, 0, 0, 4242))
+
+
+def test_debugfs_gpu_reset_aborts_the_running_job(dev, client):
+    s = Setup(dev, client)
+    hung = block_ring(s)
+    behind = s.submit(SdmaIb().fence(VA_B, 9), ctx=new_ctx(s))
+    read, write = dev.debugfs_files()["gpu_reset"]
+    write(b"1\n")
+    with pytest.raises(Exception) as e:
+        s.wait(hung)
+    assert e.value.errno == errno.ETIME
+    assert s.wait(behind) == 0 and s.bo(s.b).read(0, 4) == struct.pack("<I", 9)  # innocent job ran
+    assert "resets: " in read() and "GPU reset begin!" in dev.kmsg.text()
+    a = uapi.drm_amdgpu_ctx()
+    a.in_.op, a.in_.ctx_id = uapi.AMDGPU_CTX_OP_QUERY_STATE, s.ctx
+    assert call(dev, client, "AMDGPU_CTX", a)[0].out.state.reset_status == uapi.AMDGPU_CTX_GUILTY_RESET
+
+
+def test_ring_debugfs_lists_entities(dev, client):
+    s = Setup(dev, client)
+    block_ring(s)
+    s.submit(SdmaIb().nop())
+    text = dev.debugfs_files()["ring_sdma0"]()
+    assert "entity client" in text and "NORMAL" in text
+    release(s)
