@@ -73,3 +73,18 @@ def cs_ctx_free(ctx: Context) -> None:
     req.in_.op = uapi.AMDGPU_CTX_OP_FREE_CTX
     req.in_.ctx_id = ctx_id
     ctx.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_CTX, req)
+
+
+def cs_ctx_override_priority(ctx: Context, priority: int, client_id: int = 0) -> None:
+    """AMDGPU_SCHED CONTEXT_PRIORITY_OVERRIDE (amdgpu_cs_ctx_override_priority).
+    Root only. libdrm passes a master fd; vgpu names the target DRM file by its
+    client id from debugfs `clients` (0: this file), so `ctx` must then be the id of
+    a context of that client (`ctx.id`)."""
+    req = uapi.drm_amdgpu_sched()
+    req.in_.op = uapi.AMDGPU_SCHED_OP_CONTEXT_PRIORITY_OVERRIDE
+    req.in_.fd = client_id
+    req.in_.priority = priority
+    req.in_.ctx_id = ctx.id
+    ctx.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_SCHED, req)
+    if client_id == 0:
+        ctx.priority = priority
