@@ -16,6 +16,7 @@ from .fence import abs_timeout_to_relative, wait_any
 from .gem import lookup_bo
 from .ioctl import PendingReply, ioctl
 from .job import Job
+from .syncobj import lookup as lookup_syncobj
 
 CHUNK = uapi.drm_amdgpu_cs_chunk
 KNOWN_IB_FLAGS = (uapi.AMDGPU_IB_FLAG_CE | uapi.AMDGPU_IB_FLAG_PREAMBLE
@@ -65,7 +66,11 @@ def cs(dev, file, args, extra):
 
     EINVAL: unknown context, no or unknown chunks, malformed chunk data, IB not
     dword-sized or too big, IBs for different rings, unknown ring, bad dependency.
-    ENOENT: bad BO list or BO handle. ECANCELED: the context is guilty of a hang or
+    Syncobj chunks: SYNCOBJ_IN / SYNCOBJ_TIMELINE_WAIT make the job wait for a
+    syncobj's fence (at a point); SYNCOBJ_OUT / SYNCOBJ_TIMELINE_SIGNAL give the
+    job's fence to syncobjs once it is queued (amdgpu_cs_p2_syncobj_*).
+    ENOENT: bad BO list, BO or syncobj handle; EINVAL also for a syncobj (point)
+    without a fence, or unknown syncobj chunk flags. ECANCELED: the context is guilty of a hang or
     fault. ENOMEM: too many jobs in flight on the context."""
     a = args.in_
     ctx = file.contexts.get(a.ctx_id)
@@ -74,6 +79,7 @@ def cs(dev, file, args, extra):
     check(a.flags == 0, errno.EINVAL, f"unknown CS flags {a.flags:#x}")
     check(a.num_chunks > 0, errno.EINVAL, "no chunks")
     ibs, deps, bos, user_fence, ring = [], [], None, None, None
+    signals = []  # (syncobj, point): get the job's fence once it is queued
     if a.bo_list_handle:
         bos = file.bo_lists.get(a.bo_list_handle)
         check(bos is not None, errno.ENOENT, f"no BO list {a.bo_list_handle}")
@@ -102,6 +108,32 @@ def cs(dev, file, args, extra):
                 fence = lookup_fence(dev, file, d.ctx_id, d.ip_type, d.ip_instance, d.ring, d.handle)
                 if fence is not None and not fence.signaled:
                     deps.append(fence)
+        elif chunk_id in (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT):
+            check(len(data) % 4 == 0, errno.EINVAL, "syncobj chunk size")
+            for i in range(0, len(data), 4):
+                handle = int.from_bytes(data[i:i + 4], "little")
+                s = lookup_syncobj(file, handle)
+                if chunk_id == uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT:
+                    signals.append((s, 0))
+                else:
+                    fence = syncobj_fence(s, handle, 0)
+                    if not fence.signaled:
+                        deps.append(fence)
+        elif chunk_id in (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL):
+            size = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk_syncobj)
+            check(len(data) % size == 0, errno.EINVAL, "timeline syncobj chunk size")
+            for i in range(0, len(data), size):
+                d = uapi.drm_amdgpu_cs_chunk_syncobj.from_buffer_copy(data, i)
+                s = lookup_syncobj(file, d.handle)
+                if chunk_id == uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL:
+                    check(d.flags == 0, errno.EINVAL, f"timeline signal flags {d.flags:#x}")
+                    signals.append((s, d.point))
+                else:
+                    check(not d.flags & ~uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT, errno.EINVAL,
+                          f"timeline wait flags {d.flags:#x}")
+                    fence = syncobj_fence(s, d.handle, d.point)
+                    if not fence.signaled:
+                        deps.append(fence)
         elif chunk_id == uapi.AMDGPU_CHUNK_ID_BO_HANDLES:
             lst = as_struct(uapi.drm_amdgpu_bo_list_in, data, "BO_HANDLES")
             check(bos is None, errno.EINVAL, "both a BO list handle and a BO_HANDLES chunk")
@@ -112,6 +144,16 @@ def cs(dev, file, args, extra):
     check(ring is not None, errno.EINVAL, "no IB chunk")
     job = Job(file, ctx, ibs, bos if bos is not None else file.mapped_bos(), deps, user_fence=user_fence)
     args.out.handle = dev.queue_job(ring, job)
+    for s, point in signals:  # after queueing: job.fence exists now
+        s.signal_point(job.fence, point)
+
+
+def syncobj_fence(s, handle: int, point: int):
+    """The fence a SYNCOBJ_IN / TIMELINE_WAIT entry makes the job wait for. EINVAL
+    when the syncobj has none (for that point): amdgpu_syncobj_lookup_and_add."""
+    fence = s.find(point)
+    check(fence is not None, errno.EINVAL, f"syncobj {handle} has no fence" + (f" for point {point}" if point else ""))
+    return fence
 
 
 @ioctl("AMDGPU_WAIT_CS")

@@ -11,7 +11,7 @@ import time
 from vgpu import uapi
 
 from . import bo_list as _bo_list, cs as _cs, ctx as _ctx, gem as _gem, info as _info, sched as _sched, vm as _vm  # noqa: F401
-from . import hw
+from . import hw, syncobj as _syncobj
 from .drm_file import DrmFile
 from .errors import KmdError
 from .gem import DOMAIN_NAMES, BufferObject
@@ -35,6 +35,7 @@ class Device:
         self.timeout = timeout
         self.files: dict[int, DrmFile] = {}
         self.bos_by_offset: dict[int, BufferObject] = {}
+        self.sync_tokens = _syncobj.SyncTokens()  # MOUNT/sync/<token-hex>
         self.reset_counter = 0
         self._t0 = time.monotonic()
         self.cpu_sync = None  # set by vdev: callback(bo, offset, size), worker threads only
@@ -69,6 +70,7 @@ class Device:
                 ring.cancel(lambda j: j.file is f)
             f.vm.clear_all()
             f.bo_lists.clear()
+            _syncobj.close_file(self, f)
             for ctx in list(f.contexts.values()):
                 self.free_ctx(f, ctx)
             for handle in list(f.bos):
@@ -146,6 +148,11 @@ class Device:
     def bo_by_offset(self, offset: int) -> BufferObject | None:
         with self.lock:
             return self.bos_by_offset.get(offset)
+
+    def sync_file_by_token(self, token: int):
+        """The kmd.syncobj.SyncExport behind MOUNT/sync/<token-hex>, or None."""
+        with self.lock:
+            return self.sync_tokens.get(token)
 
     def wait_bo_idle(self, bo: BufferObject, timeout: float | None) -> bool:
         """Block (outside the device lock) until no job uses `bo`, or `timeout` s pass."""

@@ -1,5 +1,5 @@
 """DrmFile: one open of card0/renderD128 (struct drm_file): its handle namespaces
-(GEM handles, contexts) and its VM. Handle 0 is never valid (drm-shim's rule)."""
+(GEM handles, contexts, syncobjs) and its VM. Handle 0 is never valid (drm-shim's rule)."""
 import itertools
 
 from .ctx import Context
@@ -17,10 +17,13 @@ class DrmFile:
         self.contexts: dict[int, Context] = {}
         self.vm = VirtualMemory()
         self.bo_lists: dict[int, list] = {}
+        self.syncobjs: dict = {}       # syncobj handle -> kmd.syncobj.Syncobj
+        self.sync_tokens: set[int] = set()  # tokens this file exported (MOUNT/sync/)
         self.inflight = 0              # jobs queued or running
         self._next_handle = 1
         self._next_ctx = 1
         self._next_list = 1
+        self._next_syncobj = 1
         self.closed = False
 
     def add_bo(self, bo) -> int:
@@ -40,6 +43,12 @@ class DrmFile:
         handle = self._next_list
         self._next_list += 1
         self.bo_lists[handle] = bos
+        return handle
+
+    def add_syncobj(self, syncobj) -> int:
+        handle = self._next_syncobj
+        self._next_syncobj += 1
+        self.syncobjs[handle] = syncobj
         return handle
 
     def mapped_bos(self) -> list:

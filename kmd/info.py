@@ -28,8 +28,8 @@ RINGS = {uapi.AMDGPU_HW_IP_DMA: 2, uapi.AMDGPU_HW_IP_COMPUTE: 1}
 CAPS = {
     uapi.DRM_CAP_PRIME: uapi.DRM_PRIME_CAP_IMPORT | uapi.DRM_PRIME_CAP_EXPORT,
     uapi.DRM_CAP_TIMESTAMP_MONOTONIC: 1,
-    uapi.DRM_CAP_SYNCOBJ: 0,            # set when the syncobj ioctls land (issue 4)
-    uapi.DRM_CAP_SYNCOBJ_TIMELINE: 0,
+    uapi.DRM_CAP_SYNCOBJ: 1,            # kmd/syncobj.py
+    uapi.DRM_CAP_SYNCOBJ_TIMELINE: 1,
 }
 
 

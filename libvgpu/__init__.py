@@ -12,7 +12,7 @@ prefix; ``docs/libvgpu.md`` maps each to its libdrm counterpart and ioctl.
 from .bo import Bo, BoInfo, bo_alloc, bo_cpu_map, bo_cpu_unmap, bo_free, bo_query_info, bo_wait_for_idle
 from .cs import (AMDGPU_QUERY_FENCE_TIMEOUT_IS_ABSOLUTE, BoList, CsFence, CsRequest, IbInfo, bo_list_create,
                  bo_list_destroy, bo_list_update, cs_query_fence_status, cs_submit, cs_wait_fences, fence_of)
-from .ctx import Context, cs_ctx_create, cs_ctx_free
+from .ctx import Context, cs_ctx_create, cs_ctx_free, cs_ctx_override_priority
 from .device import (Device, DrmVersion, device_deinitialize, device_initialize, device_initialize_fd, get_cap,
                      get_version, query_firmware_version, query_gpu_info, query_heap_info,
                      query_hw_ip_count, query_hw_ip_info, query_info, query_info_struct,
@@ -22,6 +22,11 @@ from .errors import (VgpuBusy, VgpuCanceled, VgpuError, VgpuInvalidArgument, Vgp
                      VgpuTimeout, error_for, from_oserror)
 from .ioctl import AMDGPU_TIMEOUT_INFINITE, drm_ioctl
 from .sdma import SdmaIb
+from .syncobj import (Syncobj, cs_fence_to_handle, sync_file_path, sync_file_status, sync_file_wait,
+                      syncobj_create, syncobj_destroy, syncobj_export, syncobj_export_sync_file,
+                      syncobj_import, syncobj_import_sync_file, syncobj_query, syncobj_reset,
+                      syncobj_signal, syncobj_timeline_signal, syncobj_timeline_wait, syncobj_transfer,
+                      syncobj_wait)
 from .va import (VA_RANGE_32_BIT, VA_RANGE_HIGH, VaManager, VaRange, bo_va_op, bo_va_op_raw,
                  va_range_alloc, va_range_free)
 

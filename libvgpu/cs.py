@@ -115,6 +115,10 @@ class CsRequest:
     ip_instance: int = 0
     dependencies: list[CsFence] = field(default_factory=list)
     fence_info: tuple | None = None      # (Bo, offset): the KMD writes the seq there
+    syncobj_in: list = field(default_factory=list)    # Syncobjs whose fences the job waits for
+    syncobj_out: list = field(default_factory=list)   # Syncobjs that get the job's fence
+    timeline_wait: list = field(default_factory=list)    # (Syncobj, point[, flags]) to wait for
+    timeline_signal: list = field(default_factory=list)  # (Syncobj, point) to signal
     seq_no: int = 0
 
 
@@ -125,7 +129,8 @@ def _chunk(chunk_id: int, data: bytes) -> bytes:
 def cs_submit(context, request: CsRequest, flags: int = 0) -> int:
     """AMDGPU_CS (amdgpu_cs_submit): queue `request` on its ring; returns the
     sequence number (also stored in request.seq_no). Mapped BOs of the submission
-    are written back first. Raises VgpuCanceled once the context is guilty."""
+    are written back first. Syncobj lists become the SYNCOBJ_IN/OUT and
+    SYNCOBJ_TIMELINE_WAIT/SIGNAL chunks (amdgpu_cs_submit_raw2's chunks). Raises VgpuCanceled once the context is guilty."""
     dev = context.dev
     bos = request.resources.bos if request.resources else list(dev._bos.values())
     for bo in bos:
@@ -147,6 +152,18 @@ def cs_submit(context, request: CsRequest, flags: int = 0) -> int:
             for d in request.dependencies)
         chunks += _chunk(uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, deps)
         n += 1
+    for chunk_id, syncobjs in ((uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, request.syncobj_in),
+                               (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, request.syncobj_out)):
+        if syncobjs:
+            chunks += _chunk(chunk_id, b"".join(bytes(uapi.drm_amdgpu_cs_chunk_sem(handle=s.handle))
+                                                for s in syncobjs))
+            n += 1
+    for chunk_id, entries in ((uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, request.timeline_wait),
+                              (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, request.timeline_signal)):
+        if entries:
+            chunks += _chunk(chunk_id, b"".join(bytes(uapi.drm_amdgpu_cs_chunk_syncobj(
+                handle=e[0].handle, point=e[1], flags=e[2] if len(e) > 2 else 0)) for e in entries))
+            n += 1
     req = uapi.drm_amdgpu_cs()
     req.in_.ctx_id = context.id
     req.in_.bo_list_handle = request.resources.handle if request.resources else 0

@@ -5,7 +5,9 @@
     dev/dri/card0, dev/dri/renderD128   control files: ioctl = write() request, read() reply
     dev/kmsg                            the KMD log, snapshotted at open
     bo/<offset-hex>                     one file per mmap-able BO (never listed)
-    prime/, sync/                       exported BOs and sync files (empty for now)
+    prime/                              exported BOs (empty for now)
+    sync/<token-hex>                    exported syncobjs and sync files (never listed):
+                                        poll() gives POLLIN once signalled, read() a status
     sys/class/drm/card0/device/*        sysfs numbers, from Device.sysfs_files()
     sys/kernel/debug/dri/0/*            debugfs views, from Device.debugfs_files()
     sys/class/devcoredump/devcd<N>/data crash dumps, from Device.devcoredumps() if present
@@ -32,7 +34,9 @@ import functools
 import itertools
 import logging
 import os
+import queue
 import re
+import select
 import stat
 import threading
 import time
@@ -84,6 +88,14 @@ class Dir(Node):
         self.provider = provider
 
 
+class SyncFile(Node):
+    """MOUNT/sync/<token-hex>: a kmd.syncobj.SyncExport (syncobj or sync file)."""
+
+    def __init__(self, inode: int, export):
+        super().__init__(inode, stat.S_IFREG | 0o400, export.uid)
+        self.export = export
+
+
 class ControlFile(Node):
     def __init__(self, inode: int, render: bool):
         super().__init__(inode, stat.S_IFREG | 0o666)
@@ -126,6 +138,17 @@ class SnapshotHandle:
     def __init__(self, node: GeneratedFile, data: bytes):
         self.node = node
         self.data = data
+
+
+class SyncHandle:
+    """An open sync file: the status text of its first read, and the poll handle the
+    kernel gave us while the fence is busy (armed: a notification is arranged)."""
+
+    def __init__(self, node: SyncFile):
+        self.export = node.export
+        self.data: bytes | None = None
+        self.poll_handle = None
+        self.armed = False
 
 
 class BoHandle:
@@ -189,6 +212,10 @@ class VgpuFs(pyfuse3.Operations):
         self._next_fh = itertools.count(1)
         self._dir_listings: dict[int, list] = {}
         self._loop_thread: int | None = None
+        # PollHandle.notify runs here, never in a request handler or a fence
+        # callback (which may run under the device lock or on the FUSE loop).
+        self._poll_notices: queue.SimpleQueue = queue.SimpleQueue()
+        self._poll_thread: threading.Thread | None = None
 
         root = self._add(Dir(pyfuse3.ROOT_INODE, None))
         dev_dir = self._mkdir(root, "dev")
@@ -198,7 +225,7 @@ class VgpuFs(pyfuse3.Operations):
         self._link(dev_dir, "kmsg", GeneratedFile(self._ino(), lambda: dev.kmsg.text()))
         self.bo_dir = self._mkdir(root, "bo")
         self._mkdir(root, "prime")
-        self._mkdir(root, "sync")
+        self.sync_dir = self._mkdir(root, "sync")
         sys_dir = self._mkdir(root, "sys")
         cls = self._mkdir(sys_dir, "class")
         card0 = self._mkdir(self._mkdir(cls, "drm"), "card0")
@@ -309,6 +336,8 @@ class VgpuFs(pyfuse3.Operations):
             return self._attr(parent.parent)
         if parent is self.bo_dir:
             return self._attr(self._lookup_bo(text))
+        if parent is self.sync_dir:
+            return self._attr(self._lookup_sync(text))
         node = self._refresh(parent).get(text)
         if node is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
@@ -330,9 +359,22 @@ class VgpuFs(pyfuse3.Operations):
         node.nlookup += 1
         return node
 
+    def _lookup_sync(self, name: str) -> SyncFile:
+        # Canonical lowercase hex only, as for BO files; a fresh inode per lookup
+        # keeps no state here (the KMD's token table is the truth, rechecked at open).
+        if not _HEX_NAME.fullmatch(name) or format(int(name, 16), "x") != name:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        export = self.dev.sync_file_by_token(int(name, 16))
+        if export is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._add(SyncFile(next(self._next_bo_inode), export))
+
     async def forget(self, inode_list):
         for inode, nlookup in inode_list:
             node = self._inodes.get(inode)
+            if isinstance(node, SyncFile):
+                del self._inodes[inode]
+                continue
             if not isinstance(node, BoFile):
                 continue  # the static tree and generated files live as long as the mount
             node.nlookup -= nlookup
@@ -344,7 +386,7 @@ class VgpuFs(pyfuse3.Operations):
     @_guard
     async def access(self, inode, mode, ctx):
         node = self._node(inode)
-        if isinstance(node, BoFile) and ctx.uid not in (0, node.bo.uid):
+        if isinstance(node, (BoFile, SyncFile)) and ctx.uid not in (0, node.uid):
             return False
         return True
 
@@ -362,8 +404,8 @@ class VgpuFs(pyfuse3.Operations):
         if not isinstance(node, Dir):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         fh = next(self._next_fh)
-        # bo/ lists nothing: BO names are capabilities handed out by GEM_MMAP.
-        children = {} if node is self.bo_dir else self._refresh(node)
+        # bo/ and sync/ list nothing: their names are capabilities (GEM_MMAP, tokens).
+        children = {} if node in (self.bo_dir, self.sync_dir) else self._refresh(node)
         self._dir_listings[fh] = sorted(children.items())
         return fh
 
@@ -402,6 +444,14 @@ class VgpuFs(pyfuse3.Operations):
                                   f"owner uid {node.bo.uid}")
                 raise pyfuse3.FUSEError(errno.EACCES)
             return self._new_handle(BoHandle(node), direct_io=False, keep_cache=True)
+        if isinstance(node, SyncFile):
+            if self.dev.sync_file_by_token(node.export.token) is not node.export:
+                raise pyfuse3.FUSEError(errno.ENOENT)  # its exporter has closed since
+            if ctx.uid not in (0, node.uid) or acc != os.O_RDONLY:
+                self.dev.kmsg.log(f"sync/{node.export.token:x}: open by uid {ctx.uid} (pid {ctx.pid}) "
+                                  f"denied, exporter uid {node.uid}")
+                raise pyfuse3.FUSEError(errno.EACCES)
+            return self._new_handle(SyncHandle(node), direct_io=True)
         raise pyfuse3.FUSEError(errno.EACCES)
 
     def _new_handle(self, handle, direct_io: bool, keep_cache: bool = False) -> pyfuse3.FileInfo:
@@ -421,6 +471,10 @@ class VgpuFs(pyfuse3.Operations):
         if isinstance(h, ControlHandle):
             return await self._read_reply(h, size)
         if isinstance(h, SnapshotHandle):
+            return h.data[off: off + size]
+        if isinstance(h, SyncHandle):
+            if h.data is None or off == 0:  # the status as of the first read
+                h.data = h.export.status().encode()
             return h.data[off: off + size]
         if isinstance(h, BoHandle):
             if off >= h.bo.size:
@@ -474,6 +528,43 @@ class VgpuFs(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.EFBIG)
             return n
         raise pyfuse3.FUSEError(errno.EBADF)
+
+    @_guard
+    async def poll(self, inode, fh, poll_handle, ctx):
+        """Sync files: POLLIN once the fence has signalled; until then the kernel's
+        handle is kept and notified (from a worker thread) when it may have.
+        Everything else is always ready, as without a poll handler: raising ENOSYS
+        would switch poll off for the whole mount."""
+        h = self._handles.get(fh)
+        if not isinstance(h, SyncHandle):
+            return select.POLLIN | select.POLLOUT | select.POLLRDNORM | select.POLLWRNORM
+        if h.export.signaled():
+            h.poll_handle = None
+            return select.POLLIN | select.POLLRDNORM
+        if poll_handle is not None:
+            h.poll_handle = poll_handle  # a newer handle replaces the old one
+            if not h.armed:
+                h.armed = True
+                h.export.notify_on_change(lambda: self._poll_notices.put(h))
+                self._start_poll_thread()
+        return 0
+
+    def _start_poll_thread(self) -> None:
+        if self._poll_thread is None:
+            self._poll_thread = threading.Thread(target=self._poll_notifier, name="vdev-poll", daemon=True)
+            self._poll_thread.start()
+
+    def _poll_notifier(self) -> None:
+        """Wake poll()ers of sync files whose state changed; the kernel then polls again."""
+        while True:
+            h = self._poll_notices.get()
+            h.armed = False
+            ph, h.poll_handle = h.poll_handle, None
+            if ph is not None:
+                try:
+                    ph.notify()
+                except OSError:
+                    pass  # the poller went away
 
     async def flush(self, fh):
         pass
