@@ -130,7 +130,8 @@ def cs_submit(context, request: CsRequest, flags: int = 0) -> int:
     """AMDGPU_CS (amdgpu_cs_submit): queue `request` on its ring; returns the
     sequence number (also stored in request.seq_no). Mapped BOs of the submission
     are written back first. Syncobj lists become the SYNCOBJ_IN/OUT and
-    SYNCOBJ_TIMELINE_WAIT/SIGNAL chunks (amdgpu_cs_submit_raw2's chunks). Raises VgpuCanceled once the context is guilty."""
+    SYNCOBJ_TIMELINE_WAIT/SIGNAL chunks. Raises VgpuCanceled once the context is
+    guilty."""
     dev = context.dev
     bos = request.resources.bos if request.resources else list(dev._bos.values())
     for bo in bos:
