@@ -1,0 +1,598 @@
+"""Decoding of vgpu ioctl frames for `vgpu trace`: one formatter per request and
+reply, names for the uapi numbers, and the frame decoders (decode_request/decode_reply).
+
+Kept apart from vgpu/trace.py (which pairs strace calls into ioctls) so that each
+new ioctl only touches this table.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from vgpu import uapi
+
+_REQ_HDR = ctypes.sizeof(uapi.vgpu_request_header)
+_REPLY_HDR = ctypes.sizeof(uapi.vgpu_reply_header)
+_INFINITE = 0xFFFFFFFFFFFFFFFF
+_S64_MAX = (1 << 63) - 1
+
+
+# ---------------------------------------------------------------------------
+# Names of numbers, from the uapi constants
+# ---------------------------------------------------------------------------
+def _enum(prefix: str, skip: tuple[str, ...] = (), keep: tuple[str, ...] = ()) -> dict[int, str]:
+    table: dict[int, str] = {}
+    for name, value in vars(uapi).items():
+        if not name.startswith(prefix) or not isinstance(value, int):
+            continue
+        short = name[len(prefix):]
+        if short in keep or not short.startswith(skip) and short not in skip:
+            table.setdefault(value, short)
+    return table
+
+
+DOMAINS = _enum("AMDGPU_GEM_DOMAIN_", skip=("MASK",))
+GEM_CREATE_FLAGS = _enum("AMDGPU_GEM_CREATE_")
+INFO_QUERIES = _enum("AMDGPU_INFO_", skip=("FW_", "SENSOR_", "VBIOS_", "MMR_", "VIDEO_CAPS_"),
+                     keep=("FW_VERSION",))
+FW_TYPES = _enum("AMDGPU_INFO_FW_", skip=("VERSION",))
+SENSORS = _enum("AMDGPU_INFO_SENSOR_")
+HW_IPS = _enum("AMDGPU_HW_IP_", skip=("NUM", "INSTANCE_MAX_COUNT"))
+VA_OPS = _enum("AMDGPU_VA_OP_")
+VA_FLAGS = {uapi.AMDGPU_VM_DELAY_UPDATE: "DELAY_UPDATE", uapi.AMDGPU_VM_PAGE_READABLE: "READ",
+            uapi.AMDGPU_VM_PAGE_WRITEABLE: "WRITE", uapi.AMDGPU_VM_PAGE_EXECUTABLE: "EXEC",
+            uapi.AMDGPU_VM_PAGE_PRT: "PRT"}
+MTYPES = {v: k[len("AMDGPU_VM_MTYPE_"):] for k, v in vars(uapi).items()
+          if k.startswith("AMDGPU_VM_MTYPE_") and k != "AMDGPU_VM_MTYPE_MASK"}
+CTX_OPS = _enum("AMDGPU_CTX_OP_")
+CTX_PRIORITIES = _enum("AMDGPU_CTX_PRIORITY_")
+CTX_RESET = {uapi.AMDGPU_CTX_NO_RESET: "NO_RESET", uapi.AMDGPU_CTX_GUILTY_RESET: "GUILTY_RESET",
+             uapi.AMDGPU_CTX_INNOCENT_RESET: "INNOCENT_RESET",
+             uapi.AMDGPU_CTX_UNKNOWN_RESET: "UNKNOWN_RESET"}
+CTX_QUERY2_FLAGS = _enum("AMDGPU_CTX_QUERY2_FLAGS_")
+BO_LIST_OPS = _enum("AMDGPU_BO_LIST_OP_")
+CHUNK_IDS = _enum("AMDGPU_CHUNK_ID_")
+IB_FLAGS = {**_enum("AMDGPU_IB_FLAG_"), uapi.AMDGPU_IB_FLAGS_SECURE: "SECURE"}
+DRM_CAPS = _enum("DRM_CAP_")
+GEM_OPS = _enum("AMDGPU_GEM_OP_")
+SYNCOBJ_WAIT_FLAGS = _enum("DRM_SYNCOBJ_WAIT_FLAGS_")
+PRIME_FLAGS = {uapi.DRM_CLOEXEC: "CLOEXEC", uapi.DRM_RDWR: "RDWR"}
+FENCE_TO_HANDLE = _enum("AMDGPU_FENCE_TO_HANDLE_")
+
+
+def name_of(value: int, table: dict[int, str]) -> str:
+    return table.get(value, str(value))
+
+
+def flags_of(value: int, table: dict[int, str]) -> str:
+    """``READ|WRITE|EXEC``; unknown bits as hex; ``0`` for none."""
+    names, rest = [], value
+    for bit, name in sorted(table.items()):
+        if bit and value & bit == bit:
+            names.append(name)
+            rest &= ~bit
+    if rest:
+        names.append(hex(rest))
+    return "|".join(names) or "0"
+
+
+def _timeout(value: int) -> str:
+    return "inf" if value in (_INFINITE, _S64_MAX) else str(value)
+
+
+def _ip(ip_type: int, instance: int, ring: int) -> str:
+    return f"ip={name_of(ip_type, HW_IPS)}" + (f" instance={instance}" if instance else "") \
+        + f" ring={ring}"
+
+
+def _fields(obj, skip_pad: bool = True) -> list[tuple[str, object]]:
+    """(name, value) of every field, nested structs flattened as ``a.b``."""
+    out: list[tuple[str, object]] = []
+    anonymous = set(getattr(type(obj), "_anonymous_", ()))
+    for name, ctype, *_ in type(obj)._fields_:
+        value = getattr(obj, name)
+        if skip_pad and ("pad" in name) and not _nonzero(value):
+            continue
+        if isinstance(value, (ctypes.Structure, ctypes.Union)):
+            inner = _fields(value, skip_pad)
+            if name in anonymous:
+                out += inner
+            else:
+                out += [(f"{name}.{n}", v) for n, v in inner]
+        elif isinstance(value, ctypes.Array):
+            out.append((name, _array(value)))
+        else:
+            out.append((name, value))
+    return out
+
+
+def _array(value) -> object:
+    items = [(_array(v) if isinstance(v, ctypes.Array) else v) for v in value]
+    return items
+
+
+def _nonzero(value) -> bool:
+    if isinstance(value, (ctypes.Structure, ctypes.Union, ctypes.Array)):
+        return any(bytes(value))
+    return bool(value)
+
+
+def generic(obj) -> str:
+    """Every field of ``obj``, ``{a=1, b.c=2}``."""
+    return "{" + ", ".join(f"{n}={v}" for n, v in _fields(obj)) + "}"
+
+
+def _braces(*parts: str) -> str:
+    return "{" + ", ".join(p for p in parts if p) + "}"
+
+
+def _u32s(data: bytes, count: int) -> list[int]:
+    data = data[:4 * count].ljust(4 * count, b"\0")
+    return [int.from_bytes(data[i:i + 4], "little") for i in range(0, 4 * count, 4)]
+
+
+def _u64s(data: bytes, count: int) -> list[int]:
+    data = data[:8 * count].ljust(8 * count, b"\0")
+    return [int.from_bytes(data[i:i + 8], "little") for i in range(0, 8 * count, 8)]
+
+
+def _list(items) -> str:
+    return "[" + ", ".join(str(i) for i in items) + "]"
+
+
+# ---------------------------------------------------------------------------
+# Per-ioctl formatting: request (struct, extra) and reply (request struct,
+# reply struct, out-data). Anything without an entry gets `generic`.
+# ---------------------------------------------------------------------------
+def _req_version(s, extra):
+    return _braces(f"name_len={s.name_len}", f"date_len={s.date_len}", f"desc_len={s.desc_len}")
+
+
+def _rep_version(req, s, extra):
+    parts = [f"version={s.version_major}.{s.version_minor}.{s.version_patchlevel}"]
+    offset = 0
+    for field in ("name", "date", "desc"):
+        asked, true_len = getattr(req, f"{field}_len"), getattr(s, f"{field}_len")
+        n = min(asked, true_len)
+        if n and offset + n <= len(extra):
+            text = extra[offset:offset + n].decode("utf-8", "replace")
+            parts.append(f'{field}="{text}"')
+        else:
+            parts.append(f"{field}_len={true_len}")
+        offset += n
+    return _braces(*parts)
+
+
+def _req_gem_create(s, extra):
+    i = s.in_
+    return _braces(f"bo_size={i.bo_size}", f"alignment={i.alignment}",
+                   f"domains={flags_of(i.domains, DOMAINS)}",
+                   f"flags={flags_of(i.domain_flags, GEM_CREATE_FLAGS)}")
+
+
+def _rep_gem_mmap(req, s, extra):
+    return _braces(f"offset={s.out.addr_ptr:#x} (bo/{s.out.addr_ptr:x})")
+
+
+def _req_ctx(s, extra):
+    i = s.in_
+    parts = [f"op={name_of(i.op, CTX_OPS)}"]
+    if i.op == uapi.AMDGPU_CTX_OP_ALLOC_CTX:
+        parts.append(f"priority={name_of(i.priority, CTX_PRIORITIES)}")
+    else:
+        parts.append(f"ctx_id={i.ctx_id}")
+    if i.flags:
+        parts.append(f"flags={i.flags:#x}")
+    return _braces(*parts)
+
+
+def _rep_ctx(req, s, extra):
+    op = req.in_.op
+    if op == uapi.AMDGPU_CTX_OP_ALLOC_CTX:
+        return _braces(f"ctx_id={s.out.alloc.ctx_id}")
+    if op == uapi.AMDGPU_CTX_OP_QUERY_STATE:
+        st = s.out.state
+        return _braces(f"reset_status={name_of(st.reset_status, CTX_RESET)}", f"hangs={st.hangs}")
+    if op == uapi.AMDGPU_CTX_OP_QUERY_STATE2:
+        return _braces(f"flags={flags_of(s.out.state.flags, CTX_QUERY2_FLAGS)}")
+    if op in (uapi.AMDGPU_CTX_OP_GET_STABLE_PSTATE, uapi.AMDGPU_CTX_OP_SET_STABLE_PSTATE):
+        return _braces(f"pstate={s.out.pstate.flags}")
+    return ""
+
+
+def _req_bo_list(s, extra):
+    i = s.in_
+    parts = [f"op={name_of(i.operation, BO_LIST_OPS)}"]
+    if i.operation != uapi.AMDGPU_BO_LIST_OP_CREATE:
+        parts.append(f"list_handle={i.list_handle}")
+    if i.operation != uapi.AMDGPU_BO_LIST_OP_DESTROY:
+        size = i.bo_info_size or ctypes.sizeof(uapi.drm_amdgpu_bo_list_entry)
+        entries = [uapi.drm_amdgpu_bo_list_entry.from_bytes(extra[k * size:(k + 1) * size])
+                   for k in range(i.bo_number)]
+        handles = [str(e.bo_handle) + (f"@prio{e.bo_priority}" if e.bo_priority else "")
+                   for e in entries]
+        parts += [f"bo_number={i.bo_number}", f"handles={_list(handles)}"]
+    return _braces(*parts)
+
+
+def _rep_bo_list(req, s, extra):
+    if req.in_.operation == uapi.AMDGPU_BO_LIST_OP_CREATE:
+        return _braces(f"list_handle={s.out.list_handle}")
+    return ""
+
+
+def _chunk(chunk_id: int, data: bytes) -> str:
+    """One CS chunk: ``IB{va=0x..., size=N bytes, ip=DMA ring=0}``..."""
+    name = name_of(chunk_id, CHUNK_IDS)
+    if chunk_id == uapi.AMDGPU_CHUNK_ID_IB:
+        ib = uapi.drm_amdgpu_cs_chunk_ib.from_bytes(data)
+        flags = f", flags={flags_of(ib.flags, IB_FLAGS)}" if ib.flags else ""
+        return (f"IB{{va={ib.va_start:#x}, size={ib.ib_bytes} bytes, "
+                f"{_ip(ib.ip_type, ib.ip_instance, ib.ring)}{flags}}}")
+    if chunk_id == uapi.AMDGPU_CHUNK_ID_FENCE:
+        f = uapi.drm_amdgpu_cs_chunk_fence.from_bytes(data)
+        return f"FENCE{{handle={f.handle}, offset={f.offset}}}"
+    if chunk_id in (uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, uapi.AMDGPU_CHUNK_ID_SCHEDULED_DEPENDENCIES):
+        size = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk_dep)
+        deps = [uapi.drm_amdgpu_cs_chunk_dep.from_bytes(data[k:k + size])
+                for k in range(0, len(data) - size + 1, size)]
+        return name + _list(f"{{ctx={d.ctx_id} {_ip(d.ip_type, d.ip_instance, d.ring)} "
+                            f"seq={d.handle}}}" for d in deps)
+    if chunk_id in (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT):
+        return name + _list(_u32s(data, len(data) // 4))
+    if chunk_id in (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT,
+                    uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL):
+        size = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk_syncobj)
+        objs = [uapi.drm_amdgpu_cs_chunk_syncobj.from_bytes(data[k:k + size])
+                for k in range(0, len(data) - size + 1, size)]
+        return name + _list(f"{o.handle}@{o.point}" + (f" flags={o.flags:#x}" if o.flags else "")
+                            for o in objs)
+    if chunk_id == uapi.AMDGPU_CHUNK_ID_BO_HANDLES:
+        lst = uapi.drm_amdgpu_bo_list_in.from_bytes(data)
+        return f"BO_HANDLES{{bo_number={lst.bo_number}}}"
+    return f"{name}{{{len(data)} bytes}}"
+
+
+def _req_cs(s, extra):
+    i = s.in_
+    chunks, offset = [], 0
+    hdr = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk)
+    for _ in range(i.num_chunks):
+        if offset + hdr > len(extra):
+            chunks.append("<missing>")
+            break
+        c = uapi.drm_amdgpu_cs_chunk.from_bytes(extra[offset:offset + hdr])
+        data = extra[offset + hdr:offset + hdr + 4 * c.length_dw]
+        chunks.append(_chunk(c.chunk_id, data))
+        offset += hdr + 4 * c.length_dw
+    parts = [f"ctx={i.ctx_id}", f"bo_list={i.bo_list_handle}", f"chunks={_list(chunks)}"]
+    if i.flags:
+        parts.append(f"flags={i.flags:#x}")
+    return _braces(*parts)
+
+
+def _rep_cs(req, s, extra):
+    return _braces(f"seq={s.out.handle}")
+
+
+_INFO_ANSWERS = {
+    uapi.AMDGPU_INFO_HW_IP_INFO: uapi.drm_amdgpu_info_hw_ip,
+    uapi.AMDGPU_INFO_FW_VERSION: uapi.drm_amdgpu_info_firmware,
+    uapi.AMDGPU_INFO_VRAM_GTT: uapi.drm_amdgpu_info_vram_gtt,
+    uapi.AMDGPU_INFO_GDS_CONFIG: uapi.drm_amdgpu_info_gds,
+}
+_INFO_U64 = {uapi.AMDGPU_INFO_TIMESTAMP, uapi.AMDGPU_INFO_VRAM_USAGE, uapi.AMDGPU_INFO_GTT_USAGE,
+             uapi.AMDGPU_INFO_VIS_VRAM_USAGE, uapi.AMDGPU_INFO_NUM_BYTES_MOVED,
+             uapi.AMDGPU_INFO_NUM_EVICTIONS, uapi.AMDGPU_INFO_NUM_VRAM_CPU_PAGE_FAULTS}
+_INFO_U32 = {uapi.AMDGPU_INFO_ACCEL_WORKING, uapi.AMDGPU_INFO_HW_IP_COUNT,
+             uapi.AMDGPU_INFO_SENSOR, uapi.AMDGPU_INFO_VRAM_LOST_COUNTER,
+             uapi.AMDGPU_INFO_RAS_ENABLED_FEATURES}
+
+
+def _req_info(s, extra):
+    q = s.query
+    parts = [f"query={name_of(q, INFO_QUERIES)}", f"return_size={s.return_size}"]
+    if q in (uapi.AMDGPU_INFO_HW_IP_INFO, uapi.AMDGPU_INFO_HW_IP_COUNT):
+        parts.append(f"ip={name_of(s.query_hw_ip.type, HW_IPS)}")
+        if s.query_hw_ip.ip_instance:
+            parts.append(f"instance={s.query_hw_ip.ip_instance}")
+    elif q == uapi.AMDGPU_INFO_FW_VERSION:
+        fw = s.query_fw
+        parts += [f"fw_type={name_of(fw.fw_type, FW_TYPES)}", f"ip_instance={fw.ip_instance}",
+                  f"index={fw.index}"]
+    elif q == uapi.AMDGPU_INFO_SENSOR:
+        parts.append(f"sensor={name_of(s.sensor_info.type, SENSORS)}")
+    elif q == uapi.AMDGPU_INFO_READ_MMR_REG:
+        r = s.read_mmr_reg
+        parts += [f"dword_offset={r.dword_offset:#x}", f"count={r.count}",
+                  f"instance={r.instance:#x}"]
+    elif q == uapi.AMDGPU_INFO_MEMORY or q == uapi.AMDGPU_INFO_DEV_INFO:
+        pass
+    elif any(bytes(s._u)):
+        parts.append(f"args={bytes(s._u).rstrip(bytes(1)).hex()}")
+    return _braces(*parts)
+
+
+def _rep_info(req, s, extra):
+    q = req.query
+    if not extra:
+        return ""
+    if q in _INFO_U64 and len(extra) >= 8:
+        return _braces(f"value={int.from_bytes(extra[:8], 'little')}")
+    if q in _INFO_U32 and len(extra) >= 4:
+        return _braces(f"value={int.from_bytes(extra[:4], 'little')}")
+    if q == uapi.AMDGPU_INFO_DEV_INFO:
+        d = uapi.drm_amdgpu_info_device.from_bytes(extra)
+        return _braces(f"{len(extra)} bytes", f"device_id={d.device_id:#x}", f"family={d.family}",
+                       f"va={d.virtual_address_offset:#x}..{d.virtual_address_max:#x}",
+                       f"va_alignment={d.virtual_address_alignment}",
+                       f"cu_active_number={d.cu_active_number}")
+    if q == uapi.AMDGPU_INFO_MEMORY:
+        m = uapi.drm_amdgpu_memory_info.from_bytes(extra)
+        return _braces(*(f"{h}={getattr(m, h).heap_usage}/{getattr(m, h).total_heap_size}"
+                         for h in ("vram", "cpu_accessible_vram", "gtt")))
+    if q in _INFO_ANSWERS:
+        return generic(_INFO_ANSWERS[q].from_bytes(extra))
+    return _braces(f"{len(extra)} bytes")
+
+
+def _req_gem_va(s, extra):
+    flags = flags_of(s.flags & ~uapi.AMDGPU_VM_MTYPE_MASK, VA_FLAGS)
+    mtype = s.flags & uapi.AMDGPU_VM_MTYPE_MASK
+    if mtype:
+        flags += f"|MTYPE_{MTYPES.get(mtype, hex(mtype))}"
+    parts = [f"op={name_of(s.operation, VA_OPS)}"]
+    if s.operation != uapi.AMDGPU_VA_OP_CLEAR:
+        parts.append(f"handle={s.handle}")
+    parts += [f"va={s.va_address:#x}", f"offset={s.offset_in_bo:#x}", f"size={s.map_size}",
+              f"flags={flags}"]
+    return _braces(*parts)
+
+
+def _req_wait_cs(s, extra):
+    i = s.in_
+    return _braces(f"seq={i.handle}", f"ctx={i.ctx_id}", _ip(i.ip_type, i.ip_instance, i.ring),
+                   f"timeout={_timeout(i.timeout)}")
+
+
+def _rep_wait_cs(req, s, extra):
+    st = s.out.status
+    return _braces(f"status={st} ({'busy' if st else 'signaled'})")
+
+
+def _req_wait_fences(s, extra):
+    i = s.in_
+    size = ctypes.sizeof(uapi.drm_amdgpu_fence)
+    fences = [uapi.drm_amdgpu_fence.from_bytes(extra[k * size:(k + 1) * size])
+              for k in range(i.fence_count)]
+    return _braces(_list(f"{{ctx={f.ctx_id} {_ip(f.ip_type, f.ip_instance, f.ring)} "
+                         f"seq={f.seq_no}}}" for f in fences),
+                   f"wait_all={i.wait_all}", f"timeout={_timeout(i.timeout_ns)}")
+
+
+def _rep_wait_fences(req, s, extra):
+    return _braces(f"status={s.out.status}", f"first_signaled={s.out.first_signaled}")
+
+
+def _req_gem_wait_idle(s, extra):
+    return _braces(f"handle={s.in_.handle}", f"timeout={_timeout(s.in_.timeout)}",
+                   f"flags={s.in_.flags:#x}" if s.in_.flags else "")
+
+
+def _rep_gem_wait_idle(req, s, extra):
+    st = s.out.status
+    return _braces(f"status={st} ({'busy' if st else 'idle'})",
+                   f"domain={flags_of(s.out.domain, DOMAINS)}")
+
+
+def _req_gem_op(s, extra):
+    value = (flags_of(s.value, DOMAINS) if s.op == uapi.AMDGPU_GEM_OP_SET_PLACEMENT else "")
+    return _braces(f"handle={s.handle}", f"op={name_of(s.op, GEM_OPS)}",
+                   f"value={value}" if value else "")
+
+
+def _rep_gem_op(req, s, extra):
+    if req.op == uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO and extra:
+        return _req_gem_create(uapi.drm_amdgpu_gem_create.from_bytes(extra), b"")
+    return ""
+
+
+def _req_get_cap(s, extra):
+    return _braces(f"capability={name_of(s.capability, DRM_CAPS)}")
+
+
+def _rep_get_cap(req, s, extra):
+    return _braces(f"value={s.value}")
+
+
+def _req_prime(s, extra):
+    return _braces(f"handle={s.handle}", f"flags={flags_of(s.flags, PRIME_FLAGS)}")
+
+
+def _rep_prime_to_fd(req, s, extra):
+    return _braces(f"fd={s.fd} (prime/{s.fd:x})")
+
+
+def _req_syncobj_create(s, extra):
+    return _braces(f"flags={'SIGNALED' if s.flags == uapi.DRM_SYNCOBJ_CREATE_SIGNALED else hex(s.flags)}"
+                   if s.flags else "flags=0")
+
+
+def _handles_points(s, extra, with_points: bool) -> str:
+    n = s.count_handles
+    handles = _u32s(extra, n)
+    if not with_points:
+        return f"handles={_list(handles)}"
+    points = _u64s(extra[4 * n:], n)
+    return f"handles={_list(f'{h}@{p}' for h, p in zip(handles, points))}"
+
+
+def _req_syncobj_wait(s, extra, points=False):
+    return _braces(_handles_points(s, extra, points), f"timeout={_timeout(s.timeout_nsec)}",
+                   f"flags={flags_of(s.flags, SYNCOBJ_WAIT_FLAGS)}")
+
+
+def _rep_syncobj_wait(req, s, extra):
+    return _braces(f"first_signaled={s.first_signaled}")
+
+
+def _req_syncobj_array(s, extra):
+    return _braces(_handles_points(s, extra, False))
+
+
+def _req_syncobj_timeline_array(s, extra, points=True):
+    return _braces(_handles_points(s, extra, points),
+                   f"flags={s.flags:#x}" if s.flags else "")
+
+
+def _rep_syncobj_query(req, s, extra):
+    return _braces(f"points={_list(_u64s(extra, req.count_handles))}")
+
+
+def _req_syncobj_handle(s, extra):
+    return _braces(f"handle={s.handle}", f"fd={s.fd}", f"flags={s.flags:#x}" if s.flags else "")
+
+
+def _req_fence_to_handle(s, extra):
+    f = s.in_.fence
+    return _braces(f"ctx={f.ctx_id} {_ip(f.ip_type, f.ip_instance, f.ring)} seq={f.seq_no}",
+                   f"what={name_of(s.in_.what, FENCE_TO_HANDLE)}")
+
+
+def _handle_only(field: str):
+    def fmt(req, s, extra):
+        value = s
+        for part in field.split("."):
+            value = getattr(value, part)
+        return _braces(f"{field.split('.')[-1]}={value}")
+    return fmt
+
+
+def _req_handle(s, extra):
+    return _braces(f"handle={s.handle}")
+
+
+def _req_mmap(s, extra):
+    return _braces(f"handle={s.in_.handle}")
+
+
+_REQUEST_FMT = {
+    "VERSION": _req_version,
+    "GEM_CLOSE": _req_handle,
+    "GET_CAP": _req_get_cap,
+    "PRIME_HANDLE_TO_FD": _req_prime,
+    "PRIME_FD_TO_HANDLE": lambda s, e: _braces(f"fd={s.fd} (prime/{s.fd:x})"),
+    "SYNCOBJ_CREATE": _req_syncobj_create,
+    "SYNCOBJ_DESTROY": _req_handle,
+    "SYNCOBJ_HANDLE_TO_FD": _req_syncobj_handle,
+    "SYNCOBJ_FD_TO_HANDLE": _req_syncobj_handle,
+    "SYNCOBJ_WAIT": _req_syncobj_wait,
+    "SYNCOBJ_TIMELINE_WAIT": lambda s, e: _req_syncobj_wait(s, e, points=True),
+    "SYNCOBJ_RESET": _req_syncobj_array,
+    "SYNCOBJ_SIGNAL": _req_syncobj_array,
+    "SYNCOBJ_QUERY": lambda s, e: _req_syncobj_timeline_array(s, e, points=False),
+    "SYNCOBJ_TIMELINE_SIGNAL": _req_syncobj_timeline_array,
+    "AMDGPU_GEM_CREATE": _req_gem_create,
+    "AMDGPU_GEM_MMAP": _req_mmap,
+    "AMDGPU_CTX": _req_ctx,
+    "AMDGPU_BO_LIST": _req_bo_list,
+    "AMDGPU_CS": _req_cs,
+    "AMDGPU_INFO": _req_info,
+    "AMDGPU_GEM_WAIT_IDLE": _req_gem_wait_idle,
+    "AMDGPU_GEM_VA": _req_gem_va,
+    "AMDGPU_WAIT_CS": _req_wait_cs,
+    "AMDGPU_GEM_OP": _req_gem_op,
+    "AMDGPU_WAIT_FENCES": _req_wait_fences,
+    "AMDGPU_FENCE_TO_HANDLE": _req_fence_to_handle,
+}
+
+_REPLY_FMT = {
+    "VERSION": _rep_version,
+    "GEM_CLOSE": lambda r, s, e: "",
+    "GET_CAP": _rep_get_cap,
+    "PRIME_HANDLE_TO_FD": _rep_prime_to_fd,
+    "PRIME_FD_TO_HANDLE": _handle_only("handle"),
+    "SYNCOBJ_CREATE": _handle_only("handle"),
+    "SYNCOBJ_DESTROY": lambda r, s, e: "",
+    "SYNCOBJ_HANDLE_TO_FD": lambda r, s, e: _braces(f"fd={s.fd} (sync/{s.fd:x})"),
+    "SYNCOBJ_FD_TO_HANDLE": _handle_only("handle"),
+    "SYNCOBJ_WAIT": _rep_syncobj_wait,
+    "SYNCOBJ_TIMELINE_WAIT": _rep_syncobj_wait,
+    "SYNCOBJ_RESET": lambda r, s, e: "",
+    "SYNCOBJ_SIGNAL": lambda r, s, e: "",
+    "SYNCOBJ_QUERY": _rep_syncobj_query,
+    "SYNCOBJ_TIMELINE_SIGNAL": lambda r, s, e: "",
+    "SYNCOBJ_TRANSFER": lambda r, s, e: "",
+    "AMDGPU_GEM_CREATE": _handle_only("out.handle"),
+    "AMDGPU_GEM_MMAP": _rep_gem_mmap,
+    "AMDGPU_CTX": _rep_ctx,
+    "AMDGPU_BO_LIST": _rep_bo_list,
+    "AMDGPU_CS": _rep_cs,
+    "AMDGPU_INFO": _rep_info,
+    "AMDGPU_GEM_WAIT_IDLE": _rep_gem_wait_idle,
+    "AMDGPU_GEM_VA": lambda r, s, e: "",
+    "AMDGPU_WAIT_CS": _rep_wait_cs,
+    "AMDGPU_GEM_OP": _rep_gem_op,
+    "AMDGPU_WAIT_FENCES": _rep_wait_fences,
+    "AMDGPU_FENCE_TO_HANDLE": _handle_only("out.handle"),
+}
+
+
+def _side(struct, side: str):
+    """The ``in_`` (request) or ``out`` (reply) member of an in/out union."""
+    names = [f[0] for f in getattr(type(struct), "_fields_", ())]
+    if isinstance(struct, ctypes.Union) and "in_" in names:
+        if side == "out" and "out" in names:
+            return struct.out
+        return struct.in_
+    return struct
+
+
+@dataclass
+class DecodedRequest:
+    name: str
+    struct: object | None
+    text: str
+
+
+def decode_request(frame: bytes, truncated: bool = False) -> DecodedRequest:
+    """``NAME {fields}`` of one request frame (whatever its state)."""
+    if len(frame) < _REQ_HDR:
+        return DecodedRequest("?", None, f"<short frame: {len(frame)} bytes>")
+    hdr = uapi.vgpu_request_header.from_buffer_copy(frame[:_REQ_HDR])
+    if hdr.magic != uapi.VGPU_MAGIC:
+        return DecodedRequest("?", None, f"<not a vgpu frame: magic {hdr.magic:#010x}>")
+    arg = frame[_REQ_HDR:_REQ_HDR + hdr.arg_size]
+    extra = frame[_REQ_HDR + hdr.arg_size:_REQ_HDR + hdr.arg_size + hdr.extra_size]
+    known = uapi.IOCTLS.get(uapi._IOC_NR(hdr.request)) \
+        if uapi._IOC_TYPE(hdr.request) == uapi.DRM_IOCTL_BASE else None
+    if known is None:
+        return DecodedRequest(f"{hdr.request:#010x}", None,
+                              f"{hdr.request:#010x} {{arg_size={hdr.arg_size}, "
+                              f"extra_size={hdr.extra_size}}}")
+    struct = known.struct.from_bytes(arg)
+    fmt = _REQUEST_FMT.get(known.name)
+    try:
+        body = fmt(struct, extra) if fmt else generic(_side(struct, "in"))
+    except Exception as e:  # a malformed frame must not stop the trace
+        body = f"<undecodable: {e}>"
+    note = " <truncated>" if truncated else ""
+    return DecodedRequest(known.name, struct, f"{known.name} {body}{note}")
+
+
+def decode_reply(req: DecodedRequest, frame: bytes) -> str:
+    """``= 0 {fields}`` of one reply frame to ``req``."""
+    if len(frame) < _REPLY_HDR:
+        return f"= ? <short reply: {len(frame)} bytes>"
+    hdr = uapi.vgpu_reply_header.from_buffer_copy(frame[:_REPLY_HDR])
+    arg = frame[_REPLY_HDR:_REPLY_HDR + hdr.arg_size]
+    extra = frame[_REPLY_HDR + hdr.arg_size:_REPLY_HDR + hdr.arg_size + hdr.extra_size]
+    if req.struct is None:
+        return f"= {hdr.result} {{arg_size={hdr.arg_size}, extra_size={hdr.extra_size}}}"
+    struct = type(req.struct).from_bytes(arg)
+    fmt = _REPLY_FMT.get(req.name)
+    try:
+        body = fmt(req.struct, struct, extra) if fmt else generic(_side(struct, "out"))
+    except Exception as e:
+        body = f"<undecodable: {e}>"
+    return f"= {hdr.result}" + (f" {body}" if body else "")
