@@ -1,0 +1,315 @@
+"""The command processor of the compute ring (the MEC of a GFX9 part).
+
+`CommandProcessor.run(pt, ib_va, ib_size_dw, ctx_id, ring_id)` has SdmaEngine's
+interface, so kmd/ring.py's Ring drives it unchanged. It fetches the IB through the
+file's page table, decodes PM4 type-3 packets (vgpu/pm4.py, docs/pm4.md), keeps the
+SH registers the packets set, hands DISPATCH_DIRECT to the compute units
+(`ComputeEngine.dispatch`), follows INDIRECT_BUFFER chains, writes fences
+(RELEASE_MEM) and data (WRITE_DATA), and polls memory (WAIT_REG_MEM). Anything it
+cannot decode is a fault, reported like an SDMA fault: an IH entry, a result with
+status 'fault', the offset of the packet.
+
+The SH registers start at zero for every IB the ring submits (a chained IB shares
+its parent's), so one client's program address never leaks into another's job.
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+import threading
+import time
+
+from vgpu import pm4 as P
+
+from .hw.ih import IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT
+from .hw.mmu import GpuFault
+
+# GFX_9_0__SRCID__CP_EOP_INTERRUPT (ivsrcid/gfx/irqsrcs_gfx_9_0.h): RELEASE_MEM with
+# INT_SEL raises it; the IH handler then processes the ring's fences.
+IH_SRC_CP_EOP = 181
+
+POLL_STEP_S = 50e-6             # WAIT_REG_MEM sleeps this long between reads
+MAX_WORKGROUP_THREADS = 1024    # NUM_THREAD_X * Y * Z, as on GFX9
+
+# Fault reasons of the CP itself (the compute units add their own, docs/pm4.md).
+REASON_ILLEGAL_PACKET = "illegal_packet"
+REASON_TRUNCATED = "truncated"
+REASON_BAD_REGISTER = "bad_register"
+REASON_IB_DEPTH = "ib_depth"
+REASON_BAD_DISPATCH = "bad_dispatch"
+REASON_MISALIGNED = "misaligned"
+
+
+@dataclasses.dataclass
+class IbFrame:
+    """One IB of a chain: its VA, its dwords, and the packet being run in it."""
+
+    va: int
+    dwords: tuple
+    offset: int = 0
+
+
+@dataclasses.dataclass
+class CpResult:
+    """Outcome of CommandProcessor.run(), a superset of SdmaResult.
+
+    status 'ok' / 'fault' / 'aborted'; fault: the GpuFault of a page fault (from a
+    packet or a wave), else None; reason: see docs/pm4.md; packet_offset / opcode:
+    the faulting / aborted packet in the innermost IB (or the last one run);
+    packets: packets fully executed (chained IBs included); ib_chain: the IBs from
+    the submitted one to the innermost, each with the offset being run; dispatch:
+    the ComputeResult of the DISPATCH_DIRECT that faulted or was aborted (else
+    the last one run, or None); sh_regs: the SH registers set at that moment.
+    """
+
+    status: str
+    fault: GpuFault | None = None
+    reason: str | None = None
+    packet_offset: int = 0
+    opcode: int = -1
+    packets: int = 0
+    bytes_moved: int = 0
+    ib_chain: list = dataclasses.field(default_factory=list)
+    dispatch: object = None
+    dispatches: int = 0
+    sh_regs: dict = dataclasses.field(default_factory=dict)
+
+
+class _Stop(Exception):
+    """Ends a run: carries the result's status, reason and fault."""
+
+    def __init__(self, status: str, reason: str | None = None, fault: GpuFault | None = None):
+        super().__init__(reason)
+        self.status, self.reason, self.fault = status, reason, fault
+
+
+def default_compute_engine(name: str, ih):
+    """The compute units: kmd.hw's (Cython) ComputeEngine when it exports one, else
+    the reference executor."""
+    try:
+        from kmd.hw import ComputeEngine
+    except ImportError:
+        from kmd.hw.cu_ref import ComputeEngine
+    return ComputeEngine(name, ih)
+
+
+_COMPARE = (
+    lambda a, b: True, lambda a, b: a < b, lambda a, b: a <= b, lambda a, b: a == b,
+    lambda a, b: a != b, lambda a, b: a >= b, lambda a, b: a > b,
+)
+
+
+class CommandProcessor:
+    """One compute ring's command processor. `compute` is the ComputeEngine that
+    runs dispatches; by default it is made on the first dispatch."""
+
+    def __init__(self, name: str, ih, compute=None) -> None:
+        self.name, self.ih = name, ih
+        self._compute = compute
+        self._running = False
+        self._abort = False
+        self._dispatching = False
+        self._lock = threading.Lock()
+
+    @property
+    def compute(self):
+        if self._compute is None:
+            self._compute = default_compute_engine(self.name, self.ih)
+        return self._compute
+
+    def abort(self) -> bool:
+        """Stop the run in progress at its next packet boundary or poll step, and
+        the dispatch in progress (ComputeEngine.abort). False when idle."""
+        if not self._running:
+            return False
+        self._abort = True
+        # The dispatch may be about to start: keep asking until it takes the abort
+        # or ends, so a one-shot watchdog never misses an endless kernel.
+        deadline = time.monotonic() + 1.0
+        while self._dispatching and not self._compute.abort() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        return True
+
+    def run(self, pt, ib_va: int, ib_size_dw: int, ctx_id: int = 0, ring_id: int = 0) -> CpResult:
+        if ib_size_dw < 0:
+            raise ValueError(f"run: negative IB size {ib_size_dw}")
+        with self._lock:  # one run at a time, as one ring feeds one CP
+            self._abort = False
+            self._running = True
+            pin = pt.pin()
+            res = CpResult("ok")
+            self._regs: dict[int, int] = {}
+            self._ctx_id, self._ring_id = ctx_id, ring_id
+            try:
+                self._run_ib(pt, ib_va, ib_size_dw, res)
+            except _Stop as stop:
+                res.status, res.reason, res.fault = stop.status, stop.reason, stop.fault
+                if stop.status == "fault":
+                    self._push_fault(res)
+            finally:
+                self._running = False
+                self._abort = False
+                pin.release()
+            res.sh_regs = dict(sorted(self._regs.items()))
+            return res
+
+    # -- packets ---------------------------------------------------------------
+    def _run_ib(self, pt, va: int, size_dw: int, res: CpResult) -> None:
+        frame = IbFrame(va, ())
+        res.ib_chain.append(frame)
+        try:
+            frame.dwords = struct.unpack(f"<{size_dw}I", pt.read(va, size_dw * 4))
+        except GpuFault as fault:
+            raise _Stop("fault", fault.reason, fault) from None
+        ib, pos = frame.dwords, 0
+        while pos < len(ib):
+            frame.offset = res.packet_offset = pos
+            hdr = ib[pos]
+            res.opcode = P.pm4_opcode(hdr)
+            if self._abort:
+                raise _Stop("aborted")
+            if hdr == P.PM4_NOP_FILLER:
+                pos += 1
+                res.packets += 1
+                continue
+            if P.pm4_type(hdr) != P.PM4_TYPE3 or hdr & P.PM4_PREDICATE:
+                res.opcode = -1
+                raise _Stop("fault", REASON_ILLEGAL_PACKET)
+            n = P.pm4_body_dw(hdr)
+            if pos + 1 + n > len(ib):
+                raise _Stop("fault", REASON_TRUNCATED)
+            self._execute(pt, res.opcode, ib[pos + 1: pos + 1 + n], res)
+            if res.ib_chain[-1] is not frame:  # back from a chained IB
+                res.ib_chain.pop()
+                res.packet_offset, res.opcode = pos, P.PKT3_INDIRECT_BUFFER
+            res.packets += 1
+            pos += 1 + n
+
+    def _execute(self, pt, op: int, body, res: CpResult) -> None:
+        want = P.PKT3_BODY_DW.get(op)
+        if want is not None and len(body) != want:
+            raise _Stop("fault", REASON_ILLEGAL_PACKET)
+        try:
+            if op == P.PKT3_NOP or op == P.PKT3_ACQUIRE_MEM:
+                return  # ACQUIRE_MEM: no caches to invalidate, memory is coherent
+            if op == P.PKT3_SET_SH_REG:
+                self._set_sh_reg(body)
+            elif op == P.PKT3_DISPATCH_DIRECT:
+                self._dispatch(pt, body, res)
+            elif op == P.PKT3_INDIRECT_BUFFER:
+                self._indirect_buffer(pt, body, res)
+            elif op == P.PKT3_RELEASE_MEM:
+                self._release_mem(pt, body)
+            elif op == P.PKT3_WAIT_REG_MEM:
+                self._wait_reg_mem(pt, body)
+            elif op == P.PKT3_WRITE_DATA:
+                self._write_data(pt, body)
+            else:
+                raise _Stop("fault", REASON_ILLEGAL_PACKET)
+        except GpuFault as fault:
+            raise _Stop("fault", fault.reason, fault) from None
+
+    def _set_sh_reg(self, body) -> None:
+        if len(body) < 2:
+            raise _Stop("fault", REASON_ILLEGAL_PACKET)
+        for i, value in enumerate(body[1:]):
+            reg = body[0] + i
+            if reg not in P.SH_REGS_KNOWN:
+                raise _Stop("fault", REASON_BAD_REGISTER)
+            self._regs[reg] = value
+
+    def _dispatch(self, pt, body, res: CpResult) -> None:
+        x, y, z, initiator = body
+        reg = self._regs.get
+        block = (reg(P.COMPUTE_NUM_THREAD_X, 0), reg(P.COMPUTE_NUM_THREAD_Y, 0), reg(P.COMPUTE_NUM_THREAD_Z, 0))
+        code_va = P.pgm_address(reg(P.COMPUTE_PGM_LO, 0), reg(P.COMPUTE_PGM_HI, 0))
+        vgprs, sgprs = P.decode_rsrc1(reg(P.COMPUTE_PGM_RSRC1, 0))
+        user_sgprs, lds_bytes = P.decode_rsrc2(reg(P.COMPUTE_PGM_RSRC2, 0))
+        if (not initiator & P.DISPATCH_INITIATOR_COMPUTE_SHADER_EN or code_va == 0
+                or min(block) < 1 or block[0] * block[1] * block[2] > MAX_WORKGROUP_THREADS
+                or user_sgprs > P.COMPUTE_USER_DATA_COUNT or user_sgprs > sgprs
+                or lds_bytes > P.MAX_LDS_BYTES):
+            raise _Stop("fault", REASON_BAD_DISPATCH)
+        if x * y * z == 0:
+            return  # no workgroups: nothing runs, as on hardware
+        user_data = [reg(P.COMPUTE_USER_DATA_0 + i, 0) for i in range(user_sgprs)]
+        compute = self.compute
+        self._dispatching = True
+        try:
+            if self._abort:
+                raise _Stop("aborted")
+            result = compute.dispatch(pt, code_va, sgprs=sgprs, vgprs=vgprs, lds_bytes=lds_bytes,
+                                      grid=(x, y, z), block=block, user_data=user_data,
+                                      ctx_id=self._ctx_id, ring_id=self._ring_id)
+        finally:
+            self._dispatching = False
+        res.dispatch = result
+        res.dispatches += 1
+        if result.status == "aborted":
+            raise _Stop("aborted")
+        if result.status != "ok":
+            raise _Stop("fault", result.reason, result.fault)
+
+    def _indirect_buffer(self, pt, body, res: CpResult) -> None:
+        va = body[0] & 0xFFFFFFFC | (body[1] & 0xFFFF) << 32
+        if not body[2] & P.IB_VALID:
+            raise _Stop("fault", REASON_ILLEGAL_PACKET)
+        if len(res.ib_chain) > P.MAX_IB_DEPTH:
+            raise _Stop("fault", REASON_IB_DEPTH)
+        self._run_ib(pt, va, body[2] & P.IB_SIZE_MASK, res)
+
+    @staticmethod
+    def _aligned(addr: int, align: int) -> int:
+        if addr % align:
+            raise _Stop("fault", REASON_MISALIGNED)
+        return addr
+
+    def _release_mem(self, pt, body) -> None:
+        data_sel, int_sel, dst_sel = body[1] >> 29, body[1] >> 24 & 7, body[1] >> 16 & 3
+        if data_sel > P.DATA_SEL_TIMESTAMP or int_sel > 3 or dst_sel > P.RELEASE_DST_TC_L2:
+            raise _Stop("fault", REASON_ILLEGAL_PACKET)
+        addr = body[2] | body[3] << 32
+        # Dispatches run to completion before the next packet, so the end-of-pipe
+        # event has already happened when this packet runs.
+        if data_sel == P.DATA_SEL_32:
+            pt.write(self._aligned(addr, 4), struct.pack("<I", body[4]))
+        elif data_sel == P.DATA_SEL_64:
+            pt.write(self._aligned(addr, 8), struct.pack("<II", body[4], body[5]))
+        elif data_sel == P.DATA_SEL_TIMESTAMP:
+            pt.write(self._aligned(addr, 8), struct.pack("<Q", time.monotonic_ns()))
+        if int_sel:
+            self.ih.push(IH_SRC_CP_EOP, self._ring_id, self._ctx_id, body[6])
+
+    def _wait_reg_mem(self, pt, body) -> None:
+        func, space, operation = body[0] & 7, body[0] >> 4 & 3, body[0] >> 6 & 3
+        if func == 7 or space > P.WAIT_MEM_SPACE_MEM or operation != 0:
+            raise _Stop("fault", REASON_ILLEGAL_PACKET)
+        if space == P.WAIT_MEM_SPACE_REG:
+            return  # no registers are emulated: a register wait is satisfied at once
+        addr = self._aligned(body[1] | body[2] << 32, 4)
+        ref, mask, compare = body[3], body[4], _COMPARE[func]
+        while True:
+            mem, = struct.unpack("<I", pt.read(addr, 4))
+            if compare(mem & mask, ref):
+                return
+            if self._abort:
+                raise _Stop("aborted")
+            time.sleep(POLL_STEP_S)
+
+    def _write_data(self, pt, body) -> None:
+        if len(body) < 4 or body[0] >> 8 & 0xF not in P.WRITE_DST_MEMORY:
+            raise _Stop("fault", REASON_ILLEGAL_PACKET)
+        addr = self._aligned(body[1] | body[2] << 32, 4)
+        data = body[3:]
+        if body[0] & P.WR_ONE_ADDR:  # every dword to the same address: the last stays
+            data = data[-1:]
+        pt.write(addr, struct.pack(f"<{len(data)}I", *data))
+
+    def _push_fault(self, res: CpResult) -> None:
+        if res.dispatch is not None and res.dispatch.status == "fault" and res.fault is res.dispatch.fault:
+            return  # the compute units reported their own fault
+        if res.fault is not None:
+            src = IH_SRC_PAGE_FAULT if res.fault.reason == "unmapped" else IH_SRC_PROT_FAULT
+            self.ih.push(src, self._ring_id, self._ctx_id, res.fault.va)
+        else:
+            self.ih.push(IH_SRC_ILLEGAL_INST, self._ring_id, self._ctx_id, res.packet_offset)
