@@ -1,0 +1,353 @@
+"""vISA: the instruction encoding, register files and code-object header.
+
+Hardware ABI shared by the assembler (vgpu/asm.py), both executors (kmd/hw/cu_ref.py
+and the Cython core), the KMD's crash dumps and the compiler, as Mesa's sid.h is.
+docs/isa.md is the specification; this module is its tables. Nothing else defines
+these numbers.
+
+Every instruction is one little-endian 64-bit word. Four formats share the low byte
+(the opcode) and differ in how the other 56 bits are cut:
+
+    SOPP  [7:0] op | [31:8] 0               | [63:32] imm32 (branch offset, trap code)
+    ALU   [7:0] op | [15:8] dst | [23:16] src0 | [31:24] src1 | [63:32] literal
+    VOP3  [7:0] op | [15:8] dst | [23:16] src0 | [31:24] src1 | [39:32] src2 | [63:40] 0
+    MEM   [7:0] op | [15:8] dst | [23:16] addr | [31:24] base | [39:32] data | [63:40] offset (signed)
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+ISA_VERSION = 1
+
+# -- machine limits -----------------------------------------------------------------
+WAVE_SIZE = 32                  # lanes per wave; EXEC and VCC are 32-bit masks
+INST_BYTES = 8                  # every instruction is one 64-bit word
+MAX_SGPRS = 104                 # s0..s103
+MAX_VGPRS = 128                 # v0..v127 (per lane)
+MAX_LDS_BYTES = 64 * 1024       # per workgroup
+MAX_BLOCK_THREADS = 1024        # threads per workgroup (32 waves)
+LANE_MASK = (1 << WAVE_SIZE) - 1
+
+# -- register conventions at wave start ------------------------------------------------
+USER_SGPRS = 16                 # user_data[0..15] -> s0..s15
+SGPR_KERNARG = 0                # the loader puts the kernarg segment VA in s[0:1]
+SGPR_WORKGROUP_ID = 16          # s16, s17, s18 = workgroup id x, y, z
+MIN_SGPRS = SGPR_WORKGROUP_ID + 3
+VGPR_LOCAL_ID = 0               # v0, v1, v2 = local (thread-in-workgroup) id x, y, z
+MIN_VGPRS = VGPR_LOCAL_ID + 3
+
+# -- operand codes (8 bits, the dst/src/addr/base/data fields) ------------------------
+# 0..103 s0..s103, 104 vcc, 105 exec, 106 scc, 107..125 illegal, 126 off,
+# 127 literal (the ALU word's imm32), 128..255 v0..v127.
+OPR_VCC = 104
+OPR_EXEC = 105
+OPR_SCC = 106
+OPR_OFF = 126
+OPR_LIT = 127
+OPR_VGPR = 128
+
+CANONICAL_NAN = 0x7FC00000      # every NaN a float op produces is written as this
+
+# -- formats -----------------------------------------------------------------------
+FMT_SOPP, FMT_ALU, FMT_VOP3, FMT_MEM = "sopp", "alu", "vop3", "mem"
+
+# Operand kinds, one per used field.  The assembler parses them, the executors check
+# them at decode time (a wrong kind is an illegal instruction) -- docs/isa.md 3.2.
+K_SDST = "sdst"         # sN, vcc, exec
+K_SDST2 = "sdst2"       # s[n:n+1]
+K_SDST4 = "sdst4"       # s[n:n+3]
+K_SSRC = "ssrc"         # sN, vcc, exec, scc, literal
+K_SSRC2 = "ssrc2"       # s[n:n+1]
+K_SMASK = "smask"       # sN, vcc, exec (a lane mask; no literal)
+K_VDST = "vdst"         # vN
+K_VDST_OFF = "vdst_off" # vN or off (atomic return value)
+K_VSRC = "vsrc"         # vN, sN, vcc, exec, scc, literal
+K_VREG = "vreg"         # vN only
+K_VREG2 = "vreg2"       # v[n:n+1]
+K_GADDR = "gaddr"       # v[n:n+1] when base is off, else vN (32-bit offset)
+K_SBASE = "sbase"       # s[n:n+1] or off
+K_SBASE2 = "sbase2"     # s[n:n+1] (scalar loads)
+K_OFFSET = "offset"     # signed 24-bit byte offset (MEM [63:40])
+K_BRANCH = "branch"     # signed 32-bit byte offset from the next instruction (SOPP imm32)
+K_IMM = "imm"           # unsigned 32-bit immediate (SOPP imm32)
+
+# Which field each operand of an assembly line lands in, per format and kind.
+FIELD_DST, FIELD_SRC0, FIELD_SRC1, FIELD_SRC2 = "dst", "src0", "src1", "src2"
+FIELD_ADDR, FIELD_BASE, FIELD_DATA, FIELD_IMM = "addr", "base", "data", "imm"
+
+
+@dataclasses.dataclass(frozen=True)
+class OpInfo:
+    """One opcode: `operands` are (field, kind) in assembly order.
+
+    `ftype` is 'f32' when the sources are floats (the disassembler prints literals as
+    floats), else 'b32'.
+    """
+
+    code: int
+    name: str
+    fmt: str
+    operands: tuple[tuple[str, str], ...]
+    ftype: str = "b32"
+
+
+def _ops() -> list[OpInfo]:
+    ops: list[OpInfo] = []
+
+    def op(code, name, fmt, *operands, ftype="b32"):
+        ops.append(OpInfo(code, name, fmt, tuple(operands), ftype))
+
+    D, S0, S1, S2 = FIELD_DST, FIELD_SRC0, FIELD_SRC1, FIELD_SRC2
+    A, B, DA, I = FIELD_ADDR, FIELD_BASE, FIELD_DATA, FIELD_IMM
+    # SOPP: program control.  0x00 is illegal so that running into zeroed memory faults.
+    op(0x01, "s_endpgm", FMT_SOPP)
+    op(0x02, "s_nop", FMT_SOPP)
+    op(0x03, "s_branch", FMT_SOPP, (I, K_BRANCH))
+    op(0x04, "s_cbranch_scc0", FMT_SOPP, (I, K_BRANCH))
+    op(0x05, "s_cbranch_scc1", FMT_SOPP, (I, K_BRANCH))
+    op(0x06, "s_cbranch_vccz", FMT_SOPP, (I, K_BRANCH))
+    op(0x07, "s_cbranch_vccnz", FMT_SOPP, (I, K_BRANCH))
+    op(0x08, "s_cbranch_execz", FMT_SOPP, (I, K_BRANCH))
+    op(0x09, "s_cbranch_execnz", FMT_SOPP, (I, K_BRANCH))
+    op(0x0A, "s_barrier", FMT_SOPP)
+    op(0x0B, "s_trap", FMT_SOPP, (I, K_IMM))
+    # SOP1: scalar, one source.
+    op(0x10, "s_mov_b32", FMT_ALU, (D, K_SDST), (S0, K_SSRC))
+    op(0x11, "s_mov_b64", FMT_ALU, (D, K_SDST2), (S0, K_SSRC2))
+    op(0x12, "s_not_b32", FMT_ALU, (D, K_SDST), (S0, K_SSRC))
+    op(0x13, "s_bcnt1_i32", FMT_ALU, (D, K_SDST), (S0, K_SSRC))
+    op(0x14, "s_ff1_i32", FMT_ALU, (D, K_SDST), (S0, K_SSRC))
+    op(0x15, "s_and_saveexec_b32", FMT_ALU, (D, K_SDST), (S0, K_SSRC))
+    op(0x16, "s_or_saveexec_b32", FMT_ALU, (D, K_SDST), (S0, K_SSRC))
+    op(0x17, "s_memtime", FMT_ALU, (D, K_SDST2))
+    # SOP2: scalar, two sources.
+    for code, name in enumerate(("s_add_u32", "s_addc_u32", "s_sub_u32", "s_subb_u32",
+                                 "s_mul_i32", "s_mul_hi_u32", "s_and_b32", "s_or_b32",
+                                 "s_xor_b32", "s_andn2_b32", "s_orn2_b32", "s_lshl_b32",
+                                 "s_lshr_b32", "s_ashr_i32", "s_min_i32", "s_min_u32",
+                                 "s_max_i32", "s_max_u32", "s_cselect_b32"), 0x20):
+        op(code, name, FMT_ALU, (D, K_SDST), (S0, K_SSRC), (S1, K_SSRC))
+    # SOPC: scalar compares, write SCC.
+    code = 0x40
+    for t in ("i32", "u32"):
+        for c in ("eq", "ne", "lt", "le", "gt", "ge"):
+            op(code, f"s_cmp_{c}_{t}", FMT_ALU, (S0, K_SSRC), (S1, K_SSRC))
+            code += 1
+    # SMEM: scalar loads (kernel arguments).
+    op(0x50, "s_load_dword", FMT_MEM, (D, K_SDST), (B, K_SBASE2), (I, K_OFFSET))
+    op(0x51, "s_load_dwordx2", FMT_MEM, (D, K_SDST2), (B, K_SBASE2), (I, K_OFFSET))
+    op(0x52, "s_load_dwordx4", FMT_MEM, (D, K_SDST4), (B, K_SBASE2), (I, K_OFFSET))
+    # VOP1: vector, one source.
+    for code, name, ft in ((0x60, "v_mov_b32", "b32"), (0x61, "v_not_b32", "b32"),
+                           (0x62, "v_cvt_f32_i32", "b32"), (0x63, "v_cvt_f32_u32", "b32"),
+                           (0x64, "v_cvt_i32_f32", "f32"), (0x65, "v_cvt_u32_f32", "f32"),
+                           (0x66, "v_floor_f32", "f32"), (0x67, "v_ceil_f32", "f32"),
+                           (0x68, "v_trunc_f32", "f32"), (0x69, "v_rndne_f32", "f32"),
+                           (0x6A, "v_rcp_f32", "f32"), (0x6B, "v_sqrt_f32", "f32"),
+                           (0x6C, "v_rsqrt_f32", "f32"), (0x6D, "v_exp_f32", "f32"),
+                           (0x6E, "v_exp2_f32", "f32"), (0x6F, "v_log_f32", "f32"),
+                           (0x70, "v_log2_f32", "f32"), (0x71, "v_sin_f32", "f32"),
+                           (0x72, "v_cos_f32", "f32"), (0x73, "v_tanh_f32", "f32")):
+        op(code, name, FMT_ALU, (D, K_VDST), (S0, K_VSRC), ftype=ft)
+    op(0x78, "v_readfirstlane_b32", FMT_ALU, (D, K_SDST), (S0, K_VREG))
+    # VOP2: vector, two sources.
+    for code, name, ft in ((0x80, "v_add_u32", "b32"), (0x81, "v_sub_u32", "b32"),
+                           (0x82, "v_mul_lo_u32", "b32"), (0x83, "v_mul_hi_u32", "b32"),
+                           (0x84, "v_mul_hi_i32", "b32"), (0x85, "v_and_b32", "b32"),
+                           (0x86, "v_or_b32", "b32"), (0x87, "v_xor_b32", "b32"),
+                           (0x88, "v_lshl_b32", "b32"), (0x89, "v_lshr_b32", "b32"),
+                           (0x8A, "v_ashr_i32", "b32"), (0x8B, "v_min_i32", "b32"),
+                           (0x8C, "v_max_i32", "b32"), (0x8D, "v_min_u32", "b32"),
+                           (0x8E, "v_max_u32", "b32"), (0x8F, "v_div_u32", "b32"),
+                           (0x90, "v_rem_u32", "b32"), (0x91, "v_div_i32", "b32"),
+                           (0x92, "v_rem_i32", "b32"), (0x93, "v_add_co_u32", "b32"),
+                           (0x94, "v_addc_co_u32", "b32"), (0x95, "v_sub_co_u32", "b32"),
+                           (0x98, "v_add_f32", "f32"), (0x99, "v_sub_f32", "f32"),
+                           (0x9A, "v_mul_f32", "f32"), (0x9B, "v_div_f32", "f32"),
+                           (0x9C, "v_min_f32", "f32"), (0x9D, "v_max_f32", "f32")):
+        op(code, name, FMT_ALU, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC), ftype=ft)
+    op(0x9E, "v_readlane_b32", FMT_ALU, (D, K_SDST), (S0, K_VREG), (S1, K_SSRC))
+    op(0x9F, "v_writelane_b32", FMT_ALU, (D, K_VDST), (S0, K_SSRC), (S1, K_SSRC))
+    # VOP3: vector, three sources (no literal).
+    op(0xA0, "v_fma_f32", FMT_VOP3, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC), (S2, K_VSRC),
+       ftype="f32")
+    op(0xA1, "v_mad_u32", FMT_VOP3, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC), (S2, K_VSRC))
+    op(0xA2, "v_cndmask_b32", FMT_VOP3, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC),
+       (S2, K_SMASK))
+    # VOPC: vector compares, write a lane mask.
+    code = 0xB0
+    for t in ("i32", "u32", "f32"):
+        for c in ("eq", "ne", "lt", "le", "gt", "ge"):
+            op(code, f"v_cmp_{c}_{t}", FMT_ALU, (D, K_SDST), (S0, K_VSRC), (S1, K_VSRC),
+               ftype="f32" if t == "f32" else "b32")
+            code += 1
+    # LDS.
+    op(0xC8, "ds_read_b32", FMT_MEM, (D, K_VDST), (A, K_VREG), (I, K_OFFSET))
+    op(0xC9, "ds_write_b32", FMT_MEM, (A, K_VREG), (DA, K_VREG), (I, K_OFFSET))
+    for code, name, ft in ((0xCA, "ds_add_u32", "b32"), (0xCB, "ds_add_f32", "f32"),
+                           (0xCC, "ds_max_i32", "b32"), (0xCD, "ds_max_u32", "b32"),
+                           (0xCE, "ds_max_f32", "f32")):
+        op(code, name, FMT_MEM, (D, K_VDST_OFF), (A, K_VREG), (DA, K_VREG), (I, K_OFFSET),
+           ftype=ft)
+    # Global memory through the VM.
+    for code, name in ((0xD0, "global_load_dword"), (0xD1, "global_load_ubyte"),
+                       (0xD2, "global_load_sbyte"), (0xD3, "global_load_ushort"),
+                       (0xD4, "global_load_sshort")):
+        op(code, name, FMT_MEM, (D, K_VDST), (A, K_GADDR), (B, K_SBASE), (I, K_OFFSET))
+    for code, name in ((0xD8, "global_store_dword"), (0xD9, "global_store_byte"),
+                       (0xDA, "global_store_short")):
+        op(code, name, FMT_MEM, (A, K_GADDR), (DA, K_VREG), (B, K_SBASE), (I, K_OFFSET))
+    for code, name, ft in ((0xE0, "global_atomic_add_u32", "b32"),
+                           (0xE1, "global_atomic_add_f32", "f32"),
+                           (0xE2, "global_atomic_max_i32", "b32"),
+                           (0xE3, "global_atomic_max_u32", "b32"),
+                           (0xE4, "global_atomic_max_f32", "f32"),
+                           (0xE5, "global_atomic_min_i32", "b32"),
+                           (0xE6, "global_atomic_min_u32", "b32"),
+                           (0xE7, "global_atomic_min_f32", "f32"),
+                           (0xE8, "global_atomic_xchg_b32", "b32")):
+        op(code, name, FMT_MEM, (D, K_VDST_OFF), (A, K_GADDR), (DA, K_VREG), (B, K_SBASE),
+           (I, K_OFFSET), ftype=ft)
+    op(0xE9, "global_atomic_cmpswap_b32", FMT_MEM, (D, K_VDST_OFF), (A, K_GADDR),
+       (DA, K_VREG2), (B, K_SBASE), (I, K_OFFSET))
+    return ops
+
+
+OPCODES: tuple[OpInfo, ...] = tuple(_ops())
+BY_CODE: dict[int, OpInfo] = {o.code: o for o in OPCODES}
+BY_NAME: dict[str, OpInfo] = {o.name: o for o in OPCODES}
+assert len(BY_CODE) == len(OPCODES) == len(BY_NAME)
+
+# Named opcodes the executors switch on (generated: OP_S_ENDPGM = 0x01, ...).
+globals().update({"OP_" + o.name.upper(): o.code for o in OPCODES})
+
+# -- the word -----------------------------------------------------------------------
+OFFSET_BITS = 24                # MEM [63:40]
+OFFSET_MIN = -(1 << (OFFSET_BITS - 1))
+OFFSET_MAX = (1 << (OFFSET_BITS - 1)) - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Inst:
+    """A decoded word: the raw fields, whatever the format uses.
+
+    `imm` is the SOPP/ALU imm32 (unsigned) or the MEM offset (signed 24-bit);
+    `src2` is VOP3's, `addr`/`base`/`data` MEM's (they alias src0/src1/src2's bits).
+    """
+
+    op: int
+    dst: int = 0
+    src0: int = 0
+    src1: int = 0
+    src2: int = 0
+    imm: int = 0
+
+    # MEM-format names for the same bits.
+    @property
+    def addr(self) -> int:
+        return self.src0
+
+    @property
+    def base(self) -> int:
+        return self.src1
+
+    @property
+    def data(self) -> int:
+        return self.src2
+
+
+def encode(fmt: str, op: int, dst: int = 0, src0: int = 0, src1: int = 0, src2: int = 0,
+           imm: int = 0) -> int:
+    """The 64-bit word of one instruction (fields already range-checked)."""
+    word = (op & 0xFF) | (dst & 0xFF) << 8 | (src0 & 0xFF) << 16 | (src1 & 0xFF) << 24
+    if fmt == FMT_SOPP:
+        return (op & 0xFF) | (imm & 0xFFFFFFFF) << 32
+    if fmt == FMT_ALU:
+        return word | (imm & 0xFFFFFFFF) << 32
+    if fmt == FMT_VOP3:
+        return word | (src2 & 0xFF) << 32
+    return word | (src2 & 0xFF) << 32 | (imm & 0xFFFFFF) << 40       # MEM
+
+
+def decode(word: int) -> Inst:
+    """Split a word into fields by its opcode's format (unknown opcodes: ALU split)."""
+    op = word & 0xFF
+    info = BY_CODE.get(op)
+    fmt = info.fmt if info else FMT_ALU
+    dst, src0, src1 = word >> 8 & 0xFF, word >> 16 & 0xFF, word >> 24 & 0xFF
+    if fmt == FMT_SOPP:
+        return Inst(op, dst, src0, src1, 0, word >> 32)
+    if fmt == FMT_ALU:
+        return Inst(op, dst, src0, src1, 0, word >> 32)
+    src2 = word >> 32 & 0xFF
+    if fmt == FMT_VOP3:
+        return Inst(op, dst, src0, src1, src2, word >> 40)     # imm must be 0
+    off = word >> 40
+    return Inst(op, dst, src0, src1, src2, off - (1 << 24) if off & 0x800000 else off)
+
+
+def sext32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x & 0x80000000 else x
+
+
+def opr_name(code: int) -> str:
+    """Assembly spelling of a single operand code (no pairs)."""
+    if code < MAX_SGPRS:
+        return f"s{code}"
+    if code >= OPR_VGPR:
+        return f"v{code - OPR_VGPR}"
+    return {OPR_VCC: "vcc", OPR_EXEC: "exec", OPR_SCC: "scc", OPR_OFF: "off",
+            OPR_LIT: "lit"}.get(code, f"?{code}")
+
+
+# -- code object (.vco) -----------------------------------------------------------------
+VCO_MAGIC = 0x314F4356          # b"VCO1"
+VCO_HEADER = struct.Struct("<IHHHHIIIIIIII20s")
+VCO_HEADER_SIZE = 64
+assert VCO_HEADER.size == VCO_HEADER_SIZE
+
+
+@dataclasses.dataclass
+class VcoHeader:
+    """The 64-byte code-object header (docs/isa.md 8), all fields little-endian.
+
+    `entry` is the byte offset of the first instruction inside the code; the loader
+    sets the dispatch's program address to code VA + entry.  `meta` is UTF-8 JSON.
+    """
+
+    sgprs: int
+    vgprs: int
+    lds_bytes: int
+    entry: int
+    code_offset: int
+    code_size: int
+    meta_offset: int
+    meta_size: int
+    kernarg_size: int
+    version: int = ISA_VERSION
+    header_size: int = VCO_HEADER_SIZE
+    flags: int = 0
+    block: tuple[int, int, int] = (0, 0, 0)     # required block size, 0 = any
+
+    def pack(self) -> bytes:
+        return VCO_HEADER.pack(VCO_MAGIC, self.version, self.header_size, self.sgprs,
+                               self.vgprs, self.lds_bytes, self.entry, self.code_offset,
+                               self.code_size, self.meta_offset, self.meta_size,
+                               self.kernarg_size, self.flags,
+                               struct.pack("<III", *self.block) + bytes(8))
+
+    @classmethod
+    def unpack(cls, data: bytes) -> VcoHeader:
+        if len(data) < VCO_HEADER_SIZE:
+            raise ValueError(f"code object too short for its header ({len(data)} bytes)")
+        (magic, version, header_size, sgprs, vgprs, lds, entry, code_off, code_size,
+         meta_off, meta_size, kernarg, flags, tail) = VCO_HEADER.unpack_from(data)
+        if magic != VCO_MAGIC:
+            raise ValueError(f"not a vISA code object (magic {magic:#x})")
+        if version != ISA_VERSION:
+            raise ValueError(f"code object is vISA version {version}, not {ISA_VERSION}")
+        block = struct.unpack_from("<III", tail)
+        return cls(sgprs, vgprs, lds, entry, code_off, code_size, meta_off, meta_size, kernarg,
+                   version, header_size, flags, block)
