@@ -11,7 +11,7 @@ import time
 from vgpu import uapi
 
 from . import bo_list as _bo_list, cs as _cs, ctx as _ctx, gem as _gem, info as _info, sched as _sched, vm as _vm  # noqa: F401
-from . import hw, syncobj as _syncobj
+from . import debugfs as _debugfs, hw, syncobj as _syncobj, sysfs as _sysfs
 from .drm_file import DrmFile
 from .errors import KmdError
 from .gem import DOMAIN_NAMES, BufferObject
@@ -49,6 +49,7 @@ class Device:
             self.rings[(ring.ip_type, i)] = ring
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
         self.irq = InterruptHandler(self)
+        self.busy_meter = _sysfs.BusyMeter(self)
         self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
                       f"ring timeout {timeout:g} s")
 
@@ -269,76 +270,12 @@ class Device:
 
     def sysfs_files(self) -> dict:
         """MOUNT/sys/class/drm/card0/device/*: name -> callable returning the text."""
-        m = self.memory
-        return {
-            "vendor": lambda: f"{_info.PCI_VENDOR:#06x}\n",
-            "device": lambda: f"{_info.PCI_DEVICE:#06x}\n",
-            "uevent": lambda: (f"DRIVER=vgpu\nPCI_CLASS=30000\nPCI_ID={_info.PCI_VENDOR:04X}:"
-                               f"{_info.PCI_DEVICE:04X}\nPCI_SLOT_NAME=0000:00:00.0\n"),
-            "mem_info_vram_total": lambda: f"{m.vram_allocator.size}\n",
-            "mem_info_vram_used": lambda: f"{m.vram_allocator.used}\n",
-            "mem_info_gtt_total": lambda: f"{m.gtt_size}\n",
-            "mem_info_gtt_used": lambda: f"{m.gtt_used}\n",
-            "gpu_busy_percent": lambda: "0\n",
-        }
+        return _sysfs.files(self)
 
     def debugfs_files(self) -> dict:
-        """MOUNT/sys/kernel/debug/dri/0/*: name -> callable returning the text."""
-        return {
-            "name": lambda: "vgpu dev=0000:00:00.0 unique=0000:00:00.0\n",
-            "clients": self._debugfs_clients,
-            "gem_info": self._debugfs_gem_info,
-            "vm_info": self._debugfs_vm_info,
-            "fence_info": self._debugfs_fence_info,
-            "gpu_reset": (lambda: f"resets: {self.reset_counter}\n", lambda data: self.gpu_reset()),
-            **{f"ring_{r.name}": r.describe for r in self.rings.values()},
-        }
-
-    def _debugfs_fence_info(self) -> str:
-        out = []
-        for r in self.rings.values():
-            out.append(f"--- ring {r.ring_id} ({r.name}) ---")
-            out.append(f"Last signaled fence {r.signaled_seq:#018x}")
-            out.append(f"Last emitted        {r.hw_emitted:#018x}")
-            out.append(f"Last completed (wb) {r.fence_wb:#018x}")
-            out.append(f"Last CS seq         {r.emitted_seq:#018x}")
-            failed = [f for f in list(r.fences.values())[-64:] if f.signaled and f.error]
-            for f in failed[-8:]:
-                out.append(f"  seq {f.seq:#x} signaled with error {errno.errorcode.get(f.error, f.error)}")
-        return "\n".join(out) + "\n"
-
-    def _debugfs_clients(self) -> str:
-        lines = [f"{'command':>20} {'tgid':>5} {'dev':>3} {'master':>6} {'uid':>5} {'id':>4} node"]
-        with self.lock:
-            for f in self.files.values():
-                lines.append(f"{f.comm:>20} {f.pid:>5} {0:>3} {'n':>6} {f.uid:>5} {f.id:>4} {f.node}")
-        return "\n".join(lines) + "\n"
-
-    def _debugfs_gem_info(self) -> str:
-        out = []
-        with self.lock:
-            for f in self.files.values():
-                out.append(f"pid {f.pid:8d} command {f.comm} client {f.id}:")
-                for handle, bo in sorted(f.bos.items()):
-                    where = f"vram@{bo.vram.offset:#x}" if bo.vram else "gtt"
-                    out.append(f"\t{handle:#010x}: {bo.size:12d} byte {DOMAIN_NAMES[bo.domain]:>4} "
-                               f"{where} flags {bo.flags:#x} offset {bo.mmap_offset:#x}")
-        return "\n".join(out) + "\n" if out else ""
-
-    def _debugfs_vm_info(self) -> str:
-        out = []
-        with self.lock:
-            for f in self.files.values():
-                out.append(f"client {f.id} pid {f.pid} ({f.comm}): "
-                           f"{f.vm.page_table.mapped_pages()} pages mapped")
-                handles = {id(bo): h for h, bo in f.bos.items()}
-                for m in f.vm.mappings():
-                    perms = "".join(c if m.flags & b else "-" for c, b in (
-                        ("r", uapi.AMDGPU_VM_PAGE_READABLE), ("w", uapi.AMDGPU_VM_PAGE_WRITEABLE),
-                        ("x", uapi.AMDGPU_VM_PAGE_EXECUTABLE)))
-                    out.append(f"\t{m.va:#014x}-{m.end:#014x} {perms} handle {handles.get(id(m.bo), 0)} "
-                               f"bo_offset {m.offset:#x}")
-        return "\n".join(out) + "\n" if out else ""
+        """MOUNT/sys/kernel/debug/dri/0/*: name -> callable returning the text, or a
+        (read, write) pair for a writable entry."""
+        return _debugfs.files(self)
 
     # -- consistency (tests and the fuzzer) ----------------------------------
     def check_invariants(self) -> None:

@@ -175,7 +175,7 @@ class Ring:
                  f"hw completed: {self.fence_wb}",
                  f"hw signaled:  {self.signaled_seq}",
                  f"queued jobs:  {queued}",
-                 f"running:      " + (f"job {run.id} ctx {run.ctx.id} client {run.file.id} pid {run.file.pid} "
+                 "running:      " + (f"job {run.id} ctx {run.ctx.id} client {run.file.id} pid {run.file.pid} "
                                      f"seq {run.fence.seq}" if run else "idle"),
                  f"jobs done:    {self.jobs_done}",
                  f"busy time:    {self.busy_time:.6f} s",

@@ -151,3 +151,16 @@ def test_ring_debugfs_lists_entities(dev, client):
     text = dev.debugfs_files()["ring_sdma0"]()
     assert "entity client" in text and "NORMAL" in text
     release(s)
+
+
+def test_gpu_busy_percent_is_live(dev, client):
+    s = Setup(dev, client)
+    busy = dev.sysfs_files()["gpu_busy_percent"]
+    busy()  # start a fresh window
+    block_ring(s)
+    time.sleep(0.05)
+    assert int(busy()) > 0  # one of two rings busy all along: about 50 %
+    release(s)
+    drain(s)
+    time.sleep(0.05)
+    assert int(busy()) < 50

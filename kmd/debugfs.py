@@ -1,0 +1,73 @@
+"""MOUNT/sys/kernel/debug/dri/0/*: the driver's state as text, in the spirit of
+amdgpu's debugfs files (amdgpu_fence_info, amdgpu_gem_info, clients, ring_*)."""
+import errno
+
+from vgpu import uapi
+
+from .gem import DOMAIN_NAMES
+
+
+def files(dev) -> dict:
+    return {
+        "name": lambda: "vgpu dev=0000:00:00.0 unique=0000:00:00.0\n",
+        "clients": lambda: clients(dev),
+        "gem_info": lambda: gem_info(dev),
+        "vm_info": lambda: vm_info(dev),
+        "fence_info": lambda: fence_info(dev),
+        "gpu_reset": (lambda: f"resets: {dev.reset_counter}\n", lambda data: dev.gpu_reset()),
+        **{f"ring_{r.name}": r.describe for r in dev.rings.values()},
+    }
+
+
+def fence_info(dev) -> str:
+    out = []
+    for r in dev.rings.values():
+        out.append(f"--- ring {r.ring_id} ({r.name}) ---")
+        out.append(f"Last signaled fence {r.signaled_seq:#018x}")
+        out.append(f"Last emitted        {r.hw_emitted:#018x}")
+        out.append(f"Last completed (wb) {r.fence_wb:#018x}")
+        out.append(f"Last CS seq         {r.emitted_seq:#018x}")
+        failed = [f for f in list(r.fences.values())[-64:] if f.signaled and f.error]
+        for f in failed[-8:]:
+            out.append(f"  seq {f.seq:#x} signaled with error {errno.errorcode.get(f.error, f.error)}")
+    return "\n".join(out) + "\n"
+
+
+def clients(dev) -> str:
+    lines = [f"{'command':>20} {'tgid':>5} {'dev':>3} {'master':>6} {'uid':>5} {'id':>4} node"]
+    with dev.lock:
+        for f in dev.files.values():
+            lines.append(f"{f.comm:>20} {f.pid:>5} {0:>3} {'n':>6} {f.uid:>5} {f.id:>4} {f.node}")
+    return "\n".join(lines) + "\n"
+
+
+def gem_info(dev) -> str:
+    out = []
+    with dev.lock:
+        for f in dev.files.values():
+            out.append(f"pid {f.pid:8d} command {f.comm} client {f.id}:")
+            for handle, bo in sorted(f.bos.items()):
+                where = f"vram@{bo.vram.offset:#x}" if bo.vram else "gtt"
+                out.append(f"\t{handle:#010x}: {bo.size:12d} byte {DOMAIN_NAMES[bo.domain]:>4} "
+                           f"{where} flags {bo.flags:#x} offset {bo.mmap_offset:#x}")
+    return "\n".join(out) + "\n" if out else ""
+
+
+PERMS = (("r", uapi.AMDGPU_VM_PAGE_READABLE), ("w", uapi.AMDGPU_VM_PAGE_WRITEABLE),
+         ("x", uapi.AMDGPU_VM_PAGE_EXECUTABLE))
+
+
+def vm_mappings(f) -> list[str]:
+    """One line per GPU VA mapping of a file (also used by crash dumps)."""
+    handles = {id(bo): h for h, bo in f.bos.items()}
+    return [f"\t{m.va:#014x}-{m.end:#014x} {''.join(c if m.flags & b else '-' for c, b in PERMS)} "
+            f"handle {handles.get(id(m.bo), 0)} bo_offset {m.offset:#x}" for m in f.vm.mappings()]
+
+
+def vm_info(dev) -> str:
+    out = []
+    with dev.lock:
+        for f in dev.files.values():
+            out.append(f"client {f.id} pid {f.pid} ({f.comm}): {f.vm.page_table.mapped_pages()} pages mapped")
+            out.extend(vm_mappings(f))
+    return "\n".join(out) + "\n" if out else ""
