@@ -19,6 +19,7 @@ import struct
 import threading
 import time
 
+from vgpu import isa
 from vgpu import pm4 as P
 
 from .hw.ih import IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT
@@ -224,11 +225,14 @@ class CommandProcessor:
         block = (reg(P.COMPUTE_NUM_THREAD_X, 0), reg(P.COMPUTE_NUM_THREAD_Y, 0), reg(P.COMPUTE_NUM_THREAD_Z, 0))
         code_va = P.pgm_address(reg(P.COMPUTE_PGM_LO, 0), reg(P.COMPUTE_PGM_HI, 0))
         vgprs, sgprs = P.decode_rsrc1(reg(P.COMPUTE_PGM_RSRC1, 0))
+        # Registers are granted in granules (docs/pm4.md); the last granule may reach
+        # past the register file, which then bounds it.
+        vgprs, sgprs = min(vgprs, isa.MAX_VGPRS), min(sgprs, isa.MAX_SGPRS)
         user_sgprs, lds_bytes = P.decode_rsrc2(reg(P.COMPUTE_PGM_RSRC2, 0))
         if (not initiator & P.DISPATCH_INITIATOR_COMPUTE_SHADER_EN or code_va == 0
                 or min(block) < 1 or block[0] * block[1] * block[2] > MAX_WORKGROUP_THREADS
-                or user_sgprs > P.COMPUTE_USER_DATA_COUNT or user_sgprs > sgprs
-                or lds_bytes > P.MAX_LDS_BYTES):
+                or user_sgprs > P.COMPUTE_USER_DATA_COUNT or sgprs < isa.MIN_SGPRS
+                or vgprs < isa.MIN_VGPRS or lds_bytes > P.MAX_LDS_BYTES):
             raise _Stop("fault", REASON_BAD_DISPATCH)
         if x * y * z == 0:
             return  # no workgroups: nothing runs, as on hardware

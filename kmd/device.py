@@ -12,6 +12,7 @@ from vgpu import uapi
 
 from . import bo_list as _bo_list, cs as _cs, ctx as _ctx, gem as _gem, info as _info, sched as _sched, vm as _vm  # noqa: F401
 from . import debugfs as _debugfs, hw, syncobj as _syncobj, sysfs as _sysfs
+from . import cp as _cp, devcoredump as _devcoredump
 from .drm_file import DrmFile
 from .errors import KmdError
 from .gem import DOMAIN_NAMES, BufferObject
@@ -47,6 +48,11 @@ class Device:
             ring = Ring(self, f"sdma{i}", uapi.AMDGPU_HW_IP_DMA, i, len(self.rings),
                         hw.SdmaEngine(f"sdma{i}", self.ih))
             self.rings[(ring.ip_type, i)] = ring
+        for i in range(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE]):
+            ring = Ring(self, f"comp_0.{i}", uapi.AMDGPU_HW_IP_COMPUTE, i, len(self.rings),
+                        _cp.CommandProcessor(f"comp_0.{i}", self.ih))
+            self.rings[(ring.ip_type, i)] = ring
+        self.coredumps = _devcoredump.CoredumpStore()  # MOUNT/sys/class/devcoredump/
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
         self.irq = InterruptHandler(self)
         self.busy_meter = _sysfs.BusyMeter(self)
@@ -189,15 +195,25 @@ class Device:
                               f"emitted seq={ring.hw_emitted}")
                 self.kmsg.log(f"Process information: process {f.comm} pid {f.pid} thread {f.comm} "
                               f"pid {f.pid}, job {job.id} {who}")
+                self._crash_dump(ring, job, who)
                 self.gpu_reset(ring, guilty=ctx)
             else:
                 job.error = errno.EFAULT if r.fault is not None else errno.EINVAL
                 where = (f"{r.fault.access} of VA {r.fault.va:#x} ({r.fault.reason})" if r.fault
                          else f"{r.reason}")
-                self.kmsg.log(f"[{ring.name}] GPU fault in job {job.id} seq {job.fence.seq} {who}: "
-                              f"{where} at IB packet offset {r.packet_offset} dw (opcode {r.opcode}); "
-                              f"context marked guilty")
                 ctx.errors.append(where)
+                self._crash_dump(ring, job, who)
+
+    def _crash_dump(self, ring: Ring, job: Job, who: str) -> None:
+        """Write devcd<N> for a failed job and say so in one kmsg line (device lock held)."""
+        n = self.coredumps.add(lambda n: _devcoredump.build(self, ring, job, n))
+        self.kmsg.log(f"[{ring.name}] GPU fault in job {job.id} seq {job.fence.seq} {who}: "
+                      f"{_devcoredump.fault_summary(job.result)} {_devcoredump.location(ring, job.result)}; "
+                      f"context marked guilty; GPU crash dump triggered (devcd{n})")
+
+    def devcoredumps(self) -> dict[int, str]:
+        """MOUNT/sys/class/devcoredump/devcd<N>/data: {N: dump text}, the last few."""
+        return self.coredumps.snapshot()
 
     def gpu_reset(self, ring: Ring | None = None, guilty=None) -> str:
         """Reset the GPU (amdgpu_device_gpu_recover): cancel the guilty context's

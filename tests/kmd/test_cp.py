@@ -102,12 +102,12 @@ def test_release_mem_interrupt(mem):
 
 
 def test_dispatch_takes_the_sh_registers(mem):
-    ib = (Pm4Ib().set_program(CODE + 256, P.rsrc1(8, 16), P.rsrc2(3, 2048))
+    ib = (Pm4Ib().set_program(CODE + 256, P.rsrc1(8, 120), P.rsrc2(3, 2048))
           .set_num_threads(64, 2).set_user_data([5, 6, 7, 8]).dispatch_direct(4, 3, 2))
     r, _, cp = run(mem, ib)
     assert r.status == "ok" and r.dispatches == 1
     call, = cp.compute.calls
-    assert call == dict(code_va=CODE + 256, sgprs=16, vgprs=8, lds_bytes=2048, grid=(4, 3, 2),
+    assert call == dict(code_va=CODE + 256, sgprs=104, vgprs=8, lds_bytes=2048, grid=(4, 3, 2),
                         block=(64, 2, 1), user_data=[5, 6, 7], ctx_id=3, ring_id=2)
     assert r.sh_regs[P.COMPUTE_PGM_LO] == (CODE + 256) >> 8
 
@@ -116,7 +116,7 @@ def test_sh_registers_reset_per_ib(mem):
     pt, bufs = mem
     compute = FakeCompute()
     cp = C.CommandProcessor("c", InterruptRing(), compute)
-    ib = Pm4Ib().set_program(CODE, P.rsrc1(4, 8), 0).set_num_threads(1).dispatch_direct(1)
+    ib = Pm4Ib().set_program(CODE, P.rsrc1(4, 24), 0).set_num_threads(1).dispatch_direct(1)
     bufs[IB][:len(ib) * 4] = np.frombuffer(ib.tobytes(), np.uint8)
     assert cp.run(pt, IB, len(ib)).status == "ok"
     again = Pm4Ib().dispatch_direct(1)
@@ -133,7 +133,9 @@ def test_sh_registers_reset_per_ib(mem):
     (Pm4Ib().raw(P.pm4_type3_header(P.PKT3_NOP, 4), 0), C.REASON_TRUNCATED),
     (Pm4Ib().set_sh_reg(0x100, 1), C.REASON_BAD_REGISTER),
     (Pm4Ib().dispatch_direct(1), C.REASON_BAD_DISPATCH),                       # no program
-    (Pm4Ib().set_program(CODE, 0, 0).set_num_threads(1025).dispatch_direct(1), C.REASON_BAD_DISPATCH),
+    (Pm4Ib().set_program(CODE, P.rsrc1(4, 16), 0).set_num_threads(1).dispatch_direct(1),
+     C.REASON_BAD_DISPATCH),                                                   # < 19 SGPRs
+    (Pm4Ib().set_program(CODE, P.rsrc1(4, 24), 0).set_num_threads(1025).dispatch_direct(1), C.REASON_BAD_DISPATCH),
     (Pm4Ib().write_data(DATA + 2, [1]), C.REASON_MISALIGNED),
     (Pm4Ib().wait_reg_mem(DATA, 0, func=7), C.REASON_ILLEGAL_PACKET),
 ])
@@ -158,7 +160,7 @@ def test_page_faults(mem):
 
 def test_dispatch_fault_is_the_waves(mem):
     bad = FakeResult("fault", "unmapped", GpuFault(0x5000, "read", "unmapped"))
-    ib = Pm4Ib().set_program(CODE, 0, 0).set_num_threads(32).dispatch_direct(1).release_mem(DATA, 1)
+    ib = Pm4Ib().set_program(CODE, P.rsrc1(4, 24), 0).set_num_threads(32).dispatch_direct(1).release_mem(DATA, 1)
     r, ih, _ = run(mem, ib, FakeCompute(bad))
     assert (r.status, r.reason, r.fault, r.opcode, r.dispatch) == ("fault", "unmapped", bad.fault,
                                                                       P.PKT3_DISPATCH_DIRECT, bad)
@@ -212,7 +214,7 @@ def test_abort_reaches_a_running_dispatch(mem):
     pt, bufs = mem
     compute = FakeCompute("spin")
     cp = C.CommandProcessor("c", InterruptRing(), compute)
-    ib = Pm4Ib().set_program(CODE, 0, 0).set_num_threads(1).dispatch_direct(1)
+    ib = Pm4Ib().set_program(CODE, P.rsrc1(4, 24), 0).set_num_threads(1).dispatch_direct(1)
     bufs[IB][:len(ib) * 4] = np.frombuffer(ib.tobytes(), np.uint8)
     out = []
     t = threading.Thread(target=lambda: out.append(cp.run(pt, IB, len(ib))))
