@@ -268,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--log", metavar="FILE", help="keep strace's raw log in FILE")
     t.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
     t.set_defaults(func=cmd_trace)
+
+    from vgpu.asm import add_parsers as add_asm_parsers   # asm, disasm
+    add_asm_parsers(sub)
     return p
 
 

@@ -287,6 +287,82 @@ def decode(word: int) -> Inst:
     return Inst(op, dst, src0, src1, src2, off - (1 << 24) if off & 0x800000 else off)
 
 
+# -- structural checks (docs/isa.md 2.3 step 2; the executors add the range check) -----
+def _is_sgpr(c: int) -> bool:
+    return c < MAX_SGPRS
+
+
+def _is_vgpr(c: int) -> bool:
+    return c >= OPR_VGPR
+
+
+_KIND_OK = {
+    K_SDST: lambda c: _is_sgpr(c) or c in (OPR_VCC, OPR_EXEC),
+    K_SDST2: _is_sgpr, K_SDST4: _is_sgpr, K_SSRC2: _is_sgpr, K_SBASE2: _is_sgpr,
+    K_SSRC: lambda c: _is_sgpr(c) or c in (OPR_VCC, OPR_EXEC, OPR_SCC, OPR_LIT),
+    K_SMASK: lambda c: _is_sgpr(c) or c in (OPR_VCC, OPR_EXEC),
+    K_VDST: _is_vgpr, K_VREG: _is_vgpr, K_VREG2: _is_vgpr,
+    K_VDST_OFF: lambda c: _is_vgpr(c) or c == OPR_OFF,
+    K_VSRC: lambda c: _is_sgpr(c) or _is_vgpr(c) or c in (OPR_VCC, OPR_EXEC, OPR_SCC, OPR_LIT),
+    K_GADDR: _is_vgpr,
+    K_SBASE: lambda c: _is_sgpr(c) or c == OPR_OFF,
+}
+KIND_WIDTH = {K_SDST2: 2, K_SSRC2: 2, K_SBASE2: 2, K_SBASE: 2, K_SDST4: 4, K_VREG2: 2}
+_ATTR = {FIELD_DST: "dst", FIELD_SRC0: "src0", FIELD_SRC1: "src1", FIELD_SRC2: "src2",
+         FIELD_ADDR: "src0", FIELD_BASE: "src1", FIELD_DATA: "src2"}
+
+
+def operand_fields(info: OpInfo, inst: Inst | None = None) -> dict[str, str]:
+    """{Inst attribute (dst/src0/src1/src2): kind} of the register fields `info` uses.
+
+    With `inst`, a global address resolves to a VGPR pair when base is off.
+    """
+    out = {}
+    for field, kind in info.operands:
+        if field == FIELD_IMM:
+            continue
+        if kind == K_GADDR and inst is not None and inst.src1 == OPR_OFF:
+            kind = K_VREG2
+        out[_ATTR[field]] = kind
+    return out
+
+
+def check_fields(info: OpInfo, inst: Inst) -> str | None:
+    """Why `inst` is not a valid `info` instruction (kinds, zero fields), or None."""
+    fields = operand_fields(info, inst)
+    for attr in ("dst", "src0", "src1", "src2"):
+        code = getattr(inst, attr)
+        kind = fields.get(attr)
+        if kind is None:
+            if code:
+                return f"unused field {attr} is {code}, not 0"
+            continue
+        if not _KIND_OK[kind](code):
+            return f"{attr} {opr_name(code)} is not a {kind} operand"
+        if code == OPR_LIT and info.fmt != FMT_ALU:
+            return "a literal is only allowed in the ALU format"
+    uses_imm = any(f == FIELD_IMM for f, _ in info.operands)
+    if info.fmt == FMT_ALU:
+        if inst.imm and not any(getattr(inst, a) == OPR_LIT for a in fields):
+            return "literal field is not 0 but no operand is lit"
+    elif (info.fmt == FMT_VOP3 or (info.fmt == FMT_SOPP and not uses_imm)) and inst.imm:
+        return "reserved bits are not 0"
+    return None
+
+
+def registers(info: OpInfo, inst: Inst) -> list[tuple[bool, int, int]]:
+    """(is_vgpr, first index, count) of every register `inst` names."""
+    out = []
+    for attr, kind in operand_fields(info, inst).items():
+        code = getattr(inst, attr)
+        width = KIND_WIDTH.get(kind, 1)
+        if _is_sgpr(code):
+            out.append((False, code, width))
+        elif _is_vgpr(code):
+            out.append((True, code - OPR_VGPR, width))
+    return out
+
+
 def sext32(x: int) -> int:
     x &= 0xFFFFFFFF
     return x - (1 << 32) if x & 0x80000000 else x

@@ -1,0 +1,281 @@
+"""What both compute executors share: the dispatch result, argument checks, decode-time
+validation, wave layout and the float rules of docs/isa.md 3.
+
+The executors themselves are kmd/hw/cu_ref.py (pure Python) and the Cython core.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+
+from kmd.hw.ih import IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT
+from kmd.hw.mmu import GpuFault
+from vgpu import isa as I
+
+# Fault reasons (docs/isa.md 6).
+REASON_ILLEGAL = "illegal_instruction"
+REASON_BAD_REGISTER = "bad_register"
+REASON_UNMAPPED = "unmapped"
+REASON_PERMISSION = "permission"
+REASON_MISALIGNED = "misaligned"
+REASON_LDS_BOUNDS = "lds_bounds"
+REASON_TRAP = "trap"
+
+
+@dataclasses.dataclass
+class ComputeResult:
+    """The outcome of one dispatch and the state of the wave it stopped in.
+
+    `pc` is a byte offset from code_va: of the faulting instruction, of the last
+    wave's s_endpgm when ok, of the next instruction of the running wave when aborted.
+    `vgprs[r][lane]`; `lane_instructions` sums popcount(EXEC) at issue over the
+    `instructions` completed (the faulting one is not counted).
+    """
+
+    status: str                                 # 'ok' | 'fault' | 'aborted'
+    reason: str | None = None
+    fault: GpuFault | None = None
+    pc: int = 0
+    workgroup: tuple[int, int, int] = (0, 0, 0)
+    wave: int = 0
+    exec: int = 0
+    vcc: int = 0
+    scc: int = 0
+    sgprs: list[int] = dataclasses.field(default_factory=list)
+    vgprs: list[list[int]] = dataclasses.field(default_factory=list)
+    trap_code: int = 0
+    instructions: int = 0
+    lane_instructions: int = 0
+
+
+class WaveFault(Exception):
+    """Raised inside an executor: stops the dispatch with `reason` (and a GpuFault)."""
+
+    def __init__(self, reason: str, fault: GpuFault | None = None, trap_code: int = 0) -> None:
+        super().__init__(reason, fault)
+        self.reason = reason
+        self.fault = fault
+        self.trap_code = trap_code
+
+
+def ih_entry(reason: str, fault: GpuFault | None, pc: int) -> tuple[int, int]:
+    """(src_id, data) of the IH entry a fault pushes (docs/isa.md 6)."""
+    if reason == REASON_UNMAPPED:
+        return IH_SRC_PAGE_FAULT, fault.va
+    if reason == REASON_PERMISSION:
+        return IH_SRC_PROT_FAULT, fault.va
+    return IH_SRC_ILLEGAL_INST, pc & 0xFFFFFFFFFFFFFFFF
+
+
+def check_dispatch(code_va: int, sgprs: int, vgprs: int, lds_bytes: int, grid, block,
+                   user_data) -> tuple[tuple[int, int, int], tuple[int, int, int], list[int]]:
+    """Argument checks of ComputeEngine.dispatch; returns (grid, block, user_data[16])."""
+    if not 0 <= code_va < 1 << 64:
+        raise ValueError(f"dispatch: code_va {code_va:#x} outside the 64-bit VA space")
+    if not I.MIN_SGPRS <= sgprs <= I.MAX_SGPRS:
+        raise ValueError(f"dispatch: sgprs {sgprs} outside {I.MIN_SGPRS}..{I.MAX_SGPRS}")
+    if not I.MIN_VGPRS <= vgprs <= I.MAX_VGPRS:
+        raise ValueError(f"dispatch: vgprs {vgprs} outside {I.MIN_VGPRS}..{I.MAX_VGPRS}")
+    if not 0 <= lds_bytes <= I.MAX_LDS_BYTES:
+        raise ValueError(f"dispatch: lds_bytes {lds_bytes} outside 0..{I.MAX_LDS_BYTES}")
+    grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
+    if len(grid) != 3 or any(not 0 <= g < 1 << 32 for g in grid):
+        raise ValueError(f"dispatch: grid {grid} must be three counts in 0..2^32-1")
+    if len(block) != 3 or any(b < 1 for b in block) or \
+            block[0] * block[1] * block[2] > I.MAX_BLOCK_THREADS:
+        raise ValueError(f"dispatch: block {block} must be three sizes >= 1 with at most "
+                         f"{I.MAX_BLOCK_THREADS} threads")
+    user_data = [int(u) & 0xFFFFFFFF for u in user_data]
+    if len(user_data) > I.USER_SGPRS:
+        raise ValueError(f"dispatch: {len(user_data)} user data values, at most {I.USER_SGPRS}")
+    return grid, block, user_data + [0] * (I.USER_SGPRS - len(user_data))
+
+
+def wave_layout(block: tuple[int, int, int]) -> list[tuple[int, list[tuple[int, int, int]]]]:
+    """Per wave of a workgroup: (initial EXEC, local ids (x, y, z) of lanes 0..n-1)."""
+    bx, by, bz = block
+    n = bx * by * bz
+    waves = []
+    for first in range(0, n, I.WAVE_SIZE):
+        count = min(I.WAVE_SIZE, n - first)
+        ids = [(t % bx, t // bx % by, t // (bx * by)) for t in range(first, first + count)]
+        waves.append(((1 << count) - 1, ids))
+    return waves
+
+
+# -- decode-time validation (docs/isa.md 2.3) ---------------------------------------------
+def validate(word: int, sgprs: int, vgprs: int) -> tuple[I.OpInfo, I.Inst]:
+    """Decode one word and check it (docs/isa.md 2.3); raises WaveFault."""
+    inst = I.decode(word)
+    info = I.BY_CODE.get(inst.op)
+    if info is None or I.check_fields(info, inst) is not None:
+        raise WaveFault(REASON_ILLEGAL)
+    for is_vgpr, index, width in I.registers(info, inst):
+        if index + width > (vgprs if is_vgpr else sgprs):
+            raise WaveFault(REASON_BAD_REGISTER)
+    return info, inst
+
+
+# -- float rules (docs/isa.md 3) -----------------------------------------------------------
+_F = struct.Struct("<f")
+_U = struct.Struct("<I")
+_FLT_MAX = 3.4028234663852886e38
+
+
+def f32_bits(x: float) -> int:
+    """Round a double to binary32 (nearest even, overflow to inf); NaN canonical."""
+    if x != x:
+        return I.CANONICAL_NAN
+    try:
+        return _U.unpack(_F.pack(x))[0]
+    except OverflowError:       # struct refuses values that round past FLT_MAX
+        return 0x7F800000 if x > 0 else 0xFF800000
+
+
+def bits_f32(u: int) -> float:
+    return _F.unpack(_U.pack(u & 0xFFFFFFFF))[0]
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _exp2(x: float) -> float:
+    try:
+        return math.exp2(x)
+    except OverflowError:
+        return math.inf
+
+
+def _log(fn):
+    def f(x: float) -> float:
+        if x != x or x < 0:
+            return math.nan
+        if x == 0:
+            return -math.inf
+        return fn(x)
+    return f
+
+
+def _sqrt(x: float) -> float:
+    if x != x or x < 0:
+        return math.nan
+    return math.sqrt(x)
+
+
+def _rsqrt(x: float) -> float:
+    if x == 0:
+        return math.copysign(math.inf, x)
+    if x != x or x < 0:
+        return math.nan
+    return 1.0 / math.sqrt(x)
+
+
+def _rcp(x: float) -> float:
+    if x == 0:
+        return math.copysign(math.inf, x)
+    return 1.0 / x
+
+
+def _trig(fn):
+    def f(x: float) -> float:
+        return math.nan if math.isinf(x) or x != x else fn(x)
+    return f
+
+
+# name -> double function, applied as f32(fn(double(x))).
+UNARY_F64 = {
+    "v_rcp_f32": _rcp, "v_sqrt_f32": _sqrt, "v_rsqrt_f32": _rsqrt,
+    "v_exp_f32": _exp, "v_exp2_f32": _exp2, "v_log_f32": _log(math.log),
+    "v_log2_f32": _log(math.log2), "v_sin_f32": _trig(math.sin), "v_cos_f32": _trig(math.cos),
+    "v_tanh_f32": math.tanh,
+}
+
+
+def unary_f32(name: str, a: int) -> int:
+    return f32_bits(UNARY_F64[name](bits_f32(a)))
+
+
+def round_f32(name: str, a: int) -> int:
+    """v_floor/ceil/trunc/rndne_f32 on bits."""
+    x = bits_f32(a)
+    if x != x:
+        return I.CANONICAL_NAN
+    if math.isinf(x) or x == 0:
+        return a
+    r = {"v_floor_f32": math.floor, "v_ceil_f32": math.ceil, "v_trunc_f32": math.trunc,
+         "v_rndne_f32": round}[name](x)
+    return f32_bits(math.copysign(float(r), x))      # keeps -0.0 for -0.5 -> -0
+
+
+def cvt_i32_f32(a: int) -> int:
+    x = bits_f32(a)
+    if x != x:
+        return 0
+    if x >= 2147483648.0:
+        return 0x7FFFFFFF
+    if x <= -2147483648.0:
+        return 0x80000000
+    return int(x) & 0xFFFFFFFF
+
+
+def cvt_u32_f32(a: int) -> int:
+    x = bits_f32(a)
+    if x != x or x <= -1.0:
+        return 0
+    if x >= 4294967296.0:
+        return 0xFFFFFFFF
+    return int(x) & 0xFFFFFFFF
+
+
+def min_f32(a: int, b: int) -> int:
+    x, y = bits_f32(a), bits_f32(b)
+    if x != x:
+        r = b
+    elif y != y:
+        r = a
+    else:
+        r = a if x < y else b
+    return I.CANONICAL_NAN if bits_f32(r) != bits_f32(r) else r
+
+
+def max_f32(a: int, b: int) -> int:
+    x, y = bits_f32(a), bits_f32(b)
+    if x != x:
+        r = b
+    elif y != y:
+        r = a
+    else:
+        r = a if x > y else b
+    return I.CANONICAL_NAN if bits_f32(r) != bits_f32(r) else r
+
+
+def binary_f32(name: str, a: int, b: int) -> int:
+    """v_add/sub/mul/div_f32: f32(double(a) op double(b)) with IEEE special cases."""
+    x, y = bits_f32(a), bits_f32(b)
+    if name == "v_add_f32":
+        r = x + y
+    elif name == "v_sub_f32":
+        r = x - y
+    elif name == "v_mul_f32":
+        r = x * y
+    else:
+        if y == 0:
+            r = math.nan if x == 0 or x != x else math.copysign(math.inf, x) * \
+                math.copysign(1.0, y)
+        else:
+            r = x / y
+    return f32_bits(r)
+
+
+def fma_f32(a: int, b: int, c: int) -> int:
+    return f32_bits(bits_f32(a) * bits_f32(b) + bits_f32(c))
+
+
+def s32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x & 0x80000000 else x

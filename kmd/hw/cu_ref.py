@@ -1,0 +1,648 @@
+"""The reference compute unit: a plain-Python vISA executor (docs/isa.md).
+
+Written for clarity, not speed: one Python int per lane, one instruction at a time,
+memory through PageTable.read/write.  It defines the behaviour the Cython executor
+must reproduce byte for byte (tests/hw/isa_gen.py feeds both the same programs).
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import time
+
+from kmd.hw import compute as C
+from kmd.hw.ih import InterruptRing
+from kmd.hw.mmu import PTE_EXEC, GpuFault
+from vgpu import isa as I
+
+_M32 = 0xFFFFFFFF
+_M64 = (1 << 64) - 1
+_W = I.WAVE_SIZE
+_Q = struct.Struct("<Q")
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Wave:
+    __slots__ = ("wg", "index", "s", "v", "exec", "vcc", "scc", "pc", "state")
+
+    def __init__(self, wg, index, sgprs, vgprs, user_data, exec_mask, ids):
+        self.wg, self.index = wg, index
+        self.s = [0] * sgprs
+        self.s[:I.USER_SGPRS] = user_data
+        self.s[I.SGPR_WORKGROUP_ID:I.SGPR_WORKGROUP_ID + 3] = wg
+        self.v = [[0] * _W for _ in range(vgprs)]
+        for lane, xyz in enumerate(ids):
+            for d in range(3):
+                self.v[I.VGPR_LOCAL_ID + d][lane] = xyz[d]
+        self.exec, self.vcc, self.scc, self.pc = exec_mask, 0, 0, 0
+        self.state = "run"          # run | barrier | done
+
+
+def _lanes(mask: int):
+    return [l for l in range(_W) if mask >> l & 1]
+
+
+class ComputeEngine:
+    """One compute unit (comp_0.0 ...): dispatch() runs one grid to completion."""
+
+    def __init__(self, name: str, ih: InterruptRing, threads: int = 2) -> None:
+        self.name = name
+        self.ih = ih
+        self.threads = threads          # the reference always runs on one thread
+        self._running = False
+        self._abort = False
+
+    def abort(self) -> bool:
+        """Stop the dispatch in progress before its next instruction (from another thread).
+
+        Returns False (and does nothing) when no dispatch is running.
+        """
+        if not self._running:
+            return False
+        self._abort = True
+        return True
+
+    def dispatch(self, pt, code_va: int, *, sgprs: int, vgprs: int, lds_bytes: int,
+                 grid: tuple[int, int, int], block: tuple[int, int, int],
+                 user_data: list[int], ctx_id: int = 0, ring_id: int = 0) -> C.ComputeResult:
+        grid, block, user_data = C.check_dispatch(code_va, sgprs, vgprs, lds_bytes, grid,
+                                                  block, user_data)
+        self._abort = False
+        self._running = True
+        pin = pt.pin()
+        try:
+            run = _Dispatch(self, pt, code_va, sgprs, vgprs, lds_bytes, block, user_data)
+            result = run.run(grid)
+        finally:
+            self._running = False
+            self._abort = False
+            pin.release()
+        if result.status == "fault":
+            src, data = C.ih_entry(result.reason, result.fault, result.pc)
+            self.ih.push(src, ring_id, ctx_id, data)
+        return result
+
+
+class _Dispatch:
+    def __init__(self, engine, pt, code_va, sgprs, vgprs, lds_bytes, block, user_data):
+        self.engine, self.pt, self.code_va = engine, pt, code_va
+        self.sgprs, self.vgprs, self.lds_bytes = sgprs, vgprs, lds_bytes
+        self.layout = C.wave_layout(block)
+        self.user_data = user_data
+        self.decoded: dict[int, tuple] = {}
+        self.instructions = 0
+        self.lane_instructions = 0
+        self.last: _Wave | None = None
+        self.last_pc = 0
+
+    def result(self, status, wave, pc, reason=None, fault=None, trap_code=0):
+        r = C.ComputeResult(status, reason, fault, pc, instructions=self.instructions,
+                            lane_instructions=self.lane_instructions, trap_code=trap_code)
+        if wave is not None:
+            r.workgroup, r.wave = tuple(wave.wg), wave.index
+            r.exec, r.vcc, r.scc = wave.exec, wave.vcc, wave.scc
+            r.sgprs = list(wave.s)
+            r.vgprs = [list(reg) for reg in wave.v]
+        return r
+
+    def run(self, grid) -> C.ComputeResult:
+        gx, gy, gz = grid
+        for z in range(gz):
+            for y in range(gy):
+                for x in range(gx):
+                    waves = [_Wave((x, y, z), i, self.sgprs, self.vgprs, self.user_data, e, ids)
+                             for i, (e, ids) in enumerate(self.layout)]
+                    self.lds = bytearray(self.lds_bytes)
+                    stop = self.run_workgroup(waves)
+                    if stop is not None:
+                        return stop
+        return self.result("ok", self.last, self.last_pc)
+
+    def run_workgroup(self, waves) -> C.ComputeResult | None:
+        while True:
+            for w in waves:
+                if w.state != "run":
+                    continue
+                try:
+                    self.run_wave(w)
+                except C.WaveFault as f:
+                    return self.result("fault", w, w.pc, f.reason, f.fault, f.trap_code)
+                except _Aborted:
+                    return self.result("aborted", w, w.pc)
+            live = [w for w in waves if w.state != "done"]
+            if not live:
+                return None
+            for w in live:          # every live wave is at the barrier: open it
+                w.state = "run"
+
+    # -- one wave until barrier / end ---------------------------------------------------
+    def fetch(self, pc: int):
+        hit = self.decoded.get(pc)
+        if hit is not None:
+            return hit
+        va = self.code_va + pc
+        if self.code_va % I.INST_BYTES:
+            raise C.WaveFault(C.REASON_MISALIGNED, GpuFault(self.code_va, "exec", "misaligned"))
+        if not 0 <= va <= _M64 - 7:
+            raise C.WaveFault(C.REASON_UNMAPPED, GpuFault(va & _M64, "exec", "unmapped"))
+        host, flags = self.pt.translate(va)
+        if host is None:
+            raise C.WaveFault(C.REASON_UNMAPPED, GpuFault(va, "exec", "unmapped"))
+        if not flags & PTE_EXEC:
+            raise C.WaveFault(C.REASON_PERMISSION, GpuFault(va, "exec", "permission"))
+        word, = _Q.unpack(ctypes.string_at(host, 8))
+        info, inst = C.validate(word, self.sgprs, self.vgprs)
+        hit = self.decoded[pc] = (info, inst, getattr(self, "op_" + info.name, None))
+        return hit
+
+    def run_wave(self, w: _Wave) -> None:
+        engine = self.engine
+        while True:
+            if engine._abort:
+                raise _Aborted
+            info, inst, handler = self.fetch(w.pc)
+            next_pc = w.pc + I.INST_BYTES
+            active = bin(w.exec).count("1")
+            new_pc = handler(w, inst) if handler else self.execute(w, info, inst)
+            self.instructions += 1
+            self.lane_instructions += active
+            if w.state == "done":
+                self.last, self.last_pc = w, w.pc
+                return
+            w.pc = next_pc if new_pc is None else new_pc
+            if w.state == "barrier":
+                return
+
+    # -- operands ---------------------------------------------------------------------------
+    @staticmethod
+    def sread(w: _Wave, c: int, imm: int) -> int:
+        if c < I.MAX_SGPRS:
+            return w.s[c]
+        if c == I.OPR_VCC:
+            return w.vcc
+        if c == I.OPR_EXEC:
+            return w.exec
+        if c == I.OPR_SCC:
+            return w.scc
+        return imm & _M32           # OPR_LIT
+
+    @staticmethod
+    def swrite(w: _Wave, c: int, value: int) -> None:
+        value &= _M32
+        if c < I.MAX_SGPRS:
+            w.s[c] = value
+        elif c == I.OPR_VCC:
+            w.vcc = value
+        else:
+            w.exec = value
+
+    def vread(self, w: _Wave, c: int, imm: int) -> list[int]:
+        if c >= I.OPR_VGPR:
+            return list(w.v[c - I.OPR_VGPR])
+        return [self.sread(w, c, imm)] * _W
+
+    # -- program control --------------------------------------------------------------------
+    def op_s_endpgm(self, w, inst):
+        w.state = "done"
+
+    def op_s_nop(self, w, inst):
+        return None
+
+    def op_s_barrier(self, w, inst):
+        w.state = "barrier"
+
+    def op_s_trap(self, w, inst):
+        raise C.WaveFault(C.REASON_TRAP, trap_code=inst.imm)
+
+    def _branch(self, w, inst, taken):
+        if not taken:
+            return None
+        off = I.sext32(inst.imm)
+        if off % I.INST_BYTES:
+            raise C.WaveFault(C.REASON_ILLEGAL)
+        return w.pc + I.INST_BYTES + off
+
+    def op_s_branch(self, w, i):
+        return self._branch(w, i, True)
+
+    def op_s_cbranch_scc0(self, w, i):
+        return self._branch(w, i, w.scc == 0)
+
+    def op_s_cbranch_scc1(self, w, i):
+        return self._branch(w, i, w.scc == 1)
+
+    def op_s_cbranch_vccz(self, w, i):
+        return self._branch(w, i, w.vcc == 0)
+
+    def op_s_cbranch_vccnz(self, w, i):
+        return self._branch(w, i, w.vcc != 0)
+
+    def op_s_cbranch_execz(self, w, i):
+        return self._branch(w, i, w.exec == 0)
+
+    def op_s_cbranch_execnz(self, w, i):
+        return self._branch(w, i, w.exec != 0)
+
+    # -- scalar ALU -------------------------------------------------------------------------
+    def op_s_mov_b64(self, w, i):
+        lo, hi = w.s[i.src0], w.s[i.src0 + 1]
+        w.s[i.dst], w.s[i.dst + 1] = lo, hi
+
+    def op_s_memtime(self, w, i):
+        t = time.monotonic_ns()
+        w.s[i.dst], w.s[i.dst + 1] = t & _M32, t >> 32 & _M32
+
+    def op_s_and_saveexec_b32(self, w, i):
+        a = self.sread(w, i.src0, i.imm)
+        old = w.exec
+        w.exec = a & old
+        self.swrite(w, i.dst, old)
+        # A dst of exec would overwrite the new mask: the saved value wins, as written.
+        w.scc = int(w.exec != 0)
+
+    def op_s_or_saveexec_b32(self, w, i):
+        a = self.sread(w, i.src0, i.imm)
+        old = w.exec
+        w.exec = (a | old) & _M32
+        self.swrite(w, i.dst, old)
+        w.scc = int(w.exec != 0)
+
+    _SOP1 = {
+        "s_mov_b32": (lambda a: a, False),
+        "s_not_b32": (lambda a: ~a & _M32, True),
+        "s_bcnt1_i32": (lambda a: bin(a).count("1"), True),
+        "s_ff1_i32": (lambda a: (a & -a).bit_length() - 1 & _M32 if a else _M32, False),
+    }
+    _SOP2 = {
+        "s_mul_i32": (lambda a, b: a * b, False),
+        "s_mul_hi_u32": (lambda a, b: a * b >> 32, False),
+        "s_and_b32": (lambda a, b: a & b, True),
+        "s_or_b32": (lambda a, b: a | b, True),
+        "s_xor_b32": (lambda a, b: a ^ b, True),
+        "s_andn2_b32": (lambda a, b: a & ~b, True),
+        "s_orn2_b32": (lambda a, b: a | (~b & _M32), True),
+        "s_lshl_b32": (lambda a, b: a << (b & 31), True),
+        "s_lshr_b32": (lambda a, b: a >> (b & 31), True),
+        "s_ashr_i32": (lambda a, b: C.s32(a) >> (b & 31), True),
+        "s_min_i32": (lambda a, b: min(C.s32(a), C.s32(b)), False),
+        "s_min_u32": (lambda a, b: min(a, b), False),
+        "s_max_i32": (lambda a, b: max(C.s32(a), C.s32(b)), False),
+        "s_max_u32": (lambda a, b: max(a, b), False),
+    }
+    _CMP = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+            "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+
+    def execute(self, w: _Wave, info: I.OpInfo, i: I.Inst):
+        """Table-driven ops (everything without an op_<name> method)."""
+        name = info.name
+        if name in self._SOP1:
+            fn, sets_scc = self._SOP1[name]
+            d = fn(self.sread(w, i.src0, i.imm)) & _M32
+            self.swrite(w, i.dst, d)
+            if sets_scc:
+                w.scc = int(d != 0)
+            return None
+        if name in self._SOP2:
+            fn, sets_scc = self._SOP2[name]
+            d = fn(self.sread(w, i.src0, i.imm), self.sread(w, i.src1, i.imm)) & _M32
+            self.swrite(w, i.dst, d)
+            if sets_scc:
+                w.scc = int(d != 0)
+            return None
+        if name.startswith("s_cmp_"):
+            _, _, c, t = name.split("_")
+            a, b = self.sread(w, i.src0, i.imm), self.sread(w, i.src1, i.imm)
+            if t == "i32":
+                a, b = C.s32(a), C.s32(b)
+            w.scc = int(self._CMP[c](a, b))
+            return None
+        if name.startswith("v_cmp_"):
+            return self.vcmp(w, name, i)
+        if name in _VOP1 or name in _VOP2:
+            return self.valu(w, name, i)
+        raise AssertionError(f"no semantics for {name}")   # the table and cu_ref disagree
+
+    def _add_carry(self, w, i, carry_in):
+        a, b = self.sread(w, i.src0, i.imm), self.sread(w, i.src1, i.imm)
+        if carry_in == "sub":
+            d, scc = a - b - 0, int(a < b)
+        elif carry_in == "subb":
+            d, scc = a - b - w.scc, int(a < b + w.scc)
+        else:
+            d = a + b + (w.scc if carry_in else 0)
+            scc = int(d >> 32 != 0)
+        self.swrite(w, i.dst, d)
+        w.scc = scc
+
+    def op_s_add_u32(self, w, i):
+        self._add_carry(w, i, False)
+
+    def op_s_addc_u32(self, w, i):
+        self._add_carry(w, i, True)
+
+    def op_s_sub_u32(self, w, i):
+        self._add_carry(w, i, "sub")
+
+    def op_s_subb_u32(self, w, i):
+        self._add_carry(w, i, "subb")
+
+    def op_s_cselect_b32(self, w, i):
+        a, b = self.sread(w, i.src0, i.imm), self.sread(w, i.src1, i.imm)
+        self.swrite(w, i.dst, a if w.scc else b)
+
+    # -- scalar memory ----------------------------------------------------------------------
+    def _s_load(self, w, i, n):
+        addr = (w.s[i.base] | w.s[i.base + 1] << 32) + i.imm & _M64
+        if addr % 4:
+            raise C.WaveFault(C.REASON_MISALIGNED, GpuFault(addr, "read", "misaligned"))
+        data = self.pt_read(addr, 4 * n)
+        for k, value in enumerate(struct.unpack(f"<{n}I", data)):
+            w.s[i.dst + k] = value
+
+    def op_s_load_dword(self, w, i):
+        self._s_load(w, i, 1)
+
+    def op_s_load_dwordx2(self, w, i):
+        self._s_load(w, i, 2)
+
+    def op_s_load_dwordx4(self, w, i):
+        self._s_load(w, i, 4)
+
+    # -- vector ALU -------------------------------------------------------------------------
+    def valu(self, w, name, i):
+        fn = _VOP1.get(name)
+        a = self.vread(w, i.src0, i.imm)
+        dst = w.v[i.dst - I.OPR_VGPR]
+        if fn is not None:
+            for l in _lanes(w.exec):
+                dst[l] = fn(a[l]) & _M32
+            return None
+        fn = _VOP2[name]
+        b = self.vread(w, i.src1, i.imm)
+        for l in _lanes(w.exec):
+            dst[l] = fn(a[l], b[l]) & _M32
+        return None
+
+    def vcmp(self, w, name, i):
+        _, _, c, t = name.split("_")
+        a, b = self.vread(w, i.src0, i.imm), self.vread(w, i.src1, i.imm)
+        cmp = self._CMP[c]
+        mask = 0
+        for l in _lanes(w.exec):
+            x, y = a[l], b[l]
+            if t == "i32":
+                x, y = C.s32(x), C.s32(y)
+            elif t == "f32":
+                x, y = C.bits_f32(x), C.bits_f32(y)
+            if cmp(x, y):
+                mask |= 1 << l
+        self.swrite(w, i.dst, mask)
+
+    def _vcarry(self, w, i, kind):
+        a, b = self.vread(w, i.src0, i.imm), self.vread(w, i.src1, i.imm)
+        dst = w.v[i.dst - I.OPR_VGPR]
+        carry_in, mask = w.vcc, 0
+        for l in _lanes(w.exec):
+            if kind == "sub":
+                d, c = a[l] - b[l], a[l] < b[l]
+            else:
+                d = a[l] + b[l] + (carry_in >> l & 1 if kind == "addc" else 0)
+                c = d >> 32 != 0
+            dst[l] = d & _M32
+            mask |= int(c) << l
+        w.vcc = mask
+
+    def op_v_add_co_u32(self, w, i):
+        self._vcarry(w, i, "add")
+
+    def op_v_addc_co_u32(self, w, i):
+        self._vcarry(w, i, "addc")
+
+    def op_v_sub_co_u32(self, w, i):
+        self._vcarry(w, i, "sub")
+
+    def _v3(self, w, i, fn):
+        a, b, c = (self.vread(w, f, 0) for f in (i.src0, i.src1, i.src2))
+        dst = w.v[i.dst - I.OPR_VGPR]
+        for l in _lanes(w.exec):
+            dst[l] = fn(a[l], b[l], c[l]) & _M32
+
+    def op_v_fma_f32(self, w, i):
+        self._v3(w, i, C.fma_f32)
+
+    def op_v_mad_u32(self, w, i):
+        self._v3(w, i, lambda a, b, c: a * b + c)
+
+    def op_v_cndmask_b32(self, w, i):
+        a, b = self.vread(w, i.src0, 0), self.vread(w, i.src1, 0)
+        mask = self.sread(w, i.src2, 0)
+        dst = w.v[i.dst - I.OPR_VGPR]
+        for l in _lanes(w.exec):
+            dst[l] = b[l] if mask >> l & 1 else a[l]
+
+    def op_v_readfirstlane_b32(self, w, i):
+        lanes = _lanes(w.exec)
+        self.swrite(w, i.dst, w.v[i.src0 - I.OPR_VGPR][lanes[0] if lanes else 0])
+
+    def op_v_readlane_b32(self, w, i):
+        lane = self.sread(w, i.src1, i.imm) & 31
+        self.swrite(w, i.dst, w.v[i.src0 - I.OPR_VGPR][lane])
+
+    def op_v_writelane_b32(self, w, i):
+        a = self.sread(w, i.src0, i.imm)
+        lane = self.sread(w, i.src1, i.imm) & 31
+        w.v[i.dst - I.OPR_VGPR][lane] = a
+
+    # -- memory helpers ---------------------------------------------------------------------
+    def pt_read(self, va: int, n: int) -> bytes:
+        try:
+            return self.pt.read(va, n)
+        except GpuFault as f:
+            raise C.WaveFault(f.reason, f) from None
+
+    def pt_write(self, va: int, data: bytes) -> None:
+        try:
+            self.pt.write(va, data)
+        except GpuFault as f:
+            raise C.WaveFault(f.reason, f) from None
+
+    def gaddr(self, w, i, lane: int) -> int:
+        if i.base == I.OPR_OFF:
+            r = i.addr - I.OPR_VGPR
+            base = w.v[r][lane] | w.v[r + 1][lane] << 32
+        else:
+            base = (w.s[i.base] | w.s[i.base + 1] << 32) + w.v[i.addr - I.OPR_VGPR][lane]
+        return base + i.imm & _M64
+
+    @staticmethod
+    def _aligned(addr: int, size: int, access: str) -> None:
+        if addr % size:
+            raise C.WaveFault(C.REASON_MISALIGNED, GpuFault(addr, access, "misaligned"))
+
+    # -- global memory ----------------------------------------------------------------------
+    _LOADS = {"global_load_dword": (4, "<I"), "global_load_ubyte": (1, "<B"),
+              "global_load_sbyte": (1, "<b"), "global_load_ushort": (2, "<H"),
+              "global_load_sshort": (2, "<h")}
+    _STORES = {"global_store_dword": (4, "<I", _M32), "global_store_byte": (1, "<B", 0xFF),
+               "global_store_short": (2, "<H", 0xFFFF)}
+
+    def global_load(self, w, i, name):
+        size, fmt = self._LOADS[name]
+        values = {}
+        for l in _lanes(w.exec):
+            addr = self.gaddr(w, i, l)
+            self._aligned(addr, size, "read")
+            values[l] = struct.unpack(fmt, self.pt_read(addr, size))[0] & _M32
+        dst = w.v[i.dst - I.OPR_VGPR]
+        for l, value in values.items():
+            dst[l] = value
+
+    def global_store(self, w, i, name):
+        size, fmt, mask = self._STORES[name]
+        data = w.v[i.data - I.OPR_VGPR]
+        for l in _lanes(w.exec):
+            addr = self.gaddr(w, i, l)
+            self._aligned(addr, size, "write")
+            self.pt_write(addr, struct.pack(fmt, data[l] & mask))
+
+    def global_atomic(self, w, i, name):
+        op = _ATOMIC[name.split("_", 2)[2]]
+        data = [w.v[i.data - I.OPR_VGPR + k] for k in range(2 if "cmpswap" in name else 1)]
+        for l in _lanes(w.exec):
+            addr = self.gaddr(w, i, l)
+            self._aligned(addr, 4, "read")
+            old, = struct.unpack("<I", self.pt_read(addr, 4))
+            new = op(old, *(d[l] for d in data)) & _M32
+            self.pt_write(addr, struct.pack("<I", new))
+            if i.dst != I.OPR_OFF:
+                w.v[i.dst - I.OPR_VGPR][l] = old
+
+    # -- LDS ----------------------------------------------------------------------------
+    def lds_addr(self, w, i, lane: int) -> int:
+        addr = w.v[i.addr - I.OPR_VGPR][lane] + i.imm & _M32
+        if addr % 4:
+            raise C.WaveFault(C.REASON_MISALIGNED)
+        if addr + 4 > self.lds_bytes:
+            raise C.WaveFault(C.REASON_LDS_BOUNDS)
+        return addr
+
+    def op_ds_read_b32(self, w, i):
+        values = {l: struct.unpack_from("<I", self.lds, self.lds_addr(w, i, l))[0]
+                  for l in _lanes(w.exec)}
+        dst = w.v[i.dst - I.OPR_VGPR]
+        for l, value in values.items():
+            dst[l] = value
+
+    def op_ds_write_b32(self, w, i):
+        data = w.v[i.data - I.OPR_VGPR]
+        for l in _lanes(w.exec):
+            struct.pack_into("<I", self.lds, self.lds_addr(w, i, l), data[l])
+
+    def lds_atomic(self, w, i, name):
+        op = _ATOMIC[name.split("_", 1)[1]]
+        data = w.v[i.data - I.OPR_VGPR]
+        for l in _lanes(w.exec):
+            addr = self.lds_addr(w, i, l)
+            old, = struct.unpack_from("<I", self.lds, addr)
+            struct.pack_into("<I", self.lds, addr, op(old, data[l]) & _M32)
+            if i.dst != I.OPR_OFF:
+                w.v[i.dst - I.OPR_VGPR][l] = old
+
+
+_ATOMIC = {
+    "add_u32": lambda m, d: m + d,
+    "add_f32": lambda m, d: C.binary_f32("v_add_f32", m, d),
+    "max_i32": lambda m, d: max(C.s32(m), C.s32(d)),
+    "max_u32": max,
+    "max_f32": C.max_f32,
+    "min_i32": lambda m, d: min(C.s32(m), C.s32(d)),
+    "min_u32": min,
+    "min_f32": C.min_f32,
+    "xchg_b32": lambda m, d: d,
+    "cmpswap_b32": lambda m, src, cmp: src if m == cmp else m,
+}
+
+
+def _div_i32(a: int, b: int) -> int:
+    a, b = C.s32(a), C.s32(b)
+    if b == 0:
+        return -1
+    if a == -(1 << 31) and b == -1:
+        return a
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def _rem_i32(a: int, b: int) -> int:
+    a, b = C.s32(a), C.s32(b)
+    if b == 0:
+        return a
+    if a == -(1 << 31) and b == -1:
+        return 0
+    r = abs(a) % abs(b)
+    return -r if a < 0 else r
+
+
+_VOP1 = {
+    "v_mov_b32": lambda a: a,
+    "v_not_b32": lambda a: ~a,
+    "v_cvt_f32_i32": lambda a: C.f32_bits(float(C.s32(a))),
+    "v_cvt_f32_u32": lambda a: C.f32_bits(float(a)),
+    "v_cvt_i32_f32": C.cvt_i32_f32,
+    "v_cvt_u32_f32": C.cvt_u32_f32,
+}
+for _name in ("v_floor_f32", "v_ceil_f32", "v_trunc_f32", "v_rndne_f32"):
+    _VOP1[_name] = (lambda n: lambda a: C.round_f32(n, a))(_name)
+for _name in C.UNARY_F64:
+    _VOP1[_name] = (lambda n: lambda a: C.unary_f32(n, a))(_name)
+
+_VOP2 = {
+    "v_add_u32": lambda a, b: a + b,
+    "v_sub_u32": lambda a, b: a - b,
+    "v_mul_lo_u32": lambda a, b: a * b,
+    "v_mul_hi_u32": lambda a, b: a * b >> 32,
+    "v_mul_hi_i32": lambda a, b: C.s32(a) * C.s32(b) >> 32,
+    "v_and_b32": lambda a, b: a & b,
+    "v_or_b32": lambda a, b: a | b,
+    "v_xor_b32": lambda a, b: a ^ b,
+    "v_lshl_b32": lambda a, b: a << (b & 31),
+    "v_lshr_b32": lambda a, b: a >> (b & 31),
+    "v_ashr_i32": lambda a, b: C.s32(a) >> (b & 31),
+    "v_min_i32": lambda a, b: min(C.s32(a), C.s32(b)),
+    "v_max_i32": lambda a, b: max(C.s32(a), C.s32(b)),
+    "v_min_u32": min,
+    "v_max_u32": max,
+    "v_div_u32": lambda a, b: a // b if b else _M32,
+    "v_rem_u32": lambda a, b: a % b if b else a,
+    "v_div_i32": _div_i32,
+    "v_rem_i32": _rem_i32,
+    "v_min_f32": C.min_f32,
+    "v_max_f32": C.max_f32,
+}
+for _name in ("v_add_f32", "v_sub_f32", "v_mul_f32", "v_div_f32"):
+    _VOP2[_name] = (lambda n: lambda a, b: C.binary_f32(n, a, b))(_name)
+
+
+def _install_memory_ops() -> None:
+    """op_<name> methods for the memory instructions that share one implementation."""
+    for info in I.OPCODES:
+        name = info.name
+        if name in _Dispatch._LOADS:
+            impl = (lambda n: lambda self, w, i: self.global_load(w, i, n))(name)
+        elif name in _Dispatch._STORES:
+            impl = (lambda n: lambda self, w, i: self.global_store(w, i, n))(name)
+        elif name.startswith("global_atomic_"):
+            impl = (lambda n: lambda self, w, i: self.global_atomic(w, i, n))(name)
+        elif name.startswith("ds_") and name not in ("ds_read_b32", "ds_write_b32"):
+            impl = (lambda n: lambda self, w, i: self.lds_atomic(w, i, n))(name)
+        else:
+            continue
+        setattr(_Dispatch, "op_" + name, impl)
+
+
+_install_memory_ops()
+
+__all__ = ["ComputeEngine", "InterruptRing"]
