@@ -162,16 +162,13 @@ def _waves_section(out: list[str], r, code_va: int | None) -> None:
             out.append(head + " ".join(vals[j:j + VGPR_LANES_PER_LINE]))
 
 
-def _disasm_word(word: int) -> str:
+def _disasm_word(word: int, pc: int) -> str:
     """vgpu.asm's disassembly of one instruction word, or the raw word."""
     try:
-        from vgpu import asm
-        one = getattr(asm, "disassemble_word", None) or getattr(asm, "disasm_word", None)
-        if one is not None:
-            return one(word)
+        from vgpu.asm import disasm_word
+        return disasm_word(word, pc)
     except Exception as e:  # an undecodable word is shown, not fatal
         return f".dword64 {word:#018x}  ; {e}"
-    return f".dword64 {word:#018x}"
 
 
 def _kernel_section(out: list[str], pt, r, code_va: int | None) -> None:
@@ -183,10 +180,12 @@ def _kernel_section(out: list[str], pt, r, code_va: int | None) -> None:
     step = isa.INST_BYTES
     for at in range(max(0, pc - KERNEL_CONTEXT * step), pc + (KERNEL_CONTEXT + 1) * step, step):
         try:
-            text = _disasm_word(struct.unpack("<Q", pt.read(code_va + at, step))[0])
+            text = _disasm_word(struct.unpack("<Q", pt.read(code_va + at, step))[0], at)
         except GpuFault as e:
             text = f"<cannot fetch: {e.reason}>"
         out.append(f"{'>>>' if at == pc else '   '} {code_va + at:#014x} +{at:#06x}: {text}")
+        if at >= pc and text.startswith("s_endpgm"):
+            break  # what follows is padding, not the program
 
 
 def _vm_section(out: list[str], f) -> None:

@@ -21,6 +21,8 @@ from .errors import (VgpuBusy, VgpuCanceled, VgpuError, VgpuInvalidArgument, Vgp
                      VgpuNotSupported, VgpuOutOfMemory, VgpuPermissionDenied, VgpuProtocolError,
                      VgpuTimeout, error_for, from_oserror)
 from .ioctl import AMDGPU_TIMEOUT_INFINITE, drm_ioctl
+from .code_object import CodeObject, LoadedKernel, code_object_load, code_object_parse, emit_dispatch, kernarg_user_data
+from .pm4 import Pm4Ib
 from .sdma import SdmaIb
 from .syncobj import (Syncobj, cs_fence_to_handle, sync_file_path, sync_file_status, sync_file_wait,
                       syncobj_create, syncobj_destroy, syncobj_export, syncobj_export_sync_file,

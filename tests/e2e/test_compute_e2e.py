@@ -1,0 +1,86 @@
+"""The compute ring through a real mount: both compute samples, a fault's crash dump
+with every section, and an endless kernel caught by the ring timeout."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, make_mount_dir, mount, read_text, run_client, unmount
+
+SECTIONS = ["header", "process", "context", "ring", "fault", "ib", "waves", "kernel", "vm", "bo list"]
+
+
+@pytest.fixture
+def short_timeout_mount():
+    path = make_mount_dir()
+    try:
+        mount(path, "--vram", "64M", "--timeout", "0.5")
+        yield path
+    finally:
+        unmount(path)
+
+
+def sample(name: str, path: str, *args) -> str:
+    r = subprocess.run([sys.executable, str(Path(ROOT, "samples", name)), "--device", path, *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.rstrip().endswith("PASS"), r.stdout
+    return r.stdout
+
+
+def test_vector_add_sample(vgpu_mount):
+    out = sample("compute_vector_add.py", vgpu_mount, "--n", "5000")
+    assert "DISPATCH_DIRECT groups=79x1x1" in out and "all 5000 elements of c equal a + b" in out
+
+
+def test_gpu_fault_sample_and_its_dump(vgpu_mount):
+    out = sample("gpu_fault.py", vgpu_mount)
+    assert "EFAULT" in out and "GUILTY" in out
+    kmsg = read_text(f"{vgpu_mount}/dev/kmsg")
+    m = re.search(r"\[comp_0\.0\] GPU fault .* GPU crash dump triggered \(devcd(\d+)\)", kmsg)
+    assert m, kmsg
+    assert os.listdir(f"{vgpu_mount}/sys/class/devcoredump") == [f"devcd{m.group(1)}"]
+    dump = read_text(f"{vgpu_mount}/sys/class/devcoredump/devcd{m.group(1)}/data")
+    for name in SECTIONS:
+        assert f"=== {name} ===" in dump, name
+    assert ">>> " in dump.split("=== kernel ===")[1] and "global_load_dword" in dump
+
+
+ENDLESS = r"""
+import errno, sys
+import libvgpu
+from libvgpu.code_object import code_object_load
+from vgpu import asm, uapi
+
+with libvgpu.device_initialize(sys.argv[1]) as dev, libvgpu.cs_ctx_create(dev) as ctx:
+    image = asm.assemble(".kernel spin\n.block 32 1 1\nloop:\n    s_branch loop\n", "spin.s").pack()
+    with code_object_load(dev, image) as k, libvgpu.bo_alloc(dev, 4096) as ib_bo, \
+            libvgpu.va_range_alloc(dev, 4096) as va:
+        libvgpu.bo_va_op(ib_bo, 0, 4096, va.address)
+        ib = libvgpu.emit_dispatch(libvgpu.Pm4Ib(), k, grid=(1, 1, 1))
+        ib_bo.cpu_map()[:len(ib) * 4] = ib.tobytes()
+        ib_bo.cpu_unmap()
+        req = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_COMPUTE, [libvgpu.IbInfo(va.address, len(ib))])
+        libvgpu.cs_submit(ctx, req)
+        try:
+            libvgpu.cs_query_fence_status(libvgpu.fence_of(ctx, req), libvgpu.AMDGPU_TIMEOUT_INFINITE)
+            print("signaled")
+        except OSError as e:
+            print(errno.errorcode[e.errno])
+"""
+
+
+def test_endless_kernel_is_caught_by_the_timeout(short_timeout_mount):
+    path = short_timeout_mount
+    r = run_client(ENDLESS, path, check=True)
+    assert r.stdout.strip() == "ETIME"
+    kmsg = read_text(f"{path}/dev/kmsg")
+    assert "ring comp_0.0 timeout" in kmsg and "GPU reset succeeded" in kmsg
+    m = re.search(r"GPU fault .*job timeout.* GPU crash dump triggered \(devcd(\d+)\)", kmsg)
+    assert m, kmsg
+    dump = read_text(f"{path}/sys/class/devcoredump/devcd{m.group(1)}/data")
+    assert "status: aborted" in dump and "dispatch status: aborted" in dump
+    assert "s_branch" in dump.split("=== kernel ===")[1]
