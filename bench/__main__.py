@@ -7,12 +7,14 @@ from __future__ import annotations
 import platform
 import time
 
-from . import cs_latency, null_ioctl, sdma_bandwidth, util
+from . import cs_latency, null_ioctl, reset_time, sdma_bandwidth, sync_latency, util
 
 SECTIONS = (
     ("(a) null ioctl round trip", null_ioctl),
     ("(b) NOP submission", cs_latency),
     ("(c) SDMA bandwidth", sdma_bandwidth),
+    ("(d) fence signal -> waiter wake-up", sync_latency),
+    ("(e) GPU hang -> reset", reset_time),
 )
 
 

@@ -1,4 +1,4 @@
-"""(b) NOP submission: CS -> WAIT_CS latency, and submissions/s with 1 and 2 processes.
+"""(b) NOP submission: CS -> WAIT_CS latency, and submissions/s with 1, 2 and 4 processes.
 
 Each client process opens the vgpu render node with libvgpu, puts an IB of one
 SDMA NOP dword (0x00000000) in a GTT BO mapped at a VA, makes a BO list, and then:
@@ -6,9 +6,9 @@ SDMA NOP dword (0x00000000) in a GTT BO mapped at a VA, makes a BO list, and the
 - latency: ``cs_submit`` then ``cs_query_fence_status`` (WAIT_CS, infinite timeout)
   on that sequence number, one pair at a time; the median pair;
 - throughput: N ``cs_submit`` back to back, then one WAIT_CS for the last one;
-  submissions / (wait done - first submit). With two processes (two DRM files, two
-  contexts, the same sdma0 ring) both start together on a "go" and the total is
-  2N / (last finish - first start), all on CLOCK_MONOTONIC.
+  submissions / (wait done - first submit). With P = 2 or 4 processes (P DRM files,
+  P contexts, the same sdma0 ring) all start together on a "go" and the total is
+  P*N / (last finish - first start), all on CLOCK_MONOTONIC.
 
     python3 -m bench.cs_latency            # mounts a vgpu itself
 """
@@ -75,18 +75,19 @@ def run(vgpu_mount: str | None = None) -> dict[str, float]:
             vgpu_mount = stack.enter_context(util.vgpu_mount())
         procs = []
         try:
-            procs = [_start(vgpu_mount), _start(vgpu_mount)]
+            procs = [_start(vgpu_mount) for _ in range(4)]
             lat = util.median(json.loads(util.ask(procs[0], f"lat {pairs}"))) / 1e9
-            one, two = [], []
+            one, two, four = [], [], []
             for _ in range(reps):  # alternate, as in (a); median of the reps
                 one.append(_throughput(procs[:1], n))
-                two.append(_throughput(procs, n))
+                two.append(_throughput(procs[:2], n))
+                four.append(_throughput(procs, n))
         finally:
             for p in procs:
                 p.stdin.close()
                 p.wait()
     return {"latency": lat, "tput1": util.median(one), "tput2": util.median(two),
-            "pairs": pairs, "n": n}
+            "tput4": util.median(four), "pairs": pairs, "n": n}
 
 
 def report(r: dict) -> list[tuple[str, str, str]]:
@@ -95,6 +96,8 @@ def report(r: dict) -> list[tuple[str, str, str]]:
         ("NOP submissions/s, 1 process", f"{r['tput1']:.0f}/s", f"{r['n']} then wait"),
         ("NOP submissions/s, 2 processes", f"{r['tput2']:.0f}/s",
          f"total; {r['tput2'] / r['tput1']:.2f}x of 1"),
+        ("NOP submissions/s, 4 processes", f"{r['tput4']:.0f}/s",
+         f"total; {r['tput4'] / r['tput1']:.2f}x of 1"),
     ]
 
 

@@ -19,7 +19,10 @@ def test_bench_quick_mode_prints_every_section():
     for line in ("(a) null ioctl round trip", "vgpu / pyfuse3 echo", "vgpu / C echo",
                  "pyfuse3 echo / C echo", "(b) NOP submission", "NOP CS -> WAIT_CS latency",
                  "NOP submissions/s, 2 processes", "(c) SDMA bandwidth",
-                 "SDMA COPY_LINEAR 64 MiB, through the mount", "SDMA CONSTANT_FILL 64 MiB, engine"):
+                 "SDMA COPY_LINEAR 64 MiB, through the mount", "SDMA CONSTANT_FILL 64 MiB, engine",
+                 "NOP submissions/s, 4 processes", "(d) fence signal -> waiter wake-up",
+                 "signal -> poll() wake-up", "signal -> WAIT_CS return", "signal -> SYNCOBJ_WAIT return",
+                 "(e) GPU hang -> reset", "hang -> ETIME (reset done)", "hang -> next job's fence"):
         assert line in r.stdout, r.stdout
     with open("/proc/self/mountinfo") as f:  # every bench mount is gone again
         assert "vgpu-bench-" not in f.read()
