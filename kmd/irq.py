@@ -6,6 +6,8 @@ Fault interrupts are logged in amdgpu's words.
 """
 import threading
 
+from vgpu import uapi
+
 from . import hw
 
 
@@ -36,8 +38,11 @@ class InterruptHandler:
             self.dev.kmsg.log(f"[gfxhub] {kind} (src_id:{e.src_id} ring:{e.ring_id} vmid:{e.ctx_id} "
                               f"pasid:{e.ctx_id}) at VA {e.data:#014x} on {ring.name if ring else '?'}")
         elif e.src_id == hw.ih.IH_SRC_ILLEGAL_INST:
-            self.dev.kmsg.log(f"[{ring.name if ring else '?'}] illegal packet at dword {e.data} "
-                              f"(src_id:{e.src_id} ctx:{e.ctx_id})")
+            # SDMA reports the bad packet's dword offset; compute units the wave's PC.
+            where = (f"illegal instruction or wave trap at PC {e.data:#x}"
+                     if ring is not None and ring.ip_type == uapi.AMDGPU_HW_IP_COMPUTE
+                     else f"illegal packet at dword {e.data}")
+            self.dev.kmsg.log(f"[{ring.name if ring else '?'}] {where} (src_id:{e.src_id} ctx:{e.ctx_id})")
         if ring is not None:
             self.dev.process_fences(ring)
 
