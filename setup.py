@@ -6,7 +6,7 @@ core = Extension(
     "kmd.hw._core",
     sources=["kmd/hw/_core.pyx"],
     language="c++",
-    extra_compile_args=["-O3", "-std=c++17"],
+    extra_compile_args=["-O3", "-std=c++17", "-ffp-contract=off"],
 )
 
 setup(

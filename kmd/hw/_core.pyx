@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Cython core of the emulated hardware: page table walker and SDMA engine.
+"""Cython core of the emulated hardware: page table walker, SDMA engine, compute unit.
 
 Same API and byte-for-byte behaviour as kmd/hw/ref.py (the reference); see
 docs/hw.md for the rules.  Hot paths (translation, memmove/memset over runs of
@@ -22,7 +22,7 @@ from kmd.hw.sdma import REASON_ILLEGAL_OPCODE, REASON_TRUNCATED, SdmaResult
 
 include "_sdma_defs.pxi"
 
-__all__ = ["PageTable", "SdmaEngine", "InterruptRing", "GpuFault", "PTE_READ", "PTE_WRITE",
+__all__ = ["PageTable", "SdmaEngine", "ComputeEngine", "InterruptRing", "GpuFault", "PTE_READ", "PTE_WRITE",
            "PTE_EXEC"]
 
 # The compiled-in numbers, for tests/hw/test_defs.py to compare with sdma.py / ih.py.
@@ -118,6 +118,7 @@ cdef class PageTable:
     cdef unordered_map[uint64_t, Pte] ptes
     cdef unordered_map[uint32_t, int64_t] slot_pages
     cdef shared_mutex lock
+    cdef atomic[uint64_t] generation    # bumped by map/unmap: compute TLBs refill
     cdef dict _slots        # slot -> buffer
     cdef dict _slot_of      # id(buffer) -> slot
     cdef uint32_t _next_slot
@@ -150,6 +151,7 @@ cdef class PageTable:
         with nogil:
             self.lock.lock()
             self._set_range(page, npages, base, pflags, slot, &freed)
+            self.generation.fetch_add(1)
             self.lock.unlock()
         self._drop_slots(freed)
 
@@ -161,6 +163,7 @@ cdef class PageTable:
         with nogil:
             self.lock.lock()
             self._set_range(page, npages, NULL, 0, 0, &freed)
+            self.generation.fetch_add(1)
             self.lock.unlock()
         self._drop_slots(freed)
 
@@ -607,3 +610,8 @@ cdef class SdmaEngine:
             if self._abort.load():
                 return EXEC_ABORTED
             usleep(SDMA_POLL_STEP_US)
+
+
+# -- compute unit ----------------------------------------------------------
+
+include "_cu.pxi"

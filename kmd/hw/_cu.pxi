@@ -1,0 +1,1325 @@
+# The Cython compute unit (docs/isa.md, docs/hw.md "Compute unit"), included by _core.pyx
+# so that it translates addresses through the PageTable's C++ map directly.
+#
+# A dispatch decodes the code window once (the exec-mapped pages from the program
+# address, at most CU_WINDOW bytes) into DInst records; every wave then runs without the
+# GIL, one instruction at a time, each a loop over 32 lanes under EXEC.  Workgroups are
+# handed out in chunks from an atomic counter to `threads` C threads (the calling thread
+# is one of them).  kmd/hw/cu_ref.py is the twin that defines the behaviour.
+cimport cython
+from libc.stdint cimport int8_t, int16_t, int32_t, uint16_t
+from libc.math cimport (ceil, copysign, cos, exp, exp2, floor, log, log2, rint, sin, sqrt,
+                        tanh, trunc)
+from libc.stdlib cimport calloc, free, malloc
+
+include "_cu_defs.pxi"
+
+from kmd.hw import compute as _cu_py
+from vgpu import isa as _isa
+
+cdef extern from *:
+    """
+    #include <pthread.h>
+    #include <string.h>
+    static inline float cu_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+    static inline uint32_t cu_u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+    /* f32(): round to binary32 (nearest even, overflow to inf), NaN canonical. */
+    static inline uint32_t cu_canon(float f) { return f != f ? 0x7FC00000u : cu_u(f); }
+    static inline uint32_t cu_f32(double d) { return cu_canon((float)d); }
+    static inline int cu_popcount(uint32_t x) { return __builtin_popcount(x); }
+    static inline int cu_ctz(uint32_t x) { return __builtin_ctz(x); }
+    /* Global atomics are real read-modify-writes: the other worker thread may hit the
+       same dword (p is 4-aligned: checked before). */
+    static inline uint32_t cu_atomic_load(uint32_t* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+    static inline int cu_atomic_cas(uint32_t* p, uint32_t* expected, uint32_t desired) {
+        return __atomic_compare_exchange_n(p, expected, desired, 0, __ATOMIC_SEQ_CST,
+                                           __ATOMIC_SEQ_CST);
+    }
+    """
+    float cu_f(uint32_t u) nogil
+    uint32_t cu_u(float f) nogil
+    uint32_t cu_canon(float f) nogil
+    uint32_t cu_f32(double d) nogil
+    int cu_popcount(uint32_t x) nogil
+    int cu_ctz(uint32_t x) nogil
+    uint32_t cu_atomic_load(uint32_t* p) nogil
+    bint cu_atomic_cas(uint32_t* p, uint32_t* expected, uint32_t desired) nogil
+    ctypedef unsigned long pthread_t
+    int pthread_create(pthread_t*, void*, void* (*)(void*) noexcept nogil, void*) nogil
+    int pthread_join(pthread_t, void**) nogil
+
+DEF CU_WINDOW = 65536          # bytes of code decoded up front (8192 instructions)
+DEF TLB_BITS = 6
+DEF TLB_SIZE = 64              # per-thread translation cache entries (direct mapped)
+DEF NO_PAGE = -1
+
+# Operand kinds (vgpu/isa.py K_*), filled into _cu_ops from its tables at import.
+cdef enum Kind:
+    K_NONE = 0
+    K_SDST
+    K_SDST2
+    K_SDST4
+    K_SSRC
+    K_SSRC2
+    K_SMASK
+    K_VDST
+    K_VDST_OFF
+    K_VSRC
+    K_VREG
+    K_VREG2
+    K_GADDR
+    K_SBASE
+    K_SBASE2
+
+cdef enum Fmt:
+    F_NONE = 0
+    F_SOPP
+    F_ALU
+    F_VOP3
+    F_MEM
+
+# Wave/decode/fault outcomes.  Order of the reasons = _CU_REASONS.
+cdef enum CuCode:
+    CU_OK = 0
+    CU_ILLEGAL
+    CU_BAD_REGISTER
+    CU_UNMAPPED
+    CU_PERMISSION
+    CU_MISALIGNED
+    CU_LDS_BOUNDS
+    CU_TRAP
+    CU_ABORTED          # the abort flag was seen before an instruction
+    CU_CANCELLED        # a lower workgroup faulted: this one does not count
+    CU_BARRIER          # run_wave: the wave waits at s_barrier
+    CU_DONE             # run_wave: the wave ended
+
+_CU_REASONS = (None, _cu_py.REASON_ILLEGAL, _cu_py.REASON_BAD_REGISTER,
+               _cu_py.REASON_UNMAPPED, _cu_py.REASON_PERMISSION, _cu_py.REASON_MISALIGNED,
+               _cu_py.REASON_LDS_BOUNDS, _cu_py.REASON_TRAP)
+
+cdef enum WaveState:
+    W_RUN = 0
+    W_BARRIER
+    W_DONE
+
+cdef struct OpDesc:
+    uint8_t fmt
+    uint8_t uses_imm
+    uint8_t kind[4]     # dst, src0, src1, src2 (MEM: dst, addr, base, data)
+
+cdef OpDesc _cu_ops[256]
+
+cdef struct DInst:
+    uint8_t op
+    uint8_t dst
+    uint8_t src0
+    uint8_t src1
+    uint8_t src2
+    uint8_t status      # CU_OK, CU_ILLEGAL, CU_BAD_REGISTER
+    uint32_t imm        # SOPP/ALU imm32
+    int64_t off         # MEM signed offset
+
+cdef struct CuFault:
+    int code
+    uint64_t va         # GpuFault va (unmapped, permission, global misaligned)
+    int access          # ACCESS_READ/WRITE/EXEC, -1 when there is no GpuFault
+    uint32_t trap_code
+
+cdef struct WaveSt:
+    uint32_t exec_
+    uint32_t vcc
+    uint32_t scc
+    int64_t pc
+    int state
+
+cdef struct TlbEntry:
+    uint64_t page
+    uint8_t* host
+    uint32_t flags
+
+cdef struct ChunkLog:
+    uint64_t start
+    uint64_t inst
+    uint64_t lane
+
+cdef struct CuShared:
+    unordered_map[uint64_t, Pte]* ptes
+    shared_mutex* lock
+    atomic[uint64_t]* generation
+    atomic[int]* abort
+    atomic[uint64_t]* next_wg
+    atomic[uint64_t]* fault_wg
+    uint64_t code_va
+    DInst* win
+    int64_t win_bytes
+    int sgprs
+    int vgprs
+    int lds_bytes
+    int nwaves
+    uint32_t gx
+    uint32_t gy
+    uint32_t gz
+    uint64_t total
+    uint64_t chunk
+    uint32_t user_data[16]
+    uint32_t* wave_exec     # [nwaves]
+    uint32_t* lid           # [nwaves][3][32]
+
+cdef struct CuThread:
+    CuShared* sh
+    uint32_t* s             # [nwaves][CU_MAX_SGPRS]
+    uint32_t* v             # [nwaves][vgprs][32]
+    uint8_t* lds
+    WaveSt* waves
+    TlbEntry tlb[TLB_SIZE]
+    uint64_t tlb_gen
+    uint64_t cur_wg
+    uint64_t inst           # counters of the chunk in progress
+    uint64_t lane
+    vector[ChunkLog] log
+    int stop                # CU_OK, a fault code, CU_ABORTED
+    uint64_t stop_wg
+    int stop_wave
+    CuFault fault
+    bint has_last           # the final workgroup ran here: last_wave ended last
+    int last_wave
+    int64_t last_pc
+    DInst scratch           # decode of an instruction outside the window
+
+
+# -- decode (docs/isa.md 2.3) ---------------------------------------------------------------
+cdef inline bint kind_ok(int kind, int c) noexcept nogil:
+    if kind == K_SDST or kind == K_SMASK:
+        return c <= OPR_EXEC
+    if kind == K_SDST2 or kind == K_SDST4 or kind == K_SSRC2 or kind == K_SBASE2:
+        return c < CU_MAX_SGPRS
+    if kind == K_SSRC:
+        return c <= OPR_SCC or c == OPR_LIT
+    if kind == K_VDST or kind == K_VREG or kind == K_VREG2 or kind == K_GADDR:
+        return c >= OPR_VGPR
+    if kind == K_VDST_OFF:
+        return c >= OPR_VGPR or c == OPR_OFF
+    if kind == K_VSRC:
+        return c <= OPR_SCC or c >= OPR_LIT
+    if kind == K_SBASE:
+        return c < CU_MAX_SGPRS or c == OPR_OFF
+    return False
+
+
+cdef inline int kind_width(int kind) noexcept nogil:
+    if kind == K_SDST4:
+        return 4
+    if kind == K_SDST2 or kind == K_SSRC2 or kind == K_SBASE2 or kind == K_SBASE \
+            or kind == K_VREG2:
+        return 2
+    return 1
+
+
+cdef void cu_decode(uint64_t word, int sgprs, int vgprs, DInst* d) noexcept nogil:
+    """Split and check one word as compute.validate does; d.status is the outcome."""
+    cdef int op = word & 0xFF
+    cdef const OpDesc* desc = &_cu_ops[op]
+    cdef uint8_t f[4]
+    cdef uint64_t rest
+    cdef int k, kind, c
+    cdef bint any_lit = False
+    d.op = op
+    d.dst = f[0] = (word >> 8) & 0xFF
+    d.src0 = f[1] = (word >> 16) & 0xFF
+    d.src1 = f[2] = (word >> 24) & 0xFF
+    d.src2 = 0
+    d.imm = 0
+    d.off = 0
+    d.status = CU_ILLEGAL
+    if desc.fmt == F_NONE:
+        return
+    if desc.fmt == F_SOPP or desc.fmt == F_ALU:
+        d.imm = <uint32_t>(word >> 32)
+        rest = d.imm
+    else:
+        d.src2 = (word >> 32) & 0xFF
+        rest = word >> 40
+        if desc.fmt == F_MEM:
+            d.off = <int64_t>rest - (<int64_t>1 << 24) if rest & 0x800000 else <int64_t>rest
+    f[3] = d.src2
+    for k in range(4):
+        kind = desc.kind[k]
+        if kind == K_GADDR and d.src1 == OPR_OFF:
+            kind = K_VREG2
+        c = f[k]
+        if kind == K_NONE:
+            if c:
+                return
+            continue
+        if not kind_ok(kind, c):
+            return
+        if c == OPR_LIT:
+            if desc.fmt != F_ALU:
+                return
+            any_lit = True
+    if desc.fmt == F_ALU:
+        if rest and not any_lit:
+            return
+    elif desc.fmt == F_VOP3 or (desc.fmt == F_SOPP and not desc.uses_imm):
+        if rest:
+            return
+    d.status = CU_BAD_REGISTER
+    for k in range(4):
+        kind = desc.kind[k]
+        if kind == K_NONE:
+            continue
+        if kind == K_GADDR and d.src1 == OPR_OFF:
+            kind = K_VREG2
+        c = f[k]
+        if c < CU_MAX_SGPRS:
+            if c + kind_width(kind) > sgprs:
+                return
+        elif c >= OPR_VGPR:
+            if c - OPR_VGPR + kind_width(kind) > vgprs:
+                return
+    d.status = CU_OK
+
+
+def _cu_fill_op_table():
+    """_cu_ops from vgpu/isa.py: format and operand kinds of every opcode."""
+    fmts = {_isa.FMT_SOPP: F_SOPP, _isa.FMT_ALU: F_ALU, _isa.FMT_VOP3: F_VOP3,
+            _isa.FMT_MEM: F_MEM}
+    kinds = {_isa.K_SDST: K_SDST, _isa.K_SDST2: K_SDST2, _isa.K_SDST4: K_SDST4,
+             _isa.K_SSRC: K_SSRC, _isa.K_SSRC2: K_SSRC2, _isa.K_SMASK: K_SMASK,
+             _isa.K_VDST: K_VDST, _isa.K_VDST_OFF: K_VDST_OFF, _isa.K_VSRC: K_VSRC,
+             _isa.K_VREG: K_VREG, _isa.K_VREG2: K_VREG2, _isa.K_GADDR: K_GADDR,
+             _isa.K_SBASE: K_SBASE, _isa.K_SBASE2: K_SBASE2}
+    cdef OpDesc* d
+    slot = {"dst": 0, "src0": 1, "src1": 2, "src2": 3}
+    memset(_cu_ops, 0, sizeof(_cu_ops))
+    for info in _isa.OPCODES:
+        d = &_cu_ops[info.code]
+        d.fmt = fmts[info.fmt]
+        for attr, kind in _isa.operand_fields(info).items():
+            d.kind[slot[attr]] = kinds[kind]
+        d.uses_imm = any(f == _isa.FIELD_IMM for f, _ in info.operands)
+
+
+_cu_fill_op_table()
+
+
+# -- float rules (docs/isa.md 3; kmd/hw/compute.py) ---------------------------------------------
+cdef inline uint32_t min_f32(uint32_t a, uint32_t b) noexcept nogil:
+    cdef float x = cu_f(a), y = cu_f(b)
+    cdef uint32_t r
+    if x != x:
+        r = b
+    elif y != y:
+        r = a
+    else:
+        r = a if x < y else b
+    return CANONICAL_NAN if cu_f(r) != cu_f(r) else r
+
+
+cdef inline uint32_t max_f32(uint32_t a, uint32_t b) noexcept nogil:
+    cdef float x = cu_f(a), y = cu_f(b)
+    cdef uint32_t r
+    if x != x:
+        r = b
+    elif y != y:
+        r = a
+    else:
+        r = a if x > y else b
+    return CANONICAL_NAN if cu_f(r) != cu_f(r) else r
+
+
+@cython.cdivision(True)
+cdef inline uint32_t unary_f32(int op, uint32_t a) noexcept nogil:
+    """Conversions, roundings and transcendentals: f32(libm(double(x)))."""
+    cdef double x = cu_f(a), r
+    if op == OP_V_CVT_F32_I32:
+        return cu_u(<float><int32_t>a)
+    if op == OP_V_CVT_F32_U32:
+        return cu_u(<float>a)
+    if op == OP_V_CVT_I32_F32:
+        if x != x:
+            return 0
+        if x >= 2147483648.0:
+            return 0x7FFFFFFF
+        if x <= -2147483648.0:
+            return 0x80000000U
+        return <uint32_t><int32_t>x
+    if op == OP_V_CVT_U32_F32:
+        if x != x or x <= -1.0:
+            return 0
+        if x >= 4294967296.0:
+            return 0xFFFFFFFFU
+        return <uint32_t><int64_t>x
+    if op <= OP_V_RNDNE_F32:        # floor/ceil/trunc/rndne keep ±0 and ±inf bits
+        if x != x:
+            return CANONICAL_NAN
+        if x == 0 or x - x != 0:
+            return a
+        if op == OP_V_FLOOR_F32:
+            r = floor(x)
+        elif op == OP_V_CEIL_F32:
+            r = ceil(x)
+        elif op == OP_V_TRUNC_F32:
+            r = trunc(x)
+        else:
+            r = rint(x)     # round half to even: Python's round()
+        return cu_f32(copysign(r, x))
+    if op == OP_V_RCP_F32:
+        r = 1.0 / x
+    elif op == OP_V_SQRT_F32:
+        r = sqrt(x)
+    elif op == OP_V_RSQRT_F32:
+        r = 1.0 / sqrt(x)
+    elif op == OP_V_EXP_F32:
+        r = exp(x)
+    elif op == OP_V_EXP2_F32:
+        r = exp2(x)
+    elif op == OP_V_LOG_F32:
+        r = log(x)
+    elif op == OP_V_LOG2_F32:
+        r = log2(x)
+    elif op == OP_V_SIN_F32:
+        r = sin(x)
+    elif op == OP_V_COS_F32:
+        r = cos(x)
+    else:
+        r = tanh(x)
+    return cu_f32(r)
+
+
+@cython.cdivision(True)
+cdef inline uint32_t div_i32(uint32_t ua, uint32_t ub) noexcept nogil:
+    cdef int32_t a = <int32_t>ua, b = <int32_t>ub
+    if b == 0:
+        return 0xFFFFFFFFU
+    if ua == 0x80000000U and b == -1:
+        return ua
+    return <uint32_t>(a // b)   # C division truncates toward zero
+
+
+@cython.cdivision(True)
+cdef inline uint32_t rem_i32(uint32_t ua, uint32_t ub) noexcept nogil:
+    cdef int32_t a = <int32_t>ua, b = <int32_t>ub
+    if b == 0:
+        return ua
+    if ua == 0x80000000U and b == -1:
+        return 0
+    return <uint32_t>(a % b)    # sign of the dividend
+
+
+@cython.cdivision(True)
+cdef inline uint32_t atomic_op(int op, uint32_t m, uint32_t d, uint32_t cmp) noexcept nogil:
+    """New memory value of a global or LDS atomic (old value m, data d)."""
+    if op == OP_GLOBAL_ATOMIC_ADD_U32 or op == OP_DS_ADD_U32:
+        return m + d
+    if op == OP_GLOBAL_ATOMIC_ADD_F32 or op == OP_DS_ADD_F32:
+        return cu_canon(cu_f(m) + cu_f(d))
+    if op == OP_GLOBAL_ATOMIC_MAX_I32 or op == OP_DS_MAX_I32:
+        return m if <int32_t>m > <int32_t>d else d
+    if op == OP_GLOBAL_ATOMIC_MAX_U32 or op == OP_DS_MAX_U32:
+        return m if m > d else d
+    if op == OP_GLOBAL_ATOMIC_MAX_F32 or op == OP_DS_MAX_F32:
+        return max_f32(m, d)
+    if op == OP_GLOBAL_ATOMIC_MIN_I32:
+        return m if <int32_t>m < <int32_t>d else d
+    if op == OP_GLOBAL_ATOMIC_MIN_U32:
+        return m if m < d else d
+    if op == OP_GLOBAL_ATOMIC_MIN_F32:
+        return min_f32(m, d)
+    if op == OP_GLOBAL_ATOMIC_XCHG_B32:
+        return d
+    return d if m == cmp else m     # cmpswap: d = v[data], cmp = v[data + 1]
+
+
+cdef inline bint cu_compare(int c, int t, uint32_t a, uint32_t b) noexcept nogil:
+    """s_cmp / v_cmp: c eq ne lt le gt ge; t 0 i32, 1 u32, 2 f32 (IEEE: NaN only ne)."""
+    cdef double x, y
+    if t == 0:
+        x, y = <int32_t>a, <int32_t>b
+    elif t == 1:
+        x, y = a, b
+    else:
+        x, y = cu_f(a), cu_f(b)
+    if c == 0:
+        return x == y
+    if c == 1:
+        return x != y
+    if c == 2:
+        return x < y
+    if c == 3:
+        return x <= y
+    if c == 4:
+        return x > y
+    return x >= y
+
+
+# -- the engine ---------------------------------------------------------------------------------
+cdef inline uint32_t sread(CuThread* T, uint32_t* s, WaveSt* w, int c,
+                           uint32_t imm) noexcept nogil:
+    if c < CU_MAX_SGPRS:
+        return s[c]
+    if c == OPR_VCC:
+        return w.vcc
+    if c == OPR_EXEC:
+        return w.exec_
+    if c == OPR_SCC:
+        return w.scc
+    return imm
+
+
+cdef inline void swrite(uint32_t* s, WaveSt* w, int c, uint32_t value) noexcept nogil:
+    if c < CU_MAX_SGPRS:
+        s[c] = value
+    elif c == OPR_VCC:
+        w.vcc = value
+    else:
+        w.exec_ = value
+
+
+cdef inline const uint32_t* vsrc(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, int c,
+                                 uint32_t imm, uint32_t* tmp) noexcept nogil:
+    """Lane values of a vsrc operand: the VGPR row, or a scalar broadcast into tmp."""
+    cdef uint32_t x
+    cdef int l
+    if c >= OPR_VGPR:
+        return v + (c - OPR_VGPR) * CU_WAVE
+    x = sread(T, s, w, c, imm)
+    for l in range(CU_WAVE):
+        tmp[l] = x
+    return tmp
+
+
+cdef inline void merge(uint32_t* D, const uint32_t* R, uint32_t m) noexcept nogil:
+    """D = R in the lanes of mask m (vectorizes: no branch per lane)."""
+    cdef int l
+    if m == 0xFFFFFFFFU:
+        memcpy(D, R, CU_WAVE * 4)
+        return
+    for l in range(CU_WAVE):
+        D[l] = R[l] if (m >> l) & 1 else D[l]
+
+
+cdef inline uint8_t* translate(CuThread* T, uint64_t addr, int access,
+                               CuFault* f) noexcept nogil:
+    """Host address of addr (its access needs the access kind's PTE bit), or NULL + f."""
+    cdef uint64_t page = addr >> PAGE_SHIFT
+    # Fibonacci hashing: buffers mapped at large power-of-two VA steps must not share
+    # one slot (a + b -> c would refill it on every lane).
+    cdef TlbEntry* e = &T.tlb[(page * <uint64_t>0x9E3779B97F4A7C15ULL) >> (64 - TLB_BITS)]
+    cdef CuShared* sh = T.sh
+    if e.page != page:
+        sh.lock.lock_shared()
+        it = sh.ptes.find(page)
+        if it == sh.ptes.end():
+            sh.lock.unlock_shared()
+            f.code, f.va, f.access = CU_UNMAPPED, addr, access
+            return NULL
+        e.page = page
+        e.host = deref(it).second.host
+        e.flags = deref(it).second.flags
+        sh.lock.unlock_shared()
+    if not (e.flags & access_flag(access)):
+        f.code, f.va, f.access = CU_PERMISSION, addr, access
+        return NULL
+    return e.host + (addr & PAGE_MASK)
+
+
+cdef inline void tlb_check(CuThread* T) noexcept nogil:
+    """Forget cached translations when the page table changed (map/unmap)."""
+    cdef uint64_t gen = T.sh.generation.load()
+    cdef int k
+    if gen != T.tlb_gen:
+        for k in range(TLB_SIZE):
+            T.tlb[k].page = <uint64_t>NO_PAGE
+        T.tlb_gen = gen
+
+
+cdef inline uint64_t gaddr(uint32_t* s, uint32_t* v, const DInst* d, int l) noexcept nogil:
+    cdef uint64_t base
+    if d.src1 == OPR_OFF:
+        base = <uint64_t>v[(d.src0 - OPR_VGPR) * CU_WAVE + l] | \
+            (<uint64_t>v[(d.src0 - OPR_VGPR + 1) * CU_WAVE + l] << 32)
+    else:
+        base = (<uint64_t>s[d.src1] | (<uint64_t>s[d.src1 + 1] << 32)) + \
+            v[(d.src0 - OPR_VGPR) * CU_WAVE + l]
+    return base + <uint64_t>d.off
+
+
+cdef inline int misaligned(uint64_t addr, uint64_t size, int access, CuFault* f) noexcept nogil:
+    if addr & (size - 1):
+        f.code, f.va, f.access = CU_MISALIGNED, addr, access
+        return 1
+    return 0
+
+
+cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst* d,
+                    CuFault* f) noexcept nogil:
+    """Global loads, stores and atomics, lane by lane in ascending order (docs/isa.md 4.6)."""
+    cdef int op = d.op, l
+    cdef uint32_t m = w.exec_, x, old, a, b
+    cdef uint32_t vals[CU_WAVE]
+    cdef uint64_t addr, size
+    cdef uint8_t* p
+    cdef uint8_t* q
+    cdef uint32_t* D
+    tlb_check(T)
+    if op <= OP_GLOBAL_LOAD_SSHORT:
+        size = 4 if op == OP_GLOBAL_LOAD_DWORD else (1 if op <= OP_GLOBAL_LOAD_SBYTE else 2)
+        for l in range(CU_WAVE):
+            if not (m >> l) & 1:
+                continue
+            addr = gaddr(s, v, d, l)
+            if misaligned(addr, size, ACCESS_READ, f):
+                return 1
+            p = translate(T, addr, ACCESS_READ, f)
+            if p == NULL:
+                return 1
+            if op == OP_GLOBAL_LOAD_DWORD:
+                memcpy(&vals[l], p, 4)
+            elif op == OP_GLOBAL_LOAD_UBYTE:
+                vals[l] = p[0]
+            elif op == OP_GLOBAL_LOAD_SBYTE:
+                vals[l] = <uint32_t><int32_t>(<int8_t>p[0])
+            elif op == OP_GLOBAL_LOAD_USHORT:
+                vals[l] = (<uint16_t*>p)[0]
+            else:
+                vals[l] = <uint32_t><int32_t>(<int16_t*>p)[0]
+        merge(v + (d.dst - OPR_VGPR) * CU_WAVE, vals, m)
+        return 0
+    if op <= OP_GLOBAL_STORE_SHORT:
+        size = 4 if op == OP_GLOBAL_STORE_DWORD else (1 if op == OP_GLOBAL_STORE_BYTE else 2)
+        D = v + (d.src2 - OPR_VGPR) * CU_WAVE
+        for l in range(CU_WAVE):
+            if not (m >> l) & 1:
+                continue
+            addr = gaddr(s, v, d, l)
+            if misaligned(addr, size, ACCESS_WRITE, f):
+                return 1
+            p = translate(T, addr, ACCESS_WRITE, f)
+            if p == NULL:
+                return 1
+            x = D[l]
+            memcpy(p, &x, size)     # little-endian host: the low bytes
+        return 0
+    for l in range(CU_WAVE):        # atomics: read access checked first, then write
+        if not (m >> l) & 1:
+            continue
+        addr = gaddr(s, v, d, l)
+        if misaligned(addr, 4, ACCESS_READ, f):
+            return 1
+        p = translate(T, addr, ACCESS_READ, f)
+        if p == NULL:
+            return 1
+        q = translate(T, addr, ACCESS_WRITE, f)
+        if q == NULL:
+            return 1
+        a = v[(d.src2 - OPR_VGPR) * CU_WAVE + l]
+        b = v[(d.src2 - OPR_VGPR + 1) * CU_WAVE + l] if op == OP_GLOBAL_ATOMIC_CMPSWAP_B32 else 0
+        old = cu_atomic_load(<uint32_t*>p)
+        while not cu_atomic_cas(<uint32_t*>q, &old, atomic_op(op, old, a, b)):
+            pass            # old now holds the value the other thread wrote
+        if d.dst != OPR_OFF:
+            v[(d.dst - OPR_VGPR) * CU_WAVE + l] = old
+    return 0
+
+
+cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f) noexcept nogil:
+    """ds_* (docs/isa.md 4.5): per lane, misaligned before lds_bounds."""
+    cdef int op = d.op, l
+    cdef uint32_t m = w.exec_, addr, old
+    cdef uint32_t vals[CU_WAVE]
+    cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* lds = <uint32_t*>T.lds
+    cdef uint32_t limit = T.sh.lds_bytes
+    for l in range(CU_WAVE):
+        if not (m >> l) & 1:
+            continue
+        addr = A[l] + <uint32_t>d.off
+        if addr & 3:
+            f.code, f.access = CU_MISALIGNED, -1
+            return 1
+        if <uint64_t>addr + 4 > limit:
+            f.code, f.access = CU_LDS_BOUNDS, -1
+            return 1
+        if op == OP_DS_READ_B32:
+            vals[l] = lds[addr >> 2]
+        elif op == OP_DS_WRITE_B32:
+            lds[addr >> 2] = v[(d.src2 - OPR_VGPR) * CU_WAVE + l]
+        else:
+            old = lds[addr >> 2]
+            lds[addr >> 2] = atomic_op(op, old, v[(d.src2 - OPR_VGPR) * CU_WAVE + l], 0)
+            if d.dst != OPR_OFF:
+                v[(d.dst - OPR_VGPR) * CU_WAVE + l] = old
+    if op == OP_DS_READ_B32:
+        merge(v + (d.dst - OPR_VGPR) * CU_WAVE, vals, m)
+    return 0
+
+
+cdef int s_load(CuThread* T, uint32_t* s, const DInst* d, int n, CuFault* f) noexcept nogil:
+    """s_load_dword[xN]: all or nothing; a fault names the first dword of the bad page."""
+    cdef uint64_t base = (<uint64_t>s[d.src1] | (<uint64_t>s[d.src1 + 1] << 32)) + \
+        <uint64_t>d.off
+    cdef uint64_t addr
+    cdef uint32_t vals[4]
+    cdef uint8_t* p
+    cdef int k
+    if misaligned(base, 4, ACCESS_READ, f):
+        return 1
+    tlb_check(T)
+    for k in range(n):
+        addr = base + 4 * k
+        if addr < base:         # past the top of the VA space: nothing is mapped there
+            f.code, f.va, f.access = CU_UNMAPPED, addr, ACCESS_READ
+            return 1
+        p = translate(T, addr, ACCESS_READ, f)
+        if p == NULL:
+            return 1
+        memcpy(&vals[k], p, 4)
+    for k in range(n):
+        s[d.dst + k] = vals[k]
+    return 0
+
+
+cdef const DInst* fetch(CuThread* T, int64_t pc, CuFault* f) noexcept nogil:
+    """The decoded instruction at pc (docs/isa.md 6: fetch needs PTE_EXEC), or NULL + f."""
+    cdef CuShared* sh = T.sh
+    cdef uint64_t va, word
+    cdef uint8_t* p
+    if 0 <= pc < sh.win_bytes:
+        return &sh.win[pc >> 3]
+    if sh.code_va & 7:
+        f.code, f.va, f.access = CU_MISALIGNED, sh.code_va, ACCESS_EXEC
+        return NULL
+    va = sh.code_va + <uint64_t>pc
+    if (pc >= 0 and (va < sh.code_va or va > 0xFFFFFFFFFFFFFFF8ULL)) or \
+            (pc < 0 and <uint64_t>(-pc) > sh.code_va):
+        f.code, f.va, f.access = CU_UNMAPPED, va, ACCESS_EXEC
+        return NULL
+    sh.lock.lock_shared()
+    it = sh.ptes.find(va >> PAGE_SHIFT)
+    if it == sh.ptes.end():
+        sh.lock.unlock_shared()
+        f.code, f.va, f.access = CU_UNMAPPED, va, ACCESS_EXEC
+        return NULL
+    if not (deref(it).second.flags & C_PTE_EXEC):
+        sh.lock.unlock_shared()
+        f.code, f.va, f.access = CU_PERMISSION, va, ACCESS_EXEC
+        return NULL
+    p = deref(it).second.host + (va & PAGE_MASK)
+    memcpy(&word, p, 8)
+    sh.lock.unlock_shared()
+    cu_decode(word, sh.sgprs, sh.vgprs, &T.scratch)
+    return &T.scratch
+
+
+@cython.cdivision(True)
+cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
+    """Run wave wi until s_endpgm (CU_DONE), s_barrier (CU_BARRIER) or a stop code."""
+    cdef CuShared* sh = T.sh
+    cdef WaveSt* w = &T.waves[wi]
+    cdef uint32_t* s = T.s + wi * CU_MAX_SGPRS
+    cdef uint32_t* v = T.v + wi * sh.vgprs * CU_WAVE
+    cdef const DInst* d
+    cdef uint32_t ta[CU_WAVE]
+    cdef uint32_t tb[CU_WAVE]
+    cdef uint32_t tc[CU_WAVE]
+    cdef uint32_t R[CU_WAVE]
+    cdef const uint32_t* A
+    cdef const uint32_t* B
+    cdef const uint32_t* Cc
+    cdef uint32_t* D
+    cdef uint32_t a, b, x, m, mask, carry
+    cdef uint64_t wide
+    cdef int op, l, active, c, t, code
+    cdef bint taken
+    cdef timespec ts
+    while True:
+        if sh.abort.load():
+            return CU_ABORTED
+        d = fetch(T, w.pc, f)
+        if d == NULL:
+            return f.code
+        if d.status != CU_OK:
+            f.code, f.access = d.status, -1
+            return d.status
+        op = d.op
+        m = w.exec_
+        active = cu_popcount(m)
+        code = CU_OK
+        if op >= OP_V_ADD_U32 and op <= OP_V_MAX_F32 and op != OP_V_ADD_CO_U32 \
+                and op != OP_V_ADDC_CO_U32 and op != OP_V_SUB_CO_U32:
+            # VOP2: R = A op B on every lane (vectorized), merged under EXEC.
+            A = vsrc(T, s, v, w, d.src0, d.imm, ta)
+            B = vsrc(T, s, v, w, d.src1, d.imm, tb)
+            D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            if op == OP_V_ADD_U32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] + B[l]
+            elif op == OP_V_SUB_U32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] - B[l]
+            elif op == OP_V_MUL_LO_U32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] * B[l]
+            elif op == OP_V_MUL_HI_U32:
+                for l in range(CU_WAVE):
+                    R[l] = (<uint64_t>A[l] * B[l]) >> 32
+            elif op == OP_V_MUL_HI_I32:
+                for l in range(CU_WAVE):
+                    R[l] = <uint32_t>((<int64_t><int32_t>A[l] * <int32_t>B[l]) >> 32)
+            elif op == OP_V_AND_B32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] & B[l]
+            elif op == OP_V_OR_B32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] | B[l]
+            elif op == OP_V_XOR_B32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] ^ B[l]
+            elif op == OP_V_LSHL_B32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] << (B[l] & 31)
+            elif op == OP_V_LSHR_B32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] >> (B[l] & 31)
+            elif op == OP_V_ASHR_I32:
+                for l in range(CU_WAVE):
+                    R[l] = <uint32_t>(<int32_t>A[l] >> (B[l] & 31))
+            elif op == OP_V_MIN_I32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] if <int32_t>A[l] < <int32_t>B[l] else B[l]
+            elif op == OP_V_MAX_I32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] if <int32_t>A[l] > <int32_t>B[l] else B[l]
+            elif op == OP_V_MIN_U32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] if A[l] < B[l] else B[l]
+            elif op == OP_V_MAX_U32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] if A[l] > B[l] else B[l]
+            elif op == OP_V_DIV_U32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] // B[l] if B[l] else 0xFFFFFFFFU
+            elif op == OP_V_REM_U32:
+                for l in range(CU_WAVE):
+                    R[l] = A[l] % B[l] if B[l] else A[l]
+            elif op == OP_V_DIV_I32:
+                for l in range(CU_WAVE):
+                    R[l] = div_i32(A[l], B[l])
+            elif op == OP_V_REM_I32:
+                for l in range(CU_WAVE):
+                    R[l] = rem_i32(A[l], B[l])
+            elif op == OP_V_ADD_F32:    # binary32 ops equal f32(double op double)
+                for l in range(CU_WAVE):
+                    R[l] = cu_canon(cu_f(A[l]) + cu_f(B[l]))
+            elif op == OP_V_SUB_F32:
+                for l in range(CU_WAVE):
+                    R[l] = cu_canon(cu_f(A[l]) - cu_f(B[l]))
+            elif op == OP_V_MUL_F32:
+                for l in range(CU_WAVE):
+                    R[l] = cu_canon(cu_f(A[l]) * cu_f(B[l]))
+            elif op == OP_V_DIV_F32:
+                for l in range(CU_WAVE):
+                    R[l] = cu_canon(cu_f(A[l]) / cu_f(B[l]))
+            elif op == OP_V_MIN_F32:
+                for l in range(CU_WAVE):
+                    R[l] = min_f32(A[l], B[l])
+            elif op == OP_V_MAX_F32:
+                for l in range(CU_WAVE):
+                    R[l] = max_f32(A[l], B[l])
+            else:
+                f.code, f.access = CU_ILLEGAL, -1       # a hole in 0x96/0x97: not decoded
+                return CU_ILLEGAL
+            merge(D, R, m)
+        elif op >= OP_V_MOV_B32 and op <= OP_V_TANH_F32:
+            A = vsrc(T, s, v, w, d.src0, d.imm, ta)
+            D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            if op == OP_V_MOV_B32:
+                merge(D, A, m)
+            elif op == OP_V_NOT_B32:
+                for l in range(CU_WAVE):
+                    R[l] = ~A[l]
+                merge(D, R, m)
+            else:
+                for l in range(CU_WAVE):
+                    if (m >> l) & 1:
+                        D[l] = unary_f32(op, A[l])
+        elif op == OP_V_FMA_F32 or op == OP_V_MAD_U32 or op == OP_V_CNDMASK_B32:
+            A = vsrc(T, s, v, w, d.src0, 0, ta)
+            B = vsrc(T, s, v, w, d.src1, 0, tb)
+            D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            if op == OP_V_CNDMASK_B32:
+                mask = sread(T, s, w, d.src2, 0)
+                for l in range(CU_WAVE):
+                    R[l] = B[l] if (mask >> l) & 1 else A[l]
+            else:
+                Cc = vsrc(T, s, v, w, d.src2, 0, tc)
+                if op == OP_V_FMA_F32:  # the product is exact in double; one rounding after
+                    for l in range(CU_WAVE):
+                        R[l] = cu_f32(<double>cu_f(A[l]) * <double>cu_f(B[l]) +
+                                      <double>cu_f(Cc[l]))
+                else:
+                    for l in range(CU_WAVE):
+                        R[l] = A[l] * B[l] + Cc[l]
+            merge(D, R, m)
+        elif op >= OP_V_CMP_EQ_I32 and op <= OP_V_CMP_GE_F32:
+            A = vsrc(T, s, v, w, d.src0, d.imm, ta)
+            B = vsrc(T, s, v, w, d.src1, d.imm, tb)
+            c, t = (op - OP_V_CMP_EQ_I32) % 6, (op - OP_V_CMP_EQ_I32) // 6
+            mask = 0
+            for l in range(CU_WAVE):
+                if (m >> l) & 1 and cu_compare(c, t, A[l], B[l]):
+                    mask |= (<uint32_t>1) << l
+            swrite(s, w, d.dst, mask)
+        elif op == OP_V_ADD_CO_U32 or op == OP_V_ADDC_CO_U32 or op == OP_V_SUB_CO_U32:
+            A = vsrc(T, s, v, w, d.src0, d.imm, ta)
+            B = vsrc(T, s, v, w, d.src1, d.imm, tb)
+            D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            mask = 0
+            for l in range(CU_WAVE):
+                if not (m >> l) & 1:
+                    continue
+                if op == OP_V_SUB_CO_U32:     # D may be A or B: the borrow first
+                    carry = A[l] < B[l]
+                    D[l] = A[l] - B[l]
+                else:
+                    wide = <uint64_t>A[l] + B[l] + \
+                        (((w.vcc >> l) & 1) if op == OP_V_ADDC_CO_U32 else 0)
+                    D[l] = <uint32_t>wide
+                    carry = (wide >> 32) != 0
+                mask |= carry << l
+            w.vcc = mask
+        elif op >= OP_GLOBAL_LOAD_DWORD:
+            if m and global_mem(T, s, v, w, d, f):
+                return f.code
+        elif op >= OP_DS_READ_B32:
+            if m and lds_mem(T, v, w, d, f):
+                return f.code
+        elif op == OP_V_READFIRSTLANE_B32:
+            swrite(s, w, d.dst, v[(d.src0 - OPR_VGPR) * CU_WAVE + (cu_ctz(m) if m else 0)])
+        elif op == OP_V_READLANE_B32:
+            l = sread(T, s, w, d.src1, d.imm) & 31
+            swrite(s, w, d.dst, v[(d.src0 - OPR_VGPR) * CU_WAVE + l])
+        elif op == OP_V_WRITELANE_B32:
+            a = sread(T, s, w, d.src0, d.imm)
+            l = sread(T, s, w, d.src1, d.imm) & 31
+            v[(d.dst - OPR_VGPR) * CU_WAVE + l] = a
+        elif op >= OP_S_LOAD_DWORD:
+            if s_load(T, s, d, 1 << (op - OP_S_LOAD_DWORD), f):
+                return f.code
+        elif op >= OP_S_CMP_EQ_I32:
+            a, b = sread(T, s, w, d.src0, d.imm), sread(T, s, w, d.src1, d.imm)
+            w.scc = cu_compare((op - OP_S_CMP_EQ_I32) % 6, (op - OP_S_CMP_EQ_I32) // 6, a, b)
+        elif op >= OP_S_ADD_U32:
+            a, b = sread(T, s, w, d.src0, d.imm), sread(T, s, w, d.src1, d.imm)
+            if op == OP_S_ADD_U32 or op == OP_S_ADDC_U32:
+                wide = <uint64_t>a + b + (w.scc if op == OP_S_ADDC_U32 else 0)
+                swrite(s, w, d.dst, <uint32_t>wide)
+                w.scc = (wide >> 32) != 0
+            elif op == OP_S_SUB_U32:
+                swrite(s, w, d.dst, a - b)
+                w.scc = a < b
+            elif op == OP_S_SUBB_U32:
+                swrite(s, w, d.dst, a - b - w.scc)
+                w.scc = <uint64_t>a < <uint64_t>b + w.scc
+            elif op == OP_S_MUL_I32:
+                swrite(s, w, d.dst, a * b)
+            elif op == OP_S_MUL_HI_U32:
+                swrite(s, w, d.dst, <uint32_t>((<uint64_t>a * b) >> 32))
+            elif op == OP_S_MIN_I32:
+                swrite(s, w, d.dst, a if <int32_t>a < <int32_t>b else b)
+            elif op == OP_S_MIN_U32:
+                swrite(s, w, d.dst, a if a < b else b)
+            elif op == OP_S_MAX_I32:
+                swrite(s, w, d.dst, a if <int32_t>a > <int32_t>b else b)
+            elif op == OP_S_MAX_U32:
+                swrite(s, w, d.dst, a if a > b else b)
+            elif op == OP_S_CSELECT_B32:
+                swrite(s, w, d.dst, a if w.scc else b)
+            else:
+                if op == OP_S_AND_B32:
+                    x = a & b
+                elif op == OP_S_OR_B32:
+                    x = a | b
+                elif op == OP_S_XOR_B32:
+                    x = a ^ b
+                elif op == OP_S_ANDN2_B32:
+                    x = a & ~b
+                elif op == OP_S_ORN2_B32:
+                    x = a | ~b
+                elif op == OP_S_LSHL_B32:
+                    x = a << (b & 31)
+                elif op == OP_S_LSHR_B32:
+                    x = a >> (b & 31)
+                else:
+                    x = <uint32_t>(<int32_t>a >> (b & 31))
+                swrite(s, w, d.dst, x)
+                w.scc = x != 0
+        elif op >= OP_S_MOV_B32:
+            if op == OP_S_MOV_B64:
+                a, b = s[d.src0], s[d.src0 + 1]
+                s[d.dst], s[d.dst + 1] = a, b
+            elif op == OP_S_MEMTIME:
+                clock_gettime(CLOCK_MONOTONIC, &ts)
+                wide = <uint64_t>ts.tv_sec * 1000000000 + <uint64_t>ts.tv_nsec
+                s[d.dst], s[d.dst + 1] = <uint32_t>wide, <uint32_t>(wide >> 32)
+            elif op == OP_S_AND_SAVEEXEC_B32 or op == OP_S_OR_SAVEEXEC_B32:
+                a = sread(T, s, w, d.src0, d.imm)
+                x = w.exec_
+                w.exec_ = (a & x) if op == OP_S_AND_SAVEEXEC_B32 else (a | x)
+                swrite(s, w, d.dst, x)      # a dst of exec: the saved value wins
+                w.scc = w.exec_ != 0
+            else:
+                a = sread(T, s, w, d.src0, d.imm)
+                if op == OP_S_MOV_B32:
+                    swrite(s, w, d.dst, a)
+                elif op == OP_S_NOT_B32:
+                    swrite(s, w, d.dst, ~a)
+                    w.scc = ~a != 0
+                elif op == OP_S_BCNT1_I32:
+                    swrite(s, w, d.dst, cu_popcount(a))
+                    w.scc = a != 0
+                else:
+                    swrite(s, w, d.dst, cu_ctz(a) if a else 0xFFFFFFFFU)
+        else:                                           # SOPP
+            if op == OP_S_ENDPGM:
+                w.state = W_DONE
+                T.inst += 1
+                T.lane += active
+                return CU_DONE
+            if op == OP_S_BARRIER:
+                w.state = W_BARRIER
+                w.pc += 8
+                T.inst += 1
+                T.lane += active
+                return CU_BARRIER
+            if op == OP_S_TRAP:
+                f.code, f.access, f.trap_code = CU_TRAP, -1, d.imm
+                return CU_TRAP
+            if op != OP_S_NOP:
+                if op == OP_S_BRANCH:
+                    taken = True
+                elif op == OP_S_CBRANCH_SCC0:
+                    taken = w.scc == 0
+                elif op == OP_S_CBRANCH_SCC1:
+                    taken = w.scc == 1
+                elif op == OP_S_CBRANCH_VCCZ:
+                    taken = w.vcc == 0
+                elif op == OP_S_CBRANCH_VCCNZ:
+                    taken = w.vcc != 0
+                elif op == OP_S_CBRANCH_EXECZ:
+                    taken = m == 0
+                else:
+                    taken = m != 0
+                if taken:
+                    if d.imm & 7:
+                        f.code, f.access = CU_ILLEGAL, -1
+                        return CU_ILLEGAL
+                    T.inst += 1
+                    T.lane += active
+                    w.pc += 8 + <int64_t><int32_t>d.imm
+                    # A lower workgroup faulted: this one is not part of the result, and
+                    # it may loop forever.
+                    if sh.fault_wg.load() < T.cur_wg:
+                        return CU_CANCELLED
+                    continue
+        T.inst += 1
+        T.lane += active
+        w.pc += 8
+
+
+@cython.cdivision(True)
+cdef int run_workgroup(CuThread* T, uint64_t index, CuFault* f) noexcept nogil:
+    """One workgroup (docs/isa.md 1.2 order): CU_OK, or the code that stopped it."""
+    cdef CuShared* sh = T.sh
+    cdef uint32_t xyz[3]
+    cdef int wi, d, code
+    cdef bint live
+    cdef uint32_t* s
+    cdef uint32_t* v
+    xyz[0] = index % sh.gx
+    xyz[1] = (index // sh.gx) % sh.gy
+    xyz[2] = index // (<uint64_t>sh.gx * sh.gy)
+    T.cur_wg = index
+    memset(T.s, 0, sh.nwaves * CU_MAX_SGPRS * 4)
+    memset(T.v, 0, sh.nwaves * sh.vgprs * CU_WAVE * 4)
+    if sh.lds_bytes:
+        memset(T.lds, 0, sh.lds_bytes)
+    for wi in range(sh.nwaves):
+        s = T.s + wi * CU_MAX_SGPRS
+        v = T.v + wi * sh.vgprs * CU_WAVE
+        memcpy(s, sh.user_data, USER_SGPRS * 4)
+        memcpy(s + SGPR_WORKGROUP_ID, xyz, 12)
+        memcpy(v, sh.lid + wi * 3 * CU_WAVE, 3 * CU_WAVE * 4)
+        T.waves[wi].exec_ = sh.wave_exec[wi]
+        T.waves[wi].vcc = 0
+        T.waves[wi].scc = 0
+        T.waves[wi].pc = 0
+        T.waves[wi].state = W_RUN
+    while True:
+        for wi in range(sh.nwaves):
+            if T.waves[wi].state != W_RUN:
+                continue
+            code = run_wave(T, wi, f)
+            if code == CU_DONE:
+                T.last_wave = wi
+                T.last_pc = T.waves[wi].pc
+            elif code != CU_BARRIER:
+                T.stop_wave = wi
+                return code
+        live = False
+        for wi in range(sh.nwaves):
+            if T.waves[wi].state != W_DONE:
+                live = True
+                T.waves[wi].state = W_RUN      # every live wave waits: open the barrier
+        if not live:
+            return CU_OK
+
+
+cdef inline void atomic_min(atomic[uint64_t]* a, uint64_t value) noexcept nogil:
+    cdef uint64_t cur = a.load()
+    while value < cur and not a.compare_exchange_weak(cur, value):
+        pass
+
+
+@cython.cdivision(True)
+cdef void* cu_worker(void* arg) noexcept nogil:
+    """One thread: take chunks of workgroups until none are left or the dispatch stops."""
+    cdef CuThread* T = <CuThread*>arg
+    cdef CuShared* sh = T.sh
+    cdef uint64_t start, end, index
+    cdef ChunkLog entry
+    cdef int code
+    while True:
+        start = sh.next_wg.fetch_add(sh.chunk)
+        if start >= sh.total or start > sh.fault_wg.load():
+            return NULL
+        end = start + sh.chunk
+        if end > sh.total or end < start:
+            end = sh.total
+        T.inst = 0
+        T.lane = 0
+        code = CU_OK
+        index = start
+        while index < end and index <= sh.fault_wg.load():
+            code = run_workgroup(T, index, &T.fault)
+            if code != CU_OK:
+                break
+            if index == sh.total - 1:
+                T.has_last = True
+            index += 1
+        entry.start, entry.inst, entry.lane = start, T.inst, T.lane
+        T.log.push_back(entry)
+        if code == CU_CANCELLED:
+            return NULL
+        if code != CU_OK:
+            T.stop, T.stop_wg = code, index
+            if code != CU_ABORTED:
+                atomic_min(sh.fault_wg, index)
+            return NULL
+        if index < end:         # a lower workgroup faulted
+            return NULL
+
+
+cdef class ComputeEngine:
+    """One compute unit (comp_0.0 ...): dispatch() runs one grid to completion.
+
+    Same API and results as kmd.hw.cu_ref.ComputeEngine (docs/isa.md 7); workgroups
+    run on `threads` threads without the GIL.
+    """
+
+    cdef readonly str name
+    cdef readonly object ih
+    cdef readonly int threads
+    cdef atomic[int] _abort
+    cdef atomic[uint64_t] _next_wg
+    cdef atomic[uint64_t] _fault_wg
+    cdef bint _running
+
+    def __init__(self, str name, ih, int threads=2):
+        if threads < 1:
+            raise ValueError(f"ComputeEngine: threads must be >= 1, not {threads}")
+        self.name = name
+        self.ih = ih
+        self.threads = threads
+        self._abort.store(0)
+        self._running = False
+
+    def abort(self):
+        """Stop the dispatch in progress before its next instruction (from another thread).
+
+        Returns False (and does nothing) when no dispatch is running.
+        """
+        if not self._running:
+            return False
+        self._abort.store(1)
+        return True
+
+    def dispatch(self, PageTable pt not None, code_va, *, sgprs, vgprs, lds_bytes, grid,
+                 block, user_data, ctx_id=0, ring_id=0):
+        grid, block, user_data = _cu_py.check_dispatch(code_va, sgprs, vgprs, lds_bytes,
+                                                       grid, block, user_data)
+        self._abort.store(0)
+        self._running = True
+        pin = pt.pin()
+        try:
+            result = self._dispatch(pt, code_va, sgprs, vgprs, lds_bytes, grid, block,
+                                    user_data)
+        finally:
+            self._running = False
+            self._abort.store(0)
+            pin.release()
+        if result.status == "fault":
+            src, data = _cu_py.ih_entry(result.reason, result.fault, result.pc)
+            self.ih.push(src, ring_id, ctx_id, data)
+        return result
+
+    cdef _dispatch(self, PageTable pt, uint64_t code_va, int sgprs, int vgprs, int lds_bytes,
+                   grid, block, list user_data):
+        cdef CuShared sh
+        cdef vector[CuThread] threads
+        cdef vector[pthread_t] tids
+        cdef uint64_t word, total
+        cdef int64_t k, nwin, page_end
+        cdef int i, nthreads, wi, lane
+        cdef bint ok = True
+        memset(&sh, 0, sizeof(sh))
+        total = min(grid[0] * grid[1] * grid[2], (1 << 64) - 1)
+        if total == 0:
+            return _cu_py.ComputeResult("ok", None, None, 0)
+        layout = _cu_py.wave_layout(block)
+        sh.ptes, sh.lock, sh.generation = &pt.ptes, &pt.lock, &pt.generation
+        sh.abort, sh.next_wg, sh.fault_wg = &self._abort, &self._next_wg, &self._fault_wg
+        sh.code_va, sh.sgprs, sh.vgprs, sh.lds_bytes = code_va, sgprs, vgprs, lds_bytes
+        sh.gx, sh.gy, sh.gz, sh.total = grid[0], grid[1], grid[2], total
+        sh.nwaves = len(layout)
+        for i in range(USER_SGPRS):
+            sh.user_data[i] = user_data[i]
+        nthreads = self.threads if <uint64_t>self.threads < total else total
+        # Small grids: one workgroup at a time; big ones: chunks that keep the log short.
+        sh.chunk = 1 if total <= 1024 else min(64, total // (nthreads * 16))
+        self._next_wg.store(0)
+        self._fault_wg.store(0xFFFFFFFFFFFFFFFFULL)
+        threads.resize(nthreads)
+        tids.resize(nthreads)
+        try:
+            sh.wave_exec = <uint32_t*>calloc(sh.nwaves, 4)
+            sh.lid = <uint32_t*>calloc(sh.nwaves * 3 * CU_WAVE, 4)
+            sh.win = <DInst*>malloc(sizeof(DInst) * (CU_WINDOW // 8))
+            if sh.wave_exec == NULL or sh.lid == NULL or sh.win == NULL:
+                raise MemoryError
+            for wi, (mask, ids) in enumerate(layout):
+                sh.wave_exec[wi] = mask
+                for lane, xyz in enumerate(ids):
+                    for k in range(3):
+                        sh.lid[(wi * 3 + k) * CU_WAVE + lane] = xyz[k]
+            for i in range(nthreads):
+                threads[i].sh = &sh
+                threads[i].s = <uint32_t*>calloc(sh.nwaves * CU_MAX_SGPRS, 4)
+                threads[i].v = <uint32_t*>calloc(sh.nwaves * vgprs * CU_WAVE, 4)
+                threads[i].lds = <uint8_t*>calloc(lds_bytes + 4, 1)
+                threads[i].waves = <WaveSt*>calloc(sh.nwaves, sizeof(WaveSt))
+                threads[i].tlb_gen = <uint64_t>NO_PAGE    # first tlb_check clears the cache
+                if threads[i].s == NULL or threads[i].v == NULL or threads[i].lds == NULL \
+                        or threads[i].waves == NULL:
+                    raise MemoryError
+            with nogil:
+                # Decode the exec-mapped pages from code_va once (docs/hw.md).
+                nwin = 0
+                if code_va & 7 == 0:
+                    pt.lock.lock_shared()
+                    while nwin < CU_WINDOW and code_va + <uint64_t>nwin >= code_va:
+                        it = pt.ptes.find((code_va + nwin) >> PAGE_SHIFT)
+                        if it == pt.ptes.end() or not (deref(it).second.flags & C_PTE_EXEC):
+                            break
+                        page_end = nwin + PAGE_SIZE - ((code_va + nwin) & PAGE_MASK)
+                        if page_end > CU_WINDOW:
+                            page_end = CU_WINDOW
+                        while nwin < page_end:
+                            memcpy(&word, deref(it).second.host + ((code_va + nwin) & PAGE_MASK),
+                                   8)
+                            cu_decode(word, sgprs, vgprs, &sh.win[nwin >> 3])
+                            nwin += 8
+                    pt.lock.unlock_shared()
+                sh.win_bytes = nwin
+                for i in range(1, nthreads):
+                    if pthread_create(&tids[i], NULL, cu_worker, &threads[i]) != 0:
+                        nthreads = i        # run with the threads we have
+                        break
+                cu_worker(&threads[0])
+                for i in range(1, nthreads):
+                    pthread_join(tids[i], NULL)
+            return self._result(&sh, threads)
+        finally:
+            for i in range(<int>threads.size()):
+                free(threads[i].s)
+                free(threads[i].v)
+                free(threads[i].lds)
+                free(threads[i].waves)
+            free(sh.wave_exec)
+            free(sh.lid)
+            free(sh.win)
+
+    cdef _result(self, CuShared* sh, vector[CuThread]& threads):
+        """ComputeResult of the run: the lowest faulting workgroup, else an abort, else ok."""
+        cdef uint64_t fault_wg = sh.fault_wg.load(), inst = 0, lane = 0
+        cdef uint64_t best = 0xFFFFFFFFFFFFFFFFULL
+        cdef CuThread* T
+        cdef CuThread* pick = NULL
+        cdef WaveSt* w
+        cdef CuFault f
+        cdef size_t i, j
+        for i in range(threads.size()):        # an abort below the first fault wins
+            T = &threads[i]
+            if T.stop == CU_ABORTED and T.stop_wg < fault_wg and T.stop_wg < best:
+                best, pick = T.stop_wg, T
+        status = "aborted"
+        if pick == NULL and fault_wg != 0xFFFFFFFFFFFFFFFFULL:
+            status = "fault"
+            for i in range(threads.size()):
+                if threads[i].stop not in (CU_OK, CU_ABORTED) and threads[i].stop_wg == fault_wg:
+                    pick = &threads[i]
+        for i in range(threads.size()):
+            for j in range(threads[i].log.size()):
+                if status != "fault" or threads[i].log[j].start <= fault_wg:
+                    inst += threads[i].log[j].inst
+                    lane += threads[i].log[j].lane
+        if pick == NULL:
+            for i in range(threads.size()):
+                if threads[i].has_last:
+                    T = &threads[i]
+                    r = _cu_py.ComputeResult("ok", None, None, T.last_pc, instructions=inst,
+                                             lane_instructions=lane)
+                    return self._wave_state(r, sh, T, sh.total - 1, T.last_wave)
+            return _cu_py.ComputeResult("ok", None, None, 0, instructions=inst,
+                                        lane_instructions=lane)
+        T = pick
+        w = &T.waves[T.stop_wave]
+        if status == "aborted":
+            r = _cu_py.ComputeResult("aborted", None, None, w.pc, instructions=inst,
+                                     lane_instructions=lane)
+        else:
+            f = T.fault
+            gpu_fault = None
+            if f.access >= 0:
+                gpu_fault = GpuFault(f.va, ACCESS_KINDS[f.access],
+                                     "misaligned" if f.code == CU_MISALIGNED else
+                                     FAULT_REASONS[f.code - CU_UNMAPPED])
+            r = _cu_py.ComputeResult("fault", _CU_REASONS[f.code], gpu_fault, w.pc,
+                                     instructions=inst, lane_instructions=lane,
+                                     trap_code=f.trap_code)
+        return self._wave_state(r, sh, T, T.stop_wg, T.stop_wave)
+
+    @cython.cdivision(True)
+    cdef _wave_state(self, r, CuShared* sh, CuThread* T, uint64_t index, int wi):
+        cdef WaveSt* w = &T.waves[wi]
+        cdef uint32_t* s = T.s + wi * CU_MAX_SGPRS
+        cdef uint32_t* v = T.v + wi * sh.vgprs * CU_WAVE
+        cdef int k, l
+        r.workgroup = (index % sh.gx, (index // sh.gx) % sh.gy,
+                       index // (<uint64_t>sh.gx * sh.gy))
+        r.wave = wi
+        r.exec, r.vcc, r.scc = w.exec_, w.vcc, w.scc
+        r.sgprs = [s[k] for k in range(sh.sgprs)]
+        r.vgprs = [[v[k * CU_WAVE + l] for l in range(CU_WAVE)] for k in range(sh.vgprs)]
+        return r

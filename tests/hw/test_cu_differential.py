@@ -1,0 +1,167 @@
+"""Differential test of the two compute executors (docs/isa.md 10): the Cython core
+(kmd.hw._core.ComputeEngine, two worker threads) against the reference (kmd.hw.cu_ref).
+
+The same program runs on both; memory must be equal byte for byte, the ComputeResults
+equal field by field (state of the reported wave, counters, fault) and the IH entries
+equal.  Inputs: 240 generated valid, race-free programs, the six sample kernels, and one
+program per fault kind (also in a later workgroup, so the first fault in workgroup order
+is the one both report).
+"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kmd.hw import _core, cu_ref, ref
+from vgpu import isa as I
+from vgpu.asm import assemble
+
+from .isa_gen import CODE_VA, KARG_VA, MEM_VA, Rig, random_program
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "kernels"
+UD = [0, 0, MEM_VA & 0xFFFFFFFF, MEM_VA >> 32]
+
+
+def rigs():
+    return (Rig(cu_ref.ComputeEngine, ref.PageTable), Rig(_core.ComputeEngine, _core.PageTable))
+
+
+def same(run):
+    """run(rig) on both executors; asserts equal results, memory and IH entries."""
+    out = []
+    for rig in rigs():
+        r = run(rig)
+        out.append((r, rig.mem.tobytes(), [(e.src_id, e.data) for e in rig.ih.drain()]))
+    (r_ref, mem_ref, ih_ref), (r_core, mem_core, ih_core) = out
+    assert r_core == r_ref
+    assert mem_core == mem_ref
+    assert ih_core == ih_ref
+    return r_ref
+
+
+@pytest.mark.parametrize("seed", range(240))
+def test_random_program(seed):
+    prog = random_program(seed)
+    r = same(lambda rig: rig.run_program(prog))
+    assert r.status == "ok"
+
+
+# -- sample kernels ----------------------------------------------------------------------------
+def sample(name):
+    return assemble((SAMPLES / f"{name}.s").read_text(), f"{name}.s")
+
+
+def _floats(rig, off, n, seed, scale=1.0):
+    x = (np.random.default_rng(seed).standard_normal(n) * scale).astype(np.float32)
+    rig.put(off, x)
+
+
+SAMPLE_RUNS = {
+    "vector_add": lambda rig: (_floats(rig, 0, 1000, 1), _floats(rig, 0x1000, 1000, 2),
+                               rig.run(sample("vector_add"), (16, 1, 1), (64, 1, 1),
+                                       {"a": MEM_VA, "b": MEM_VA + 0x1000,
+                                        "c": MEM_VA + 0x2000, "n": 1000}))[-1],
+    "saxpy": lambda rig: (_floats(rig, 0, 900, 3), _floats(rig, 0x1000, 900, 4),
+                          rig.run(sample("saxpy"), (15, 1, 1), (64, 1, 1),
+                                  {"x": MEM_VA, "y": MEM_VA + 0x1000, "a": -1.75,
+                                   "n": 900}))[-1],
+    "reduce_sum": lambda rig: (_floats(rig, 0, 1000, 5),
+                               rig.run(sample("reduce_sum"), (16, 1, 1), (64, 1, 1),
+                                       {"x": MEM_VA, "out": MEM_VA + 0x1000, "n": 1000}))[-1],
+    "matmul_tiled": lambda rig: (_floats(rig, 0, 24 * 32, 6), _floats(rig, 0x1000, 32 * 40, 7),
+                                 rig.run(sample("matmul_tiled"), (5, 3, 1), (8, 8, 1),
+                                         {"a": MEM_VA, "b": MEM_VA + 0x1000,
+                                          "c": MEM_VA + 0x3000, "m": 24, "n": 40,
+                                          "k": 32}))[-1],
+    "softmax": lambda rig: (_floats(rig, 0, 7 * 150, 8, 4.0),
+                            rig.run(sample("softmax"), (7, 1, 1), (64, 1, 1),
+                                    {"x": MEM_VA, "y": MEM_VA + 0x2000, "n": 150}))[-1],
+    "relu_gelu": lambda rig: (_floats(rig, 0, 500, 9, 3.0),
+                              rig.run(sample("relu_gelu"), (8, 1, 1), (64, 1, 1),
+                                      {"x": MEM_VA, "relu": MEM_VA + 0x1000,
+                                       "gelu": MEM_VA + 0x2000, "n": 500}))[-1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLE_RUNS))
+def test_sample_kernel(name):
+    r = same(SAMPLE_RUNS[name])
+    assert r.status == "ok" and r.lane_instructions > 0
+
+
+def test_sample_read_unmapped_faults_alike():
+    r = same(lambda rig: rig.run(sample("read_unmapped"), (1, 1, 1), (64, 1, 1),
+                                 {"src": 0x7000_0000, "dst": MEM_VA}))
+    assert (r.status, r.reason) == ("fault", "unmapped")
+
+
+# -- every fault kind ------------------------------------------------------------------------
+# Programs run with grid (4, 1, 1) x block (40, 1, 1) (two waves per workgroup); the
+# `s_cmp_eq_u32 s16, K` guard makes only workgroup K fault, after the others ran a while.
+FAULT_BODIES = {
+    "illegal_opcode": ".inst 0x00000000000000ff",
+    "illegal_zero_word": ".inst 0x0",
+    "illegal_operand": f".inst {I.encode(I.FMT_ALU, I.OP_S_MOV_B32, 20, I.OPR_VGPR + 1):#x}",
+    "illegal_branch": "s_branch 4",
+    "bad_register": "v_mov_b32 v12, 0",
+    "unmapped_load": "v_mov_b32 v4, 0\n v_mov_b32 v5, 0x7000\n global_load_dword v6, v[4:5], off, 8",
+    "unmapped_store_upper_lanes": f"v_lshl_b32 v4, v0, 2\n global_store_dword v4, v0, s[2:3], "
+                                  f"{256 * 4096 - 64}",
+    "permission_store": f"s_mov_b32 s20, {CODE_VA}\n s_mov_b32 s21, 0\n v_lshl_b32 v4, v0, 2\n"
+                        "global_store_dword v4, v0, s[20:21]",
+    "permission_atomic": f"s_mov_b32 s20, {KARG_VA}\n s_mov_b32 s21, 0\n v_mov_b32 v4, 0\n"
+                         "global_atomic_add_u32 v5, v4, v0, s[20:21]",
+    "misaligned_global": "v_mov_b32 v4, 2\n global_load_dword v5, v4, s[2:3]",
+    "misaligned_scalar": "s_load_dword s20, s[2:3], 2",
+    "unmapped_scalar": "s_mov_b32 s20, 0\n s_mov_b32 s21, 0x7000\n s_load_dwordx4 s[20:23], s[20:21]",
+    "misaligned_lds": "v_mov_b32 v4, 2\n ds_read_b32 v5, v4",
+    "lds_bounds": "v_mov_b32 v4, 12\n ds_write_b32 v4, v4, 4",
+    "trap": "s_trap 0x42",
+    "fetch_unmapped": "s_branch 0x7ff00",
+    # the body starts at pc 56: branch into the kernarg page (readable, not executable)
+    "fetch_permission": f"s_branch {KARG_VA - CODE_VA - 64}",
+}
+
+
+@pytest.mark.parametrize("faulting_wg", [0, 2])
+@pytest.mark.parametrize("kind", sorted(FAULT_BODIES))
+def test_fault(kind, faulting_wg):
+    text = f"""
+    v_mov_b32 v7, 0x1234
+    v_lshl_b32 v8, v0, 2
+    s_lshl_b32 s22, s16, 8
+    v_add_u32 v8, v8, s22
+    global_store_dword v8, v0, s[2:3], 0x10000    ; each workgroup leaves a trace
+    s_cmp_eq_u32 s16, {faulting_wg}
+    s_cbranch_scc0 done
+    {FAULT_BODIES[kind]}
+done:
+    s_endpgm
+    """
+    def run(rig):
+        return rig.run(text, (4, 1, 1), (40, 1, 1), user_data=UD, sgprs=24, vgprs=10,
+                       lds_bytes=16)
+    out = []
+    for rig in rigs():
+        r = run(rig)
+        traces = rig.mem[0x10000:0x10000 + 256 * faulting_wg + 160]
+        out.append((r, rig.mem[:0x10000].tobytes(), traces.tobytes(),
+                    [(e.src_id, e.data) for e in rig.ih.drain()]))
+    assert out[0][0].status == "fault" and out[0][0].workgroup == (faulting_wg, 0, 0)
+    # Memory of the workgroups up to the faulting one is equal; the core's second thread
+    # may have run later workgroups too (docs/hw.md).
+    assert out[1] == out[0]
+
+
+def test_misaligned_program_address():
+    r = same(lambda rig: rig.engine.dispatch(rig.pt, CODE_VA + 4, sgprs=20, vgprs=3,
+                                             lds_bytes=0, grid=(3, 1, 1), block=(1, 1, 1),
+                                             user_data=[]))
+    assert (r.reason, r.fault.access) == ("misaligned", "exec")
+
+
+def test_fetch_past_the_code_mapping():
+    r = same(lambda rig: rig.engine.dispatch(rig.pt, 0x5000_0000, sgprs=20, vgprs=3,
+                                             lds_bytes=0, grid=(2, 1, 1), block=(1, 1, 1),
+                                             user_data=[]))
+    assert r.reason == "unmapped"
