@@ -1,0 +1,357 @@
+"""umd runtime end to end: each test mounts a device (tests/conftest.py) and runs
+its client code in a separate process, as a program using umd would."""
+import re
+import textwrap
+
+import pytest
+
+from tests.helpers import make_mount_dir, mount, read_text, run_client, unmount
+
+PRELUDE = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import umd
+    from vgpu import asm
+    ROOT = os.environ["PYTHONPATH"].split(os.pathsep)[0]
+    def hand_kernel(name, line_table=None):
+        path = os.path.join(ROOT, "samples", "kernels", name + ".s")
+        with open(path) as f:
+            return umd.kernel_from_code_object(asm.assemble(f.read(), path).pack(), path, line_table)
+""")
+
+
+def client(code: str, mount_path: str, env_extra: dict | None = None, timeout: float = 120):
+    import os
+    saved = {k: os.environ.get(k) for k in (env_extra or {})}
+    os.environ.update(env_extra or {})
+    try:
+        return run_client(PRELUDE + textwrap.dedent(code), mount=mount_path, timeout=timeout)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def ok(r):
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r
+
+
+def test_pool_stats_reuse_and_empty_cache(vgpu_mount):
+    r = ok(client("""
+        s0 = umd.memory_stats()
+        a = umd.empty(1000, np.float32)             # 4000 bytes -> a 4 KiB block
+        b = umd.empty(3 << 20, np.uint8)            # 3 MiB -> 4 MiB (2 MiB multiple)
+        s1 = umd.memory_stats()
+        assert s1["in_use"] == 4096 + (4 << 20), s1
+        ptr_a = a.ptr
+        del a
+        s2 = umd.memory_stats()
+        assert s2["in_use"] == 4 << 20 and s2["cached"] == 4096, s2
+        c = umd.empty(900, np.int32)                # same size class: the cached block
+        assert c.ptr == ptr_a
+        s3 = umd.memory_stats()
+        assert s3["cache_hits"] == 1 and s3["cached"] == 0, s3
+        del b, c
+        s4 = umd.memory_stats()
+        assert s4["in_use"] == 0 and s4["cached"] == 4096 + (4 << 20) and s4["peak"] == 4096 + (4 << 20), s4
+        umd.empty_cache()
+        s5 = umd.memory_stats()
+        assert s5["cached"] == 0 and s5["reserved"] == 0, s5
+        print("OK")
+    """, vgpu_mount))
+    assert r.stdout.strip() == "OK"
+
+
+def test_size_classes():
+    from umd.memory import size_class
+    assert [size_class(n) for n in (1, 4096, 4097, 65535, 2 << 20, (2 << 20) + 1, 5 << 20)] == \
+        [4096, 4096, 8192, 65536, 2 << 20, 4 << 20, 6 << 20]
+
+
+def test_memcpy_round_trips_d2d_and_memset(vgpu_mount):
+    r = ok(client("""
+        from umd.copy import STAGING_CHUNK
+        rng = np.random.default_rng(0)
+        for n in (1, 3, 4096, 65537, STAGING_CHUNK + 5, 2 * STAGING_CHUNK + 4099):
+            h = rng.integers(0, 256, n, dtype=np.uint8)
+            d = umd.to_device(h)
+            assert (d.copy_to_host() == h).all(), n
+            e = umd.empty_like(d)
+            d.copy_to_device(e)
+            assert (e.copy_to_host() == h).all(), n
+            umd.memset(e.ptr + 1, 0xAB, n - 1) if n > 1 else None
+            want = h.copy(); want[1:] = 0xAB; want[0] = h[0]
+            assert (e.copy_to_host() == want).all(), n
+        for dtype in (np.float32, np.int32, np.uint32):
+            h = np.arange(-500, 1500).astype(dtype)
+            d = umd.to_device(h)
+            assert d.shape == h.shape and d.dtype == h.dtype and d.nbytes == h.nbytes and d.size == h.size
+            assert (d.copy_to_host() == h).all()
+            assert (umd.full(7, 3, dtype).copy_to_host() == 3).all()
+        z = umd.zeros((3, 5), np.float32)
+        assert z.copy_to_host().shape == (3, 5) and not z.copy_to_host().any()
+        f = umd.full(1000, 1.5, np.float32)
+        assert (f.copy_to_host() == 1.5).all() and (np.asarray(f) == 1.5).all()
+        print("OK")
+    """, vgpu_mount))
+    assert r.stdout.strip() == "OK"
+
+
+def test_stream_ordering_across_rings_and_streams(vgpu_mount):
+    r = ok(client("""
+        n = 20000
+        k = hand_kernel("vector_add")
+        s = umd.Stream()
+        a = umd.to_device(np.arange(n, dtype=np.float32), stream=s)
+        b = umd.empty(n, np.float32)
+        c = umd.empty(n, np.float32)
+        # fill b on SDMA, add on compute, copy c->b on SDMA, add again: all in stream order
+        b.fill(1.0, stream=s)
+        umd.launch_kernel(k, (n + 63) // 64, 64, [a, b, c, n], stream=s)
+        umd.memcpy_dtod(b.ptr, c.ptr, c.nbytes, stream=s)
+        umd.launch_kernel(k, (n + 63) // 64, 64, [a, b, c, n], stream=s)
+        assert not s.query() or True
+        s.synchronize()
+        assert s.query()
+        got = c.copy_to_host(stream=s)
+        assert (got == 2 * np.arange(n, dtype=np.float32) + 1).all(), got[:8]
+        # another stream waits for an event of the first
+        t = umd.Stream()
+        d = umd.empty(n, np.float32)
+        c.fill(5.0, stream=s)
+        ev = umd.Event().record(s)
+        t.wait_event(ev)
+        umd.memcpy_dtod(d.ptr, c.ptr, c.nbytes, stream=t)
+        assert (d.copy_to_host(stream=t) == 5.0).all()
+        # many launches without a sync point: IBs fill and are submitted on their own
+        x = umd.zeros(64, np.float32)
+        one = umd.full(64, 1.0, np.float32)
+        for i in range(700):
+            umd.launch_kernel(k, 1, 64, [x, one, x, 64])
+        assert (x.copy_to_host() == 700).all()
+        print("OK")
+    """, vgpu_mount))
+    assert r.stdout.strip() == "OK"
+
+
+def test_events_elapsed_time(vgpu_mount):
+    r = ok(client("""
+        k = hand_kernel("vector_add")
+        n = 1 << 16
+        a = umd.full(n, 1.0, np.float32)
+        start, end = umd.Event(), umd.Event()
+        start.record()
+        for _ in range(3):
+            umd.launch_kernel(k, n // 64, 64, [a, a, a, n])
+        end.record()
+        end.synchronize()
+        assert start.query() and end.query()
+        ms = umd.elapsed_time(start, end)
+        assert ms > 0, ms
+        s1, s2 = umd.Event().record(), umd.Event()
+        umd.memset(a.ptr, 0, a.nbytes)
+        s2.record()
+        assert s2.elapsed_time(s1) <= 0 <= s1.elapsed_time(s2)
+        print("OK", ms)
+    """, vgpu_mount))
+    assert r.stdout.startswith("OK")
+
+
+def test_priority_maps_to_the_context(vgpu_mount):
+    r = ok(client("""
+        from vgpu import uapi
+        want = {"high": uapi.AMDGPU_CTX_PRIORITY_HIGH, -1: uapi.AMDGPU_CTX_PRIORITY_HIGH,
+                "normal": uapi.AMDGPU_CTX_PRIORITY_NORMAL, 0: uapi.AMDGPU_CTX_PRIORITY_NORMAL,
+                "low": uapi.AMDGPU_CTX_PRIORITY_LOW, 1: uapi.AMDGPU_CTX_PRIORITY_LOW}
+        for p, prio in want.items():
+            s = umd.Stream(priority=p)
+            assert s.ctx.priority == prio and s.ctx_priority == prio, (p, s.ctx.priority)
+        try:
+            umd.Stream(priority="urgent")
+            raise SystemExit("accepted a bad priority")
+        except ValueError:
+            pass
+        # the KMD sees it: a fault's crash dump names the context's priority
+        hi = umd.Stream(priority="high")
+        umd.memset(0x7f0000000000, 0, 4096, stream=hi)
+        try:
+            hi.synchronize()
+        except umd.GPUFault as e:
+            print(open(e.dump).read())
+    """, vgpu_mount))
+    ctx = r.stdout.split("=== context ===")[1].split("===")[0]
+    assert "HIGH" in ctx, ctx
+
+
+def test_version_check_refuses_a_mismatch(vgpu_mount):
+    r = client("""
+        import umd.device
+        umd.device.REQUIRED_MINOR = 99
+        try:
+            umd.Device()
+        except umd.VersionMismatch as e:
+            print("REFUSED", e)
+        umd.device.REQUIRED_MINOR, umd.device.REQUIRED_MAJOR = 0, 2
+        try:
+            umd.Device()
+        except umd.VersionMismatch as e:
+            print("REFUSED", e)
+    """, vgpu_mount)
+    ok(r)
+    old, new = r.stdout.strip().splitlines()
+    assert "3.49.0" in old and "3.99 or newer" in old and "upgrade the vgpu package" in old, old
+    assert "upgrade umd" in new, new
+
+
+def test_missing_mount_message(tmp_path):
+    r = client("""
+        try:
+            umd.Device(sys.argv[0] if False else os.environ["VGPU_MOUNT"])
+        except umd.UMDError as e:
+            print(e)
+    """, str(tmp_path / "nothing"))
+    assert "vgpu mount" in r.stdout, r.stdout + r.stderr
+
+
+def test_debug_switches(vgpu_mount):
+    r = ok(client("""
+        k = hand_kernel("vector_add")
+        a = umd.to_device(np.ones(64, np.float32))
+        e = umd.Event().record()
+        umd.launch_kernel(k, 1, 64, [a, a, a, 64])
+        e.synchronize()
+        del a
+        print("done")
+    """, vgpu_mount, {"VGPU_DEBUG": "api,mem,cmd,sync,bogus"}))
+    err = r.stderr
+    assert "unknown option 'bogus'" in err
+    assert re.search(r"vgpu\[api\] to_device\(shape=\(64,\), dtype=float32\)", err), err
+    assert "vgpu[api] launch vector_add grid=(1, 1, 1) block=(64, 1, 1)" in err
+    assert re.search(r"vgpu\[mem\] alloc 256 -> new 0x1000 block", err) and "vgpu[mem] free 0x1000" in err
+    assert re.search(r"vgpu\[cmd\] IB comp_0\.0 .*\n(.*\n)*.*DISPATCH_DIRECT groups=1x1x1", err), err
+    assert "COPY_LINEAR 256 bytes staging" in err
+    assert re.search(r"vgpu\[sync\] default: submitted sdma0 seq \d+", err) and "vgpu[sync] event" in err
+    quiet = ok(client("umd.to_device(np.ones(4)).copy_to_host()", vgpu_mount, {"VGPU_DEBUG": ""}))
+    assert "vgpu[" not in quiet.stderr
+    every = ok(client("umd.to_device(np.ones(4)).copy_to_host()", vgpu_mount, {"VGPU_DEBUG": "all"}))
+    assert all(f"vgpu[{n}]" in every.stderr for n in ("api", "mem", "cmd", "sync")), every.stderr
+
+
+def test_debug_parse():
+    from umd.debug import ALL, DebugFlag, parse_debug
+    assert parse_debug("api, MEM") == DebugFlag.API | DebugFlag.MEM
+    assert parse_debug("all") == ALL and parse_debug("") == DebugFlag(0)
+
+
+def test_gpu_fault_names_kernel_pc_line_and_address(vgpu_mount):
+    r = ok(client("""
+        import libvgpu
+        k = hand_kernel("read_unmapped", {0x10: 7})
+        dst = umd.empty(64, np.float32)
+        hole = libvgpu.va_range_alloc(umd.get_device().lv, 1 << 20)   # reserved, never mapped
+        umd.launch_kernel(k, 1, 64, [hole.address, dst])
+        try:
+            umd.synchronize()
+            print("no fault")
+        except umd.GPUFault as e:
+            print(e)
+            print("ATTR", e.kernel, hex(e.pc), e.line, hex(e.address), hex(hole.address))
+        # the stream goes on with a fresh context
+        x = umd.to_device(np.arange(8, dtype=np.int32))
+        assert (x.copy_to_host() == np.arange(8)).all()
+        print("CONTINUES")
+    """, vgpu_mount))
+    msg, attrs, cont = r.stdout.strip().splitlines()
+    assert "GPU fault in kernel 'read_unmapped' at PC 0x10" in msg and "read_unmapped.s:7" in msg, msg
+    assert "EFAULT" in msg and "devcoredump/devcd" in msg
+    _, name, pc, line, addr, hole = attrs.split()
+    assert (name, pc, line, addr) == ("read_unmapped", "0x10", "7", hole)
+    assert addr in msg and cont == "CONTINUES"
+
+
+def test_launch_blocking_points_at_the_launch(vgpu_mount):
+    r = ok(client("""
+        import libvgpu
+        k = hand_kernel("read_unmapped")
+        dst = umd.empty(64, np.float32)
+        hole = libvgpu.va_range_alloc(umd.get_device().lv, 1 << 20)
+        try:
+            umd.launch_kernel(k, 1, 64, [hole.address, dst])
+            print("returned")
+        except umd.GPUFault as e:
+            print("raised at launch:", e.kernel)
+    """, vgpu_mount, {"VGPU_LAUNCH_BLOCKING": "1"}))
+    assert r.stdout.strip() == "raised at launch: read_unmapped"
+
+
+def test_launch_validation(vgpu_mount):
+    r = ok(client("""
+        k = hand_kernel("vector_add")
+        a = umd.empty(64, np.float32)
+        bad = [((0,), 64, [a, a, a, 1]), (1, (32, 33), [a, a, a, 1]), (1, 2048, [a, a, a, 1]),
+               (1, 64, [a, a, a]), (1, 64, [a, a, 1.5, 1]), (1, 64, [a, a, a, -1]), (1, 32, [a, a, a, 1])]
+        for grid, block, args in bad:
+            try:
+                umd.launch_kernel(k, grid, block, args)
+                print("accepted", grid, block)
+            except umd.LaunchError as e:
+                print("refused:", e)
+    """, vgpu_mount))
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 7 and all(l.startswith("refused") for l in lines), r.stdout
+    assert "at most 1024" in lines[1] and "1..1024" in lines[2] and "takes 4 arguments" in lines[3] and "requires block (64, 1, 1)" in lines[6]
+
+
+def test_vector_add_through_launch_kernel(vgpu_mount):
+    r = ok(client("""
+        k = hand_kernel("vector_add")
+        n = 100_003
+        rng = np.random.default_rng(1)
+        ha, hb = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+        a, b, c = umd.to_device(ha), umd.to_device(hb), umd.empty(n, np.float32)
+        umd.launch_kernel(k, (n + 63) // 64, (64, 1, 1), {"a": a, "b": b, "c": c, "n": n})
+        assert (c.copy_to_host() == ha + hb).all()
+        assert len(umd.get_device().kernels) == 1
+        umd.launch_kernel(k, (n + 63) // 64, 64, [c, b, c, n])      # cached code object
+        assert len(umd.get_device().kernels) == 1
+        assert np.allclose(c.copy_to_host(), ha + 2 * hb)
+        print("OK")
+    """, vgpu_mount))
+    assert r.stdout.strip() == "OK"
+
+
+def test_hidden_grid_and_block_arguments():
+    from umd.launch import ArgSpec, CompiledKernel, pack_args
+    import struct
+    k = CompiledKernel("k", b"", [ArgSpec("x", "f32", 0, 4), ArgSpec("__grid_dim_x", "u32", 4, 4),
+                                  ArgSpec("__block_dim_y", "u32", 8, 4), ArgSpec("n", "i32", 12, 4)], 16)
+    data, _ = pack_args(k, (7, 1, 1), (32, 2, 1), [2.5, -3])
+    assert struct.unpack("<fIIi", data) == (2.5, 7, 2, -3)
+
+
+@pytest.fixture
+def short_timeout_mount():
+    path = make_mount_dir()
+    try:
+        mount(path, "--vram", "64M", "--timeout", "0.5")
+        yield path
+    finally:
+        unmount(path)
+
+
+def test_gpu_hang_from_an_endless_kernel(short_timeout_mount):
+    r = ok(client("""
+        image = asm.assemble(".kernel spin\\n.block 32 1 1\\nloop:\\n    s_branch loop\\n", "spin.s").pack()
+        k = umd.kernel_from_code_object(image, "spin.s")
+        umd.launch_kernel(k, 1, 32, [])
+        try:
+            umd.synchronize()
+            print("no hang")
+        except umd.GPUHang as e:
+            print(e)
+    """, short_timeout_mount))
+    assert "GPU hang: kernel 'spin'" in r.stdout and "ring timeout" in r.stdout, r.stdout
+    assert "ring comp_0.0 timeout" in read_text(f"{short_timeout_mount}/dev/kmsg")

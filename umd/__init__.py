@@ -1,0 +1,55 @@
+"""umd: a small CUDA/HIP-like runtime over libvgpu (DESIGN.md 7, docs/umd.md).
+
+    import numpy as np, umd
+    a = umd.to_device(np.arange(1024, dtype=np.float32))
+    b = umd.empty_like(a)
+    umd.memcpy_dtod(b.ptr, a.ptr, a.nbytes)
+    start, end = umd.Event().record(), None
+    ...
+    umd.synchronize()
+
+Runtime: Device, memory pool, SDMA copies, streams, events, kernel launch, debug
+switches (this half). Kernel compiler: umd.kernel, umd.types, umd.compiler.
+"""
+from . import debug
+from .array import DeviceArray, empty, empty_like, full, to_device, zeros
+from .copy import memcpy_dtod, memcpy_dtoh, memcpy_htod, memset, memset_d32
+from .device import Device, get_device, set_device, synchronize
+from .errors import (GPUError, GPUFault, GPUHang, KernelCompileError, LaunchError, OutOfMemory, UMDError,
+                     VersionMismatch)
+from .event import Event, elapsed_time
+from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
+from .stream import Stream
+
+
+def memory_stats(device: Device | None = None) -> dict:
+    """The current device's pool statistics: bytes in_use, cached, peak, and counters."""
+    return (device or get_device()).pool.stats()
+
+
+def empty_cache(device: Device | None = None) -> None:
+    """Free the pool's cached blocks (after the work that used them)."""
+    (device or get_device()).pool.empty_cache()
+
+
+def default_stream(device: Device | None = None) -> Stream:
+    return (device or get_device()).default_stream
+
+
+# ---------------------------------------------------------------------------------
+# Kernel compiler exports (umd/kernel.py, umd/types.py, umd/intrinsics.py: the compiler's modules).
+# Imported when present so that the runtime works on its own before they land.
+try:
+    from .kernel import kernel  # noqa: F401
+except ImportError:
+    pass
+try:
+    from .types import f32, i32, u32, Ptr  # noqa: F401
+except ImportError:
+    pass
+try:
+    from .intrinsics import (atomic_add, atomic_cas, atomic_max, block_dim, block_idx,  # noqa: F401
+                             grid_dim, math, shared_array, syncthreads, thread_idx)
+except ImportError:
+    pass
+# ---------------------------------------------------------------------------------

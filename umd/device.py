@@ -1,0 +1,193 @@
+"""The umd Device: one open render node of a vgpu mount, checked for a KMD this
+runtime can drive, and everything the runtime keeps per device (memory pool,
+staging buffers, IB buffers, loaded kernels, streams).
+
+The mount is ``VGPU_MOUNT`` or ``/tmp/vgpu``; :func:`get_device` opens it on first
+use and makes it current, as CUDA's primary context is made on the first call.
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from typing import TYPE_CHECKING
+
+import libvgpu
+from vgpu import uapi
+
+from . import debug
+from .debug import DebugFlag
+from .errors import UMDError, VersionMismatch
+
+if TYPE_CHECKING:
+    from .stream import Stream
+
+DEFAULT_MOUNT = "/tmp/vgpu"
+
+#: The KMD interface this runtime is written against (kmd/info.py VERSION): the
+#: driver name, the major version (a different major is a different ABI) and the
+#: lowest minor that has everything used here (the compute ring, RELEASE_MEM
+#: timestamps, syncobjs).
+REQUIRED_DRIVER = "vgpu"
+REQUIRED_MAJOR = 3
+REQUIRED_MINOR = 49
+#: DRM capabilities the runtime relies on, with what it uses them for.
+REQUIRED_CAPS = {
+    uapi.DRM_CAP_TIMESTAMP_MONOTONIC: ("DRM_CAP_TIMESTAMP_MONOTONIC", "event timestamps"),
+    uapi.DRM_CAP_SYNCOBJ: ("DRM_CAP_SYNCOBJ", "cross-stream synchronisation"),
+}
+#: Hardware IPs and their minimum ring counts.
+REQUIRED_IPS = {uapi.AMDGPU_HW_IP_DMA: ("DMA (SDMA)", 1), uapi.AMDGPU_HW_IP_COMPUTE: ("COMPUTE", 1)}
+
+_UPGRADE_KMD = ("upgrade the vgpu package that runs the mount (the KMD is the `vgpu mount` daemon), "
+                "then unmount and mount again")
+_UPGRADE_UMD = "upgrade umd (it ships in the same vgpu package: pip install -U vgpu)"
+
+
+def check_kmd(dev: libvgpu.Device) -> None:
+    """Refuse a KMD this runtime cannot drive, saying what to upgrade.
+
+    Raises :class:`VersionMismatch`."""
+    v = dev.version
+    where = dev.mount
+    if v.name != REQUIRED_DRIVER:
+        raise VersionMismatch(f"{dev.node} is driven by {v.name!r}, not {REQUIRED_DRIVER!r}: "
+                              f"point VGPU_MOUNT at a vgpu mount")
+    have = f"{v.major}.{v.minor}.{v.patchlevel}"
+    need = f"{REQUIRED_MAJOR}.{REQUIRED_MINOR}"
+    if v.major < REQUIRED_MAJOR or (v.major == REQUIRED_MAJOR and v.minor < REQUIRED_MINOR):
+        raise VersionMismatch(f"the vgpu KMD at {where} is version {have}, this umd needs {need} or "
+                              f"newer: {_UPGRADE_KMD}")
+    if v.major > REQUIRED_MAJOR:
+        raise VersionMismatch(f"the vgpu KMD at {where} is version {have}, newer than the "
+                              f"{REQUIRED_MAJOR}.x interface this umd speaks: {_UPGRADE_UMD}")
+    for cap, (name, what) in REQUIRED_CAPS.items():
+        try:
+            value = libvgpu.get_cap(dev, cap)
+        except libvgpu.VgpuError:
+            value = 0
+        if not value:
+            raise VersionMismatch(f"the vgpu KMD {have} at {where} lacks {name} (needed for {what}): "
+                                  f"{_UPGRADE_KMD}")
+    for ip, (name, rings) in REQUIRED_IPS.items():
+        have_rings = libvgpu.query_hw_ip_info(dev, ip).available_rings.bit_count()
+        if have_rings < rings:
+            raise VersionMismatch(f"the vgpu device at {where} has {have_rings} {name} ring(s), this umd "
+                                  f"needs {rings}: {_UPGRADE_KMD}")
+
+
+class Device:
+    """An open vgpu device and the runtime's state for it. Use :func:`get_device`
+    (the current device) or ``Device(mount)``; ``close()`` or ``with`` frees
+    everything in reverse order."""
+
+    def __init__(self, mount: str | os.PathLike | None = None):
+        from .copy import SMALL_STAGING, StagingPool
+        from .memory import MemoryPool
+        from .stream import IbPool
+
+        self.mount = str(mount or os.environ.get("VGPU_MOUNT") or DEFAULT_MOUNT)
+        debug.log(DebugFlag.API, f"Device({self.mount!r})")
+        try:
+            self.lv = libvgpu.device_initialize(self.mount)
+        except OSError as e:
+            raise UMDError(f"cannot open the vgpu device at {self.mount}: {e.strerror or e}; mount one "
+                           f"with `vgpu mount {self.mount}` or set VGPU_MOUNT") from e
+        try:
+            check_kmd(self.lv)
+        except BaseException:
+            self.lv.close()
+            raise
+        v = self.lv.version
+        self.name = f"{v.name} {v.major}.{v.minor}.{v.patchlevel} ({v.desc})"
+        self.pool = MemoryPool(self)
+        self.staging = StagingPool(self)
+        self.staging_small = StagingPool(self, SMALL_STAGING)
+        self.ib_pool = IbPool(self)
+        self.kernels: dict[bytes, object] = {}    # code object bytes -> LoadedKernel
+        self.programs: dict[int, object] = {}     # program VA -> compiled kernel (fault reports)
+        self.streams: weakref.WeakSet = weakref.WeakSet()
+        self._default_stream: Stream | None = None
+        self._event_slots = None
+        self.closed = False
+
+    @property
+    def default_stream(self) -> "Stream":
+        if self._default_stream is None:
+            from .stream import Stream
+            self._default_stream = Stream(self, name="default")
+        return self._default_stream
+
+    def staging_for(self, nbytes: int):
+        return self.staging_small if nbytes <= self.staging_small.size else self.staging
+
+    def synchronize(self) -> None:
+        """Wait for every stream of the device; raises the first GPU error."""
+        debug.log(DebugFlag.API, "synchronize()")
+        for s in list(self.streams):
+            s.synchronize()
+
+    def event_slots(self):
+        if self._event_slots is None:
+            from .event import EventSlots
+            self._event_slots = EventSlots(self)
+        return self._event_slots
+
+    def close(self) -> None:
+        """Wait for the device, then free kernels, buffers and the DRM file."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            for s in list(self.streams):
+                try:
+                    s.synchronize()
+                except Exception:  # a failed stream must not keep the rest alive
+                    pass
+                s.destroy()
+        finally:
+            for k in self.kernels.values():
+                k.free()
+            self.kernels.clear()
+            self.staging.free()
+            self.staging_small.free()
+            self.ib_pool.free()
+            if self._event_slots is not None:
+                self._event_slots.free()
+            self.pool.release_all()
+            self.lv.close()
+            global _current
+            if _current is self:
+                _current = None
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<umd.Device {self.mount}: {self.name}>"
+
+
+_current: Device | None = None
+
+
+def get_device() -> Device:
+    """The current device, opened at VGPU_MOUNT (or /tmp/vgpu) on first use."""
+    global _current
+    if _current is None or _current.closed:
+        _current = Device()
+    return _current
+
+
+def set_device(dev: Device | str | os.PathLike) -> Device:
+    """Make ``dev`` (a Device, or a mount point to open) the current device."""
+    global _current
+    _current = dev if isinstance(dev, Device) else Device(dev)
+    return _current
+
+
+def synchronize() -> None:
+    """umd.synchronize(): wait for all work of the current device."""
+    if _current is not None and not _current.closed:
+        _current.synchronize()

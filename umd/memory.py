@@ -1,0 +1,236 @@
+"""Device memory: GPU buffers and the caching allocator.
+
+Every device allocation is a VRAM BO mapped at a VA from libvgpu's VA manager. The
+pool hands out blocks of a few size classes and keeps freed blocks for reuse, as
+PyTorch's CUDA caching allocator does, because GEM_CREATE + GEM_VA are two ioctls
+and a fresh BO is zeroed by the KMD:
+
+- up to 2 MiB: powers of two from 4 KiB (4K, 8K, ... 1M, 2M);
+- above: the request rounded up to a multiple of 2 MiB (BO and VA 2 MiB aligned).
+
+A freed block may still be in use by work queued on a stream; it remembers each
+stream's position at the free, and is reused only after that work is done.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import libvgpu
+from vgpu import uapi
+
+from . import debug
+from .debug import DebugFlag
+from .errors import OutOfMemory
+
+PAGE = 4096
+MIN_BLOCK = 4096
+LARGE_BLOCK = 2 << 20
+
+
+def size_class(nbytes: int) -> int:
+    """The block size the pool uses for ``nbytes``."""
+    if nbytes <= MIN_BLOCK:
+        return MIN_BLOCK
+    if nbytes <= LARGE_BLOCK:
+        return 1 << (nbytes - 1).bit_length()
+    return -(-nbytes // LARGE_BLOCK) * LARGE_BLOCK
+
+
+class GpuBuffer:
+    """A BO with a VA mapping and, for GTT buffers the CPU fills or reads, a CPU map.
+    Half-done allocation is undone."""
+
+    def __init__(self, dev: libvgpu.Device, size: int, domain: int, *, cpu: bool = False,
+                 alignment: int = PAGE, flags: int = 0):
+        self.size = size
+        self.bo = libvgpu.bo_alloc(dev, size, alignment, domain)
+        self.va = self.cpu = None
+        try:
+            self.va = libvgpu.va_range_alloc(dev, size, alignment)
+            libvgpu.bo_va_op(self.bo, 0, size, self.va.address, flags)
+            self.cpu = self.bo.cpu_map() if cpu else None
+        except BaseException:
+            if self.va is not None:
+                self.va.free()
+            self.bo.free()
+            raise
+        self.address = self.va.address
+
+    def free(self) -> None:
+        if self.bo is None:
+            return
+        bo, self.bo = self.bo, None
+        try:
+            if self.cpu is not None:
+                self.cpu = None
+                bo.cpu_unmap()
+            if bo.dev.fd >= 0:
+                libvgpu.bo_va_op(bo, 0, self.size, self.address, 0, uapi.AMDGPU_VA_OP_UNMAP)
+        finally:
+            self.va.free()
+            bo.free()
+
+    def __repr__(self) -> str:
+        return f"<GpuBuffer {self.size:#x} at {self.address:#x}>"
+
+
+@dataclass(eq=False)
+class Block:
+    """One pool block: a VRAM buffer of a size class."""
+    buf: GpuBuffer
+    size: int
+    release_marks: list = field(default_factory=list)   # [(stream, mark)] at the last free
+
+    @property
+    def ptr(self) -> int:
+        return self.buf.address
+
+
+class Allocation:
+    """``nbytes`` of device memory at GPU VA ``ptr`` (a pool block). ``free()``
+    returns it to the pool; so does garbage collection."""
+
+    def __init__(self, pool: "MemoryPool", block: Block, nbytes: int):
+        self.pool, self.block, self.nbytes, self.ptr = pool, block, nbytes, block.ptr
+
+    @property
+    def bo(self) -> libvgpu.Bo:
+        return self.block.buf.bo
+
+    def free(self) -> None:
+        if self.block is not None:
+            self.pool.free(self)
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:   # interpreter shutdown, closed device
+            pass
+
+    def __repr__(self) -> str:
+        return f"<Allocation {self.nbytes} bytes at {self.ptr:#x}>"
+
+
+class MemoryPool:
+    """The caching allocator of one Device (see the module docstring)."""
+
+    def __init__(self, device):
+        self.device = device
+        self._free: dict[int, list[Block]] = {}     # size class -> cached blocks
+        self._live: dict[int, Block] = {}           # ptr -> block handed out
+        self._starts: list[int] = []                # sorted ptrs of every block (lookup)
+        self._blocks: dict[int, Block] = {}         # ptr -> every block the pool owns
+        self.in_use = self.cached = self.peak = 0
+        self.allocs = self.hits = self.misses = self.frees = 0
+
+    # -- allocation -----------------------------------------------------------------
+    def alloc(self, nbytes: int) -> Allocation:
+        """A block of at least ``nbytes`` (> 0). Raises :class:`OutOfMemory`."""
+        if nbytes <= 0:
+            raise ValueError(f"cannot allocate {nbytes} bytes")
+        size = size_class(nbytes)
+        cached = self._free.get(size)
+        if cached:
+            block = cached.pop()
+            self.cached -= size
+            self.hits += 1
+            for stream, mark in block.release_marks:   # work that used the block must be done
+                stream.wait_mark(mark)
+            block.release_marks = []
+            debug.log(DebugFlag.MEM, f"alloc {nbytes} -> cached {size:#x} block at {block.ptr:#x}")
+        else:
+            block = self._new_block(size, nbytes)
+            self.misses += 1
+            debug.log(DebugFlag.MEM, f"alloc {nbytes} -> new {size:#x} block at {block.ptr:#x}")
+        self._live[block.ptr] = block
+        self.allocs += 1
+        self.in_use += size
+        self.peak = max(self.peak, self.in_use)
+        return Allocation(self, block, nbytes)
+
+    def _new_block(self, size: int, nbytes: int) -> Block:
+        alignment = LARGE_BLOCK if size >= LARGE_BLOCK else PAGE
+        try:
+            buf = GpuBuffer(self.device.lv, size, uapi.AMDGPU_GEM_DOMAIN_VRAM, alignment=alignment)
+        except libvgpu.VgpuOutOfMemory:
+            if not self.cached:
+                raise self._oom(nbytes, size) from None
+            debug.log(DebugFlag.MEM, f"VRAM full for {size:#x}: releasing {self.cached} cached bytes")
+            self.empty_cache()
+            try:
+                buf = GpuBuffer(self.device.lv, size, uapi.AMDGPU_GEM_DOMAIN_VRAM, alignment=alignment)
+            except libvgpu.VgpuOutOfMemory as e:
+                raise self._oom(nbytes, size) from e
+        block = Block(buf, size)
+        self._blocks[block.ptr] = block
+        bisect.insort(self._starts, block.ptr)
+        return block
+
+    def _oom(self, nbytes: int, size: int) -> OutOfMemory:
+        try:
+            heap = libvgpu.query_heap_info(self.device.lv, uapi.AMDGPU_GEM_DOMAIN_VRAM)
+            device = f"; the device has {heap.heap_usage} of {heap.total_heap_size} bytes of VRAM in use"
+        except OSError:
+            device = ""
+        return OutOfMemory(f"cannot allocate {nbytes} bytes ({size} with rounding) of VRAM: this process "
+                           f"holds {self.in_use} bytes{device}. Free arrays you no longer need, or mount "
+                           f"with a larger --vram")
+
+    def free(self, allocation: Allocation) -> None:
+        """Return an allocation's block to the cache."""
+        block, allocation.block = allocation.block, None
+        if block is None or self._live.pop(block.ptr, None) is None:
+            return
+        self.frees += 1
+        self.in_use -= block.size
+        block.release_marks = [(s, m) for s in list(self.device.streams) if (m := s.busy_mark()) is not None]
+        self._free.setdefault(block.size, []).append(block)
+        self.cached += block.size
+        debug.log(DebugFlag.MEM, f"free {block.size:#x} block at {block.ptr:#x} (cached)")
+
+    def empty_cache(self) -> None:
+        """Free every cached block's BO (after the work that used them)."""
+        released = self.cached
+        for blocks in self._free.values():
+            for block in blocks:
+                for stream, mark in block.release_marks:
+                    stream.wait_mark(mark)
+                self._release(block)
+        self._free.clear()
+        self.cached = 0
+        debug.log(DebugFlag.MEM, f"empty_cache: released {released} bytes")
+
+    def _release(self, block: Block) -> None:
+        del self._blocks[block.ptr]
+        self._starts.remove(block.ptr)
+        block.buf.free()
+
+    def release_all(self) -> None:
+        """At device close: free every BO, live or cached."""
+        for block in list(self._blocks.values()):
+            block.buf.free()
+        self._blocks.clear()
+        self._starts.clear()
+        self._free.clear()
+        self._live.clear()
+        self.in_use = self.cached = 0
+
+    # -- queries ----------------------------------------------------------------------
+    def lookup(self, ptr: int) -> Block | None:
+        """The block that contains device address ``ptr``, if the pool owns one."""
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i >= 0:
+            block = self._blocks[self._starts[i]]
+            if ptr < block.ptr + block.size:
+                return block
+        return None
+
+    def stats(self) -> dict:
+        """Bytes in use, cached and peak (block sizes), plus call counters."""
+        return {"in_use": self.in_use, "cached": self.cached, "peak": self.peak,
+                "reserved": self.in_use + self.cached, "allocs": self.allocs, "frees": self.frees,
+                "cache_hits": self.hits, "cache_misses": self.misses}
+
+    def reset_peak(self) -> None:
+        self.peak = self.in_use
