@@ -7,7 +7,7 @@ from __future__ import annotations
 import platform
 import time
 
-from . import cs_latency, null_ioctl, reset_time, sdma_bandwidth, sync_latency, util
+from . import compute, cs_latency, null_ioctl, reset_time, sdma_bandwidth, sync_latency, util
 
 SECTIONS = (
     ("(a) null ioctl round trip", null_ioctl),
@@ -15,6 +15,7 @@ SECTIONS = (
     ("(c) SDMA bandwidth", sdma_bandwidth),
     ("(d) fence signal -> waiter wake-up", sync_latency),
     ("(e) GPU hang -> reset", reset_time),
+    ("(f) compute", compute),
 )
 
 

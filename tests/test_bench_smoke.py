@@ -22,7 +22,9 @@ def test_bench_quick_mode_prints_every_section():
                  "SDMA COPY_LINEAR 64 MiB, through the mount", "SDMA CONSTANT_FILL 64 MiB, engine",
                  "NOP submissions/s, 4 processes", "(d) fence signal -> waiter wake-up",
                  "signal -> poll() wake-up", "signal -> WAIT_CS return", "signal -> SYNCOBJ_WAIT return",
-                 "(e) GPU hang -> reset", "hang -> ETIME (reset done)", "hang -> next job's fence"):
+                 "(e) GPU hang -> reset", "hang -> ETIME (reset done)", "hang -> next job's fence",
+                 "(f) compute", "lane-instructions/s, Cython core",
+                 "vector add 16M floats, numpy a + b"):
         assert line in r.stdout, r.stdout
     with open("/proc/self/mountinfo") as f:  # every bench mount is gone again
         assert "vgpu-bench-" not in f.read()

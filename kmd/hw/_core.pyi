@@ -2,6 +2,7 @@
 from kmd.hw.ih import InterruptRing as InterruptRing
 from kmd.hw.mmu import PTE_EXEC as PTE_EXEC, PTE_READ as PTE_READ, PTE_WRITE as PTE_WRITE
 from kmd.hw.mmu import GpuFault as GpuFault, PinnedBuffers
+from kmd.hw.compute import ComputeResult
 from kmd.hw.sdma import SdmaResult
 
 import numpy as np
@@ -26,3 +27,13 @@ class SdmaEngine:
     def abort(self) -> bool: ...
     def run(self, pt: PageTable, ib_va: int, ib_size_dw: int, ctx_id: int = 0,
             ring_id: int = 0) -> SdmaResult: ...
+
+class ComputeEngine:
+    name: str
+    ih: InterruptRing
+    threads: int
+    def __init__(self, name: str, ih: InterruptRing, threads: int = 2) -> None: ...
+    def abort(self) -> bool: ...
+    def dispatch(self, pt: PageTable, code_va: int, *, sgprs: int, vgprs: int, lds_bytes: int,
+                 grid: tuple[int, int, int], block: tuple[int, int, int], user_data: list[int],
+                 ctx_id: int = 0, ring_id: int = 0) -> ComputeResult: ...

@@ -26,8 +26,20 @@ cdef extern from *:
     /* f32(): round to binary32 (nearest even, overflow to inf), NaN canonical. */
     static inline uint32_t cu_canon(float f) { return f != f ? 0x7FC00000u : cu_u(f); }
     static inline uint32_t cu_f32(double d) { return cu_canon((float)d); }
-    static inline int cu_popcount(uint32_t x) { return __builtin_popcount(x); }
+    static inline int cu_popcount(uint32_t x) {     /* no libgcc call without -mpopcnt */
+        x = x - ((x >> 1) & 0x55555555u);
+        x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+        return (int)((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
+    }
     static inline int cu_ctz(uint32_t x) { return __builtin_ctz(x); }
+    /* Zeroed, cache-line aligned and padded: the two workers write their registers on
+       every instruction, so no line may hold data of both (false sharing). */
+    static inline void* cu_zalloc(size_t n) {
+        size_t size = (n + 63) & ~(size_t)63;
+        void* p = aligned_alloc(64, size ? size : 64);
+        if (p) memset(p, 0, size ? size : 64);
+        return p;
+    }
     /* Global atomics are real read-modify-writes: the other worker thread may hit the
        same dword (p is 4-aligned: checked before). */
     static inline uint32_t cu_atomic_load(uint32_t* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
@@ -42,6 +54,7 @@ cdef extern from *:
     uint32_t cu_f32(double d) nogil
     int cu_popcount(uint32_t x) nogil
     int cu_ctz(uint32_t x) nogil
+    void* cu_zalloc(size_t n) nogil
     uint32_t cu_atomic_load(uint32_t* p) nogil
     bint cu_atomic_cas(uint32_t* p, uint32_t* expected, uint32_t desired) nogil
     ctypedef unsigned long pthread_t
@@ -143,6 +156,7 @@ cdef struct ChunkLog:
     uint64_t lane
 
 cdef struct CuShared:
+    uint8_t pad_front[64]   # it lives on the stack of worker 0 (false sharing)
     unordered_map[uint64_t, Pte]* ptes
     shared_mutex* lock
     atomic[uint64_t]* generation
@@ -164,6 +178,7 @@ cdef struct CuShared:
     uint32_t user_data[16]
     uint32_t* wave_exec     # [nwaves]
     uint32_t* lid           # [nwaves][3][32]
+    uint8_t pad_back[64]
 
 cdef struct CuThread:
     CuShared* sh
@@ -185,6 +200,7 @@ cdef struct CuThread:
     int last_wave
     int64_t last_pc
     DInst scratch           # decode of an instruction outside the window
+    uint8_t pad[64]         # the next thread's record starts a cache line later
 
 
 # -- decode (docs/isa.md 2.3) ---------------------------------------------------------------
@@ -558,7 +574,8 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
     cdef int op = d.op, l
     cdef uint32_t m = w.exec_, x, old, a, b
     cdef uint32_t vals[CU_WAVE]
-    cdef uint64_t addr, size
+    cdef uint64_t addr, size, last_page = <uint64_t>NO_PAGE
+    cdef uint8_t* last_host = NULL
     cdef uint8_t* p
     cdef uint8_t* q
     cdef uint32_t* D
@@ -571,9 +588,13 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
             addr = gaddr(s, v, d, l)
             if misaligned(addr, size, ACCESS_READ, f):
                 return 1
-            p = translate(T, addr, ACCESS_READ, f)
-            if p == NULL:
-                return 1
+            if addr >> PAGE_SHIFT == last_page:    # lanes mostly share a page
+                p = last_host + (addr & PAGE_MASK)
+            else:
+                p = translate(T, addr, ACCESS_READ, f)
+                if p == NULL:
+                    return 1
+                last_page, last_host = addr >> PAGE_SHIFT, p - (addr & PAGE_MASK)
             if op == OP_GLOBAL_LOAD_DWORD:
                 memcpy(&vals[l], p, 4)
             elif op == OP_GLOBAL_LOAD_UBYTE:
@@ -595,9 +616,13 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
             addr = gaddr(s, v, d, l)
             if misaligned(addr, size, ACCESS_WRITE, f):
                 return 1
-            p = translate(T, addr, ACCESS_WRITE, f)
-            if p == NULL:
-                return 1
+            if addr >> PAGE_SHIFT == last_page:
+                p = last_host + (addr & PAGE_MASK)
+            else:
+                p = translate(T, addr, ACCESS_WRITE, f)
+                if p == NULL:
+                    return 1
+                last_page, last_host = addr >> PAGE_SHIFT, p - (addr & PAGE_MASK)
             x = D[l]
             memcpy(p, &x, size)     # little-endian host: the low bytes
         return 0
@@ -1215,10 +1240,10 @@ cdef class ComputeEngine:
                         sh.lid[(wi * 3 + k) * CU_WAVE + lane] = xyz[k]
             for i in range(nthreads):
                 threads[i].sh = &sh
-                threads[i].s = <uint32_t*>calloc(sh.nwaves * CU_MAX_SGPRS, 4)
-                threads[i].v = <uint32_t*>calloc(sh.nwaves * vgprs * CU_WAVE, 4)
-                threads[i].lds = <uint8_t*>calloc(lds_bytes + 4, 1)
-                threads[i].waves = <WaveSt*>calloc(sh.nwaves, sizeof(WaveSt))
+                threads[i].s = <uint32_t*>cu_zalloc(sh.nwaves * CU_MAX_SGPRS * 4)
+                threads[i].v = <uint32_t*>cu_zalloc(sh.nwaves * vgprs * CU_WAVE * 4)
+                threads[i].lds = <uint8_t*>cu_zalloc(lds_bytes + 4)
+                threads[i].waves = <WaveSt*>cu_zalloc(sh.nwaves * sizeof(WaveSt))
                 threads[i].tlb_gen = <uint64_t>NO_PAGE    # first tlb_check clears the cache
                 if threads[i].s == NULL or threads[i].v == NULL or threads[i].lds == NULL \
                         or threads[i].waves == NULL:
