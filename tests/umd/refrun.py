@@ -1,0 +1,55 @@
+"""Run compiled kernels on the reference executor (kmd.hw.cu_ref), no mount needed.
+
+    out = run(compiled, grid, block, n, 2.0, x, y)   # numpy arrays are copied in and back
+
+Arrays go into the rig's arena (each 256-byte aligned); the kernarg segment is packed
+from CompiledKernel.args the way umd.launch does it, __grid_dim_*/__block_dim_* included.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from kmd.hw import cu_ref, ref
+from tests.hw.isa_gen import CODE_VA, KARG_VA, MEM_VA, Rig
+from vgpu.asm import CodeObject
+
+
+def _dim3(v):
+    v = (v,) if isinstance(v, int) else tuple(v)
+    return v + (1,) * (3 - len(v))
+
+
+def run(compiled, grid, block, *args, mem_size: int = 4 << 20):
+    grid, block = _dim3(grid), _dim3(block)
+    rig = Rig(cu_ref.ComputeEngine, ref.PageTable, mem_size=mem_size)
+    obj = CodeObject.unpack(compiled.code_object)
+    rig.code[:len(obj.code)] = np.frombuffer(obj.code, np.uint8)
+    user = [a for a in compiled.args if not a.name.startswith("__")]
+    assert len(user) == len(args), (len(user), len(args))
+    values = dict(zip([a.name for a in user], args))
+    for d, k in zip("xyz", range(3)):
+        values[f"__grid_dim_{d}"] = grid[k]
+        values[f"__block_dim_{d}"] = block[k]
+    placed, off = [], 0
+    for spec in compiled.args:
+        v = values[spec.name]
+        if spec.kind == "ptr":
+            arr = np.ascontiguousarray(v)
+            rig.put(off, arr)
+            placed.append((v, off))
+            raw = struct.pack("<Q", MEM_VA + off)
+            off = (off + arr.nbytes + 255) // 256 * 256
+        elif spec.kind == "f32":
+            raw = struct.pack("<f", v)
+        else:
+            raw = struct.pack("<I", int(v) & 0xFFFFFFFF)
+        rig.karg[spec.offset:spec.offset + spec.size] = np.frombuffer(raw, np.uint8)
+    result = rig.engine.dispatch(rig.pt, CODE_VA + obj.entry, sgprs=obj.sgprs,
+                                 vgprs=obj.vgprs, lds_bytes=obj.lds_bytes, grid=grid,
+                                 block=block, user_data=[KARG_VA & 0xFFFFFFFF, KARG_VA >> 32])
+    assert result.status == "ok", (result, compiled.asm_text)
+    for arr, o in placed:
+        arr[...] = rig.mem[o:o + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    return result

@@ -1,0 +1,258 @@
+"""Compiler stages one by one: types, frontend errors, folding, DCE, uniformity,
+register allocation, code generation, the kernel decorator and the disk cache."""
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from umd import intrinsics, types
+from umd.compiler import ArgSpec, CompiledKernel, KernelCompileError, build, compile_kernel, ir
+from umd.compiler import frontend, opt, regalloc, uniformity
+from vgpu.asm import CodeObject, disassemble
+
+from . import bad_kernels as B
+from . import kernels as K
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _line_of(fn, tag):
+    src, start = inspect.getsourcelines(fn)
+    for k, text in enumerate(src):
+        if f"LINE {tag}" in text:
+            return start + k
+    raise AssertionError(tag)
+
+
+# -- markers ----------------------------------------------------------------------------
+def test_markers_refuse_plain_python():
+    with pytest.raises(RuntimeError, match="inside a @umd.kernel"):
+        intrinsics.thread_idx.x
+    with pytest.raises(RuntimeError, match="inside a @umd.kernel"):
+        intrinsics.syncthreads()
+    with pytest.raises(RuntimeError, match="inside a @umd.kernel"):
+        intrinsics.math.exp(1.0)
+    with pytest.raises(TypeError):
+        types.f32(1.0)
+    assert repr(types.Ptr[types.f32]) == "Ptr[f32]"
+    with pytest.raises(TypeError):
+        types.Ptr[int]
+
+
+# -- frontend errors ----------------------------------------------------------------------
+@pytest.mark.parametrize("name, what", [
+    ("list_comp", "list comprehension"),
+    ("unknown_call", "unknown function 'frobnicate'"),
+    ("float_index", "index must be an integer, not f32"),
+    ("returns_value", "cannot return a value"),
+    ("not_range", "in range"),
+    ("no_annotation", "needs a type annotation"),
+    ("string_const", "unsupported constant"),
+    ("with_stmt", "with statement"),
+    ("shared_cas", "atomic_cas on a shared array"),
+])
+def test_compile_errors_name_line_and_construct(name, what):
+    fn = getattr(B, name)
+    with pytest.raises(KernelCompileError) as e:
+        build(fn)
+    line = _line_of(fn, name)
+    assert e.value.line == line
+    assert f"bad_kernels.py:{line}:" in str(e.value)
+    assert what in str(e.value)
+
+
+def test_register_pressure_is_a_clear_error():
+    with pytest.raises(KernelCompileError, match="out of VGPRs.*no spilling"):
+        build(B.pressure)
+
+
+def test_compile_error_is_umd_error():
+    import umd
+    assert issubclass(KernelCompileError, umd.KernelCompileError)
+
+
+# -- IR, folding, DCE -------------------------------------------------------------------------
+def _ir(fn):
+    f = frontend.lower(fn)
+    opt.optimize(f)
+    return f
+
+
+def test_types_and_promotion():
+    f = frontend.lower(K.casts)
+    kinds = {st.op for st in ir.walk(f.body) if isinstance(st, ir.Inst)}
+    assert "cvt" in kinds
+    # acc = 0 then acc += float: the variable becomes f32
+    f = frontend.lower(K.softmax)
+    acc = [st.dst for st in ir.walk(f.body) if isinstance(st, ir.Inst) and st.dst is not None
+           and st.dst.name == "acc"]
+    assert acc and all(v.type == types.f32 for v in acc)
+
+
+def test_constant_folding_and_dce():
+    fold = opt.fold
+    C = ir.Const
+    assert fold("add", types.i32, [C(2**31 - 1, types.i32), C(1, types.i32)]).value == -2**31
+    assert fold("idiv", types.i32, [C(-7, types.i32), C(2, types.i32)]).value == -3
+    assert fold("rem", types.i32, [C(-7, types.i32), C(2, types.i32)]).value == -1
+    assert fold("idiv", types.u32, [C(5, types.u32), C(0, types.u32)]).value == 0xFFFFFFFF
+    assert fold("mul", types.f32, [C(0.1, types.f32), C(3.0, types.f32)]).value == \
+        float(np.float32(0.1) * np.float32(3.0))
+    assert fold("lt", types.bool_, [C(1.0, types.f32), C(float("nan"), types.f32)]).value == 0
+    # TILE (a module constant) and locals assigned constants fold away
+    f = _ir(K.matmul)
+    text = ir.format_function(f)
+    assert "TILE" not in text
+    # an unused computation and a branch on a constant disappear
+    src = textwrap.dedent('''
+        import umd.intrinsics as gpu
+        from umd.types import Ptr, f32, i32
+        def k(x: Ptr[f32]):
+            i = gpu.thread_idx.x
+            unused = i * 3 + 4
+            debug = 0
+            if debug:
+                x[i] = 5.0
+            x[i] = 2.0 * 4.0
+    ''')
+    f = _ir(_from_source(src, "k"))
+    insts = [st for st in ir.walk(f.body)]
+    assert not any(isinstance(s, ir.If) for s in insts)
+    assert [s.op for s in insts if isinstance(s, ir.Inst)] == ["store"]
+    assert insts[-1].args[1] == ir.Const(8.0, types.f32)
+
+
+def _from_source(src, name, tmp=[]):
+    import importlib.util
+    import tempfile
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, f"gen_{len(tmp)}.py")
+    tmp.append(path)
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(f"gen_{len(tmp)}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, name)
+
+
+# -- uniformity and registers ----------------------------------------------------------------
+def test_uniformity():
+    f = _ir(K.matmul)
+    uniformity.analyze(f)
+    by_name = {}
+    for st in ir.walk(f.body):
+        if isinstance(st, ir.Inst) and st.dst is not None:
+            by_name.setdefault(st.dst.name, st.dst)
+    assert "tx" not in by_name                    # copy-propagated thread_idx.x
+    assert by_name["row"].cls == "v"
+    assert by_name["k0"].cls == "s"               # a uniform loop counter
+    loops = [st for st in ir.walk(f.body) if isinstance(st, ir.Loop)]
+    assert loops and not any(lp.divergent for lp in loops)
+    assert all(a.cls == "s" for a in f.args)
+    f = _ir(K.loops)
+    uniformity.analyze(f)
+    assert all(lp.divergent for lp in ir.walk(f.body) if isinstance(lp, ir.Loop))
+
+
+def test_register_allocation_shares_registers_and_respects_reserved():
+    f = _ir(K.softmax)
+    uniformity.analyze(f)
+    stop, vtop = regalloc.allocate(f)
+    regs = {}
+    for st in ir.walk(f.body):
+        if isinstance(st, ir.Inst) and st.dst is not None:
+            regs[st.dst] = (st.dst.cls, st.dst.reg)
+    used = set(regs.values())
+    assert len(used) < len(regs)                  # temporaries reuse registers
+    for cls, r in used:
+        assert r not in (regalloc.SCRATCH_S if cls == "s" else regalloc.SCRATCH_V)
+        assert not (cls == "s" and r in (0, 1, 16, 17, 18)) and not (cls == "v" and r < 3)
+
+
+def test_compiled_kernel_contract():
+    c = build(K.saxpy)
+    assert isinstance(c, CompiledKernel) and c.name == "saxpy"
+    names = [a.name for a in c.args]
+    assert names == ["n", "a", "x", "y", "__grid_dim_x", "__grid_dim_y", "__grid_dim_z",
+                     "__block_dim_x", "__block_dim_y", "__block_dim_z"]
+    assert c.args[2] == ArgSpec("x", "ptr", 8, 8)
+    assert all(a.kind == "u32" for a in c.args[4:])
+    assert c.kernarg_size == 48
+    obj = CodeObject.unpack(c.code_object)
+    assert obj.name == "saxpy" and obj.kernarg_size == 48
+    assert len(obj.code) // 8 == len(c.line_table)
+    lines = set(c.line_table.values())
+    first = inspect.getsourcelines(K.saxpy)[1]
+    assert {first + 1, first + 2, first + 3} <= lines
+    assert "v_cmp_lt_i32" in disassemble(obj.code)
+    assert "s_mul_i32" in c.asm_text              # block_idx.x * block_dim.x is scalar
+
+
+def test_kernel_decorator_lazily_compiles(tmp_path, monkeypatch):
+    monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path))
+    import umd
+    k = umd.kernel(K.saxpy)
+    assert k._compiled is None
+    launcher = k[4, (64, 1)]
+    assert launcher.grid == 4 and launcher.block == (64, 1) and launcher.stream is None
+    with pytest.raises(TypeError, match=r"saxpy\[grid, block\]"):
+        k(1, 2.0, None, None)
+    assert k.compile().name == "saxpy"
+    assert umd.kernel(opt=1)(K.saxpy).options == {"opt": 1}
+
+
+# -- cache -----------------------------------------------------------------------------------
+_CACHE_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+import umd
+from tests.umd import kernels as K
+k = umd.kernel(K.softmax)
+k.compile()
+umd.kernel(K.saxpy).compile()
+"""
+
+
+def test_disk_cache_second_process_compiles_nothing(tmp_path):
+    env = dict(os.environ, VGPU_CACHE_DIR=str(tmp_path / "cache"), VGPU_DEBUG="cache")
+    script = _CACHE_SCRIPT.format(root=str(ROOT))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, cwd=ROOT, timeout=120) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    first, second = runs[0].stderr, runs[1].stderr
+    assert first.count("compiled ") == 2 and first.count("miss ") == 2
+    assert second.count("compiled ") == 0 and second.count("hit ") == 2, second
+    assert len(list((tmp_path / "cache").glob("*.vco"))) == 2
+
+
+def test_cache_key_covers_source_options_and_constants(tmp_path, monkeypatch):
+    from umd.compiler import cache
+    monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path))
+    k1 = cache.cache_key(K.saxpy, {}, 1)
+    assert k1 == cache.cache_key(K.saxpy, {}, 1)
+    assert k1 != cache.cache_key(K.saxpy, {"x": 1}, 1)
+    assert k1 != cache.cache_key(K.saxpy, {}, 2)
+    assert k1 != cache.cache_key(K.vector_add, {}, 1)
+    km = cache.cache_key(K.matmul, {}, 1)
+    monkeypatch.setattr(K, "TILE", 4)
+    assert km != cache.cache_key(K.matmul, {}, 1)
+    a = compile_kernel(K.saxpy)
+    b = compile_kernel(K.saxpy)
+    assert a.code_object == b.code_object and a.line_table == b.line_table
+
+
+def test_shaders_debug_dumps_ir_and_asm(tmp_path):
+    env = dict(os.environ, VGPU_CACHE_DIR=str(tmp_path), VGPU_DEBUG="shaders")
+    script = ("import sys; sys.path.insert(0, %r)\nimport umd\n"
+              "from tests.umd import kernels as K\numd.kernel(K.saxpy).compile()\n" % str(ROOT))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "kernel saxpy IR" in r.stderr and "global_store_dword" in r.stderr

@@ -1,0 +1,97 @@
+"""The kernel compiler: a typed Python subset -> vISA code objects (docs/umd-compiler.md).
+
+    compiled = compile_kernel(pyfn, options)   # -> CompiledKernel, through the disk cache
+
+Pipeline: frontend (AST -> typed IR) -> opt (constant folding/propagation, dead code)
+-> uniformity (scalar vs vector registers) -> regalloc (linear scan) -> codegen
+(vISA assembly) -> vgpu.asm.assemble -> .vco.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from vgpu import asm
+
+from . import cache, codegen, frontend, ir, opt, regalloc, uniformity
+from .debug import debug_enabled, debug_log
+from .errors import KernelCompileError
+from .ir import ArgSpec
+
+COMPILER_VERSION = 1
+
+
+@dataclasses.dataclass
+class CompiledKernel:
+    """What umd.launch needs: the code object, the kernarg layout, the line table."""
+
+    name: str
+    code_object: bytes                     # a .vco image
+    args: list[ArgSpec]                    # user arguments, then __grid_dim_*, __block_dim_*
+    kernarg_size: int
+    line_table: dict[int, int] = dataclasses.field(default_factory=dict)  # PC -> source line
+    source_file: str = ""
+    ir_text: str = ""
+    asm_text: str = ""
+    sgprs: int = 0
+    vgprs: int = 0
+    lds_bytes: int = 0
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        del d["code_object"]
+        d["line_table"] = {str(k): v for k, v in self.line_table.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict, code_object: bytes) -> CompiledKernel:
+        d = dict(d)
+        d["args"] = [ArgSpec(**a) for a in d["args"]]
+        d["line_table"] = {int(k): v for k, v in d["line_table"].items()}
+        return cls(code_object=code_object, **d)
+
+
+def build(pyfn, options: dict | None = None) -> CompiledKernel:
+    """Run the whole pipeline (no cache)."""
+    fn = frontend.lower(pyfn)
+    opt.optimize(fn)
+    uniformity.analyze(fn)
+    stop, _ = regalloc.allocate(fn)
+    gen = codegen.CodeGen(fn, stop)
+    body = gen.generate()
+    ir_text = ir.format_function(fn)
+    header = [f".kernel {fn.name}"]
+    for a in fn.args:
+        header.append(f".arg {a.arg.name} {a.arg.kind}")
+    if fn.lds_bytes:
+        header.append(f".lds {fn.lds_bytes}")
+    text = "\n".join(header) + "\n" + body
+    try:
+        obj = asm.assemble(text, f"{fn.name}.s")
+    except asm.AsmError as e:                     # a compiler bug, not a user error
+        raise KernelCompileError(f"{fn.source_file}: {fn.name}: internal error: the "
+                                 f"generated assembly does not assemble: {e}\n{text}") from e
+    specs = [a.arg for a in fn.args]
+    assert [(s.name, s.offset) for s in specs] == [(a.name, a.offset) for a in obj.args]
+    return CompiledKernel(fn.name, obj.pack(), specs, obj.kernarg_size,
+                          {8 * k: line for k, line in enumerate(gen.lines)},
+                          fn.source_file, ir_text, text, obj.sgprs, obj.vgprs, obj.lds_bytes)
+
+
+def compile_kernel(pyfn, options: dict | None = None) -> CompiledKernel:
+    """Compile `pyfn` (a @umd.kernel's function) through the on-disk cache."""
+    options = dict(options or {})
+    key = cache.cache_key(pyfn, options, COMPILER_VERSION)
+    compiled = cache.load(key, pyfn.__name__)
+    if compiled is None:
+        compiled = build(pyfn, options)
+        debug_log("cache", f"compiled {compiled.name} ({len(compiled.code_object)} bytes, "
+                           f"key {key[:16]})")
+        cache.store(key, compiled)
+    if debug_enabled("shaders"):
+        debug_log("shaders", f"kernel {compiled.name} IR:\n{compiled.ir_text}"
+                             f"kernel {compiled.name} vISA:\n{compiled.asm_text}")
+    return compiled
+
+
+__all__ = ["compile_kernel", "build", "CompiledKernel", "ArgSpec", "KernelCompileError",
+           "COMPILER_VERSION"]

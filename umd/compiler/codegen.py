@@ -1,0 +1,464 @@
+"""IR -> vISA assembly text (docs/umd-compiler.md 7, docs/isa.md 5).
+
+Scalar values (Var.cls 's') use SALU instructions, vector values VALU ones.  Control
+flow follows the canonical EXEC idioms of docs/isa.md 5:
+  - an `if` on a scalar condition is an SCC branch; on a vector condition it is
+    s_and_saveexec / s_andn2 (the else lanes) / restore, with s_cbranch_execz skips;
+  - a uniform loop branches on SCC; a divergent loop ANDs its condition into EXEC each
+    iteration and leaves when EXEC is 0;
+  - break / continue / return in divergent code OR the current EXEC into the masks of
+    the constructs they leave (`brk`, `out`) and clear EXEC; every restore of EXEC
+    inside such a construct subtracts `out`, so those lanes stay off until the loop (or
+    the kernel) ends.  In uniform code they are plain branches / s_endpgm.
+Control masks take SGPRs above the allocated ones, as a stack.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from umd.types import PtrType, bool_, f32, i32, u32
+
+from . import ir
+from .errors import KernelCompileError
+from .regalloc import SCRATCH_S
+from .uniformity import has_divergent_return
+
+_VBIN = {"add": ("v_add_f32", "v_add_u32"), "sub": ("v_sub_f32", "v_sub_u32"),
+         "mul": ("v_mul_f32", "v_mul_lo_u32"), "div": ("v_div_f32", None),
+         "and": (None, "v_and_b32"), "or": (None, "v_or_b32"), "xor": (None, "v_xor_b32"),
+         "shl": (None, "v_lshl_b32")}
+_SBIN = {"add": "s_add_u32", "sub": "s_sub_u32", "mul": "s_mul_i32", "and": "s_and_b32",
+         "or": "s_or_b32", "xor": "s_xor_b32", "shl": "s_lshl_b32"}
+_VUNARY = {"floor": "v_floor_f32", "exp": "v_exp_f32", "log": "v_log_f32",
+           "sqrt": "v_sqrt_f32", "rsqrt": "v_rsqrt_f32", "sin": "v_sin_f32",
+           "cos": "v_cos_f32", "tanh": "v_tanh_f32", "not": "v_not_b32"}
+_SPECIAL_REG = {"thread_idx.x": "v0", "thread_idx.y": "v1", "thread_idx.z": "v2",
+                "block_idx.x": "s16", "block_idx.y": "s17", "block_idx.z": "s18"}
+_VOP3 = {"v_fma_f32", "v_mad_u32", "v_cndmask_b32"}
+
+
+def _sfx(t) -> str:
+    return {"f32": "f32", "i32": "i32"}.get(t.kind, "u32")
+
+
+@dataclasses.dataclass
+class _Ctx:
+    kind: str                     # 'loop' | 'func'
+    masked: bool                  # break/continue/return work through masks
+    brk: str | None = None        # lanes that left for good (break, return)
+    out: str | None = None        # lanes off until the loop's next iteration (+continue)
+    iter: str | None = None       # EXEC at the start of this iteration
+    top: str = ""
+    cont: str = ""
+    end: str = ""
+
+
+class CodeGen:
+    def __init__(self, fn: ir.Function, sgpr_top: int) -> None:
+        self.fn = fn
+        self.out: list[str] = []
+        self.lines: list[int] = []           # source line per instruction
+        self.mask_base = sgpr_top + 1
+        self.mask_next = self.mask_base
+        self.mask_max = sgpr_top
+        self.labels = 0
+        self.ctx: list[_Ctx] = []
+        self.under_vector = 0
+        self.cur_line = fn.first_line
+        self.uses: dict = {}
+        for st in ir.walk(fn.body):
+            refs = st.uses() if isinstance(st, ir.Inst) else (
+                [st.cond] if isinstance(st, (ir.If, ir.Loop)) else [])
+            for r in refs:
+                if isinstance(r, ir.Var):
+                    self.uses[r] = self.uses.get(r, 0) + 1
+
+    # -- emission --------------------------------------------------------------------
+    def ins(self, text: str) -> None:
+        self.out.append("    " + text)
+        self.lines.append(self.cur_line)
+
+    def label(self, name: str) -> None:
+        self.out.append(f"{name}:")
+
+    def new_label(self, what: str) -> str:
+        self.labels += 1
+        return f".L{self.labels}_{what}"
+
+    def push_mask(self) -> str:
+        r = self.mask_next
+        if r > 103:
+            raise KernelCompileError(f"{self.fn.source_file}: {self.fn.name}: out of SGPRs "
+                                     "for control-flow masks (nesting too deep)")
+        self.mask_next += 1
+        self.mask_max = max(self.mask_max, r)
+        return f"s{r}"
+
+    def pop_mask(self, n: int = 1) -> None:
+        self.mask_next -= n
+
+    # -- operands --------------------------------------------------------------------
+    def reg(self, x) -> str:
+        if isinstance(x, _Raw):
+            return x.text
+        if isinstance(x, ir.Special):
+            return _SPECIAL_REG[x.name]
+        if isinstance(x, ir.Var):
+            if isinstance(x.type, PtrType):
+                return f"s[{x.reg}:{x.reg + 1}]"
+            return f"{x.cls}{x.reg}"
+        bits = x.bits()
+        if x.type == f32:
+            return f"0x{bits:08x}"
+        return str(bits) if bits < 0x10000 else f"0x{bits:08x}"
+
+    def operands(self, mnemonic: str, args) -> list[str]:
+        """Operand strings; literals the instruction cannot take go through scratch SGPRs
+        (VOP3 has none, ALU formats at most one distinct value)."""
+        out, lit, scratch = [], None, list(SCRATCH_S)
+        for a in args:
+            if isinstance(a, ir.Const):
+                text = self.reg(a)
+                if mnemonic in _VOP3 or (lit is not None and lit != text):
+                    s = f"s{scratch.pop(0)}"
+                    self.ins(f"s_mov_b32 {s}, {text}")
+                    text = s
+                else:
+                    lit = text
+                out.append(text)
+            else:
+                out.append(self.reg(a))
+        return out
+
+    def op(self, mnemonic: str, dst: str | None, *args) -> None:
+        ops = self.operands(mnemonic, args)
+        self.ins(f"{mnemonic} " + ", ".join(([dst] if dst else []) + ops))
+
+    def to_vgpr(self, x, scratch: str) -> str:
+        if isinstance(x, (ir.Var, ir.Special)) and (x.cls == "v"):
+            return self.reg(x)
+        self.ins(f"v_mov_b32 {scratch}, {self.reg(x)}")
+        return scratch
+
+    # -- entry -----------------------------------------------------------------------
+    def generate(self) -> str:
+        fn = self.fn
+        self.label(".Lentry")
+        self.cur_line = fn.first_line
+        for a in fn.args:
+            if a.reg is None:
+                continue
+            if isinstance(a.type, PtrType):
+                self.ins(f"s_load_dwordx2 {self.reg(a)}, s[0:1], {a.arg.offset}")
+            elif a.cls == "s":
+                self.ins(f"s_load_dword {self.reg(a)}, s[0:1], {a.arg.offset}")
+            else:
+                self.ins(f"s_load_dword s2, s[0:1], {a.arg.offset}")
+                self.ins(f"v_mov_b32 {self.reg(a)}, s2")
+        masked = has_divergent_return(fn.body)
+        fctx = _Ctx("func", masked)
+        if masked:
+            fctx.brk = fctx.out = self.push_mask()
+            self.ins(f"s_mov_b32 {fctx.brk}, 0")
+        self.ctx.append(fctx)
+        self.block(fn.body)
+        self.ins("s_endpgm")
+        return "\n".join(self.out) + "\n"
+
+    # -- statements ------------------------------------------------------------------
+    def block(self, block: list) -> None:
+        i = 0
+        while i < len(block):
+            st = block[i]
+            nxt = block[i + 1] if i + 1 < len(block) else None
+            self.cur_line = getattr(st, "line", self.cur_line)
+            if isinstance(st, ir.Inst):
+                if self.fusable(st) and isinstance(nxt, ir.If) and nxt.cond is st.dst:
+                    self.if_stmt(nxt, fused=st)
+                    i += 2
+                    continue
+                self.inst(st)
+            elif isinstance(st, ir.If):
+                self.if_stmt(st)
+            elif isinstance(st, ir.Loop):
+                self.loop(st)
+            elif isinstance(st, ir.Break):
+                self.escape("break")
+            elif isinstance(st, ir.Continue):
+                self.escape("continue")
+            elif isinstance(st, ir.Return):
+                self.escape("return")
+            i += 1
+
+    def fusable(self, st) -> bool:
+        return st.op in ir.COMPARE and st.dst is not None and self.uses.get(st.dst) == 1
+
+    def compare(self, st, dst_mask: str | None) -> None:
+        """Emit a compare: into SCC (dst_mask None and scalar) or into a lane mask."""
+        t = st.args[0].type
+        if dst_mask is None:
+            self.op(f"s_cmp_{st.op}_{_sfx(t)}", None, *st.args)
+        else:
+            self.op(f"v_cmp_{st.op}_{_sfx(t)}", dst_mask, *st.args)
+
+    def scalar_cond(self, cond, fused) -> None:
+        """SCC = cond (a scalar bool)."""
+        if fused is not None:
+            self.compare(fused, None)
+        else:
+            self.op("s_cmp_ne_u32", None, cond, ir.Const(0, u32))
+
+    def vector_cond(self, cond, fused) -> None:
+        """VCC = cond (lanes where the vector bool is true)."""
+        if fused is not None:
+            self.compare(fused, "vcc")
+        else:
+            self.op("v_cmp_ne_u32", "vcc", cond, ir.Const(0, u32))
+
+    def is_scalar_cond(self, cond, fused) -> bool:
+        if fused is not None:
+            return fused.dst.cls == "s"
+        return not (isinstance(cond, (ir.Var, ir.Special)) and cond.cls == "v")
+
+    def restore(self, saved: str) -> None:
+        c = self.ctx[-1]
+        if c.masked:
+            self.ins(f"s_andn2_b32 exec, {saved}, {c.out}")
+        else:
+            self.ins(f"s_mov_b32 exec, {saved}")
+
+    def if_stmt(self, st: ir.If, fused=None) -> None:
+        line = st.line
+        self.cur_line = line
+        end = self.new_label("endif")
+        if self.is_scalar_cond(st.cond, fused):
+            els = self.new_label("else") if st.else_ else end
+            self.scalar_cond(st.cond, fused)
+            self.ins(f"s_cbranch_scc0 {els}")
+            self.block(st.then)
+            if st.else_:
+                self.cur_line = line
+                self.ins(f"s_branch {end}")
+                self.label(els)
+                self.block(st.else_)
+            self.label(end)
+            return
+        self.vector_cond(st.cond, fused)
+        saved = self.push_mask()
+        self.ins(f"s_and_saveexec_b32 {saved}, vcc")
+        if st.else_:
+            els_mask = self.push_mask()
+            self.ins(f"s_andn2_b32 {els_mask}, {saved}, vcc")
+        els = self.new_label("else") if st.else_ else end
+        self.ins(f"s_cbranch_execz {els}")
+        self.under_vector += 1
+        self.block(st.then)
+        if st.else_:
+            self.cur_line = line
+            self.label(els)
+            self.restore(els_mask)
+            self.ins(f"s_cbranch_execz {end}")
+            self.block(st.else_)
+        self.under_vector -= 1
+        self.cur_line = line
+        self.label(end)
+        self.restore(saved)
+        self.pop_mask(2 if st.else_ else 1)
+
+    def loop(self, st: ir.Loop) -> None:
+        line = st.line
+        self.cur_line = line
+        has_cont = any(isinstance(s, ir.Continue) for s in _own(st.body))
+        c = _Ctx("loop", st.divergent, top=self.new_label("loop"),
+                 cont=self.new_label("cont"), end=self.new_label("endloop"))
+        fused = None
+        header = st.header
+        if header and isinstance(header[-1], ir.Inst) and header[-1].dst is st.cond \
+                and self.fusable(header[-1]):
+            fused, header = header[-1], header[:-1]
+        if not st.divergent:
+            self.label(c.top)
+            self.block(header)
+            self.cur_line = line
+            if not isinstance(st.cond, ir.Const):
+                self.scalar_cond(st.cond, fused)
+                self.ins(f"s_cbranch_scc0 {c.end}")
+            self.ctx.append(c)
+            self.block(st.body)
+            self.ctx.pop()
+            self.label(c.cont)
+            self.block(st.latch)
+            self.cur_line = line
+            self.ins(f"s_branch {c.top}")
+            self.label(c.end)
+            return
+        saved = self.push_mask()
+        self.ins(f"s_mov_b32 {saved}, exec")
+        c.brk = c.out = self.push_mask()
+        self.ins(f"s_mov_b32 {c.brk}, 0")
+        n = 2
+        if has_cont:
+            c.out, c.iter = self.push_mask(), self.push_mask()
+            self.ins(f"s_mov_b32 {c.out}, 0")
+            n = 4
+        self.label(c.top)
+        self.under_vector += 1
+        self.block(header)
+        self.cur_line = line
+        if not isinstance(st.cond, ir.Const):
+            if self.is_scalar_cond(st.cond, fused):
+                self.scalar_cond(st.cond, fused)
+                self.ins(f"s_cbranch_scc0 {c.end}")
+            else:
+                self.vector_cond(st.cond, fused)
+                self.ins("s_and_b32 exec, exec, vcc")
+        self.ins(f"s_cbranch_execz {c.end}")
+        if has_cont:
+            self.ins(f"s_mov_b32 {c.iter}, exec")
+        self.ctx.append(c)
+        self.block(st.body)
+        self.ctx.pop()
+        self.cur_line = line
+        self.label(c.cont)
+        if has_cont:
+            self.ins(f"s_andn2_b32 exec, {c.iter}, {c.brk}")
+            self.ins(f"s_mov_b32 {c.out}, {c.brk}")
+        self.block(st.latch)
+        self.cur_line = line
+        self.ins(f"s_branch {c.top}")
+        self.under_vector -= 1
+        self.label(c.end)
+        self.restore(saved)
+        self.pop_mask(n)
+
+    def escape(self, what: str) -> None:
+        loop = next((c for c in reversed(self.ctx) if c.kind == "loop"), None)
+        if what == "return":
+            if not self.under_vector:
+                self.ins("s_endpgm")
+                return
+            for c in self.ctx:
+                assert c.masked, "return under a vector condition in an unmasked construct"
+                self.ins(f"s_or_b32 {c.brk}, {c.brk}, exec")
+                if c.out != c.brk:
+                    self.ins(f"s_or_b32 {c.out}, {c.out}, exec")
+            self.ins("s_mov_b32 exec, 0")
+            return
+        if not loop.masked:
+            self.ins(f"s_branch {loop.end if what == 'break' else loop.cont}")
+            return
+        if what == "break":
+            self.ins(f"s_or_b32 {loop.brk}, {loop.brk}, exec")
+        if loop.out != loop.brk or what == "continue":
+            self.ins(f"s_or_b32 {loop.out}, {loop.out}, exec")
+        self.ins("s_mov_b32 exec, 0")
+
+    # -- instructions ----------------------------------------------------------------
+    def inst(self, st: ir.Inst) -> None:
+        op, d, a = st.op, st.dst, st.args
+        if op in ("load", "store", "atomic"):
+            return self.memory(st)
+        if op == "barrier":
+            return self.ins("s_barrier")
+        dst = self.reg(d)
+        scalar = d.cls == "s"
+        t = d.type
+        if op in ir.COMPARE:
+            if scalar:
+                self.compare(st, None)
+                self.ins(f"s_mov_b32 {dst}, scc")
+            else:
+                self.compare(st, "vcc")
+                self.op("v_cndmask_b32", dst, ir.Const(0, u32), ir.Const(1, u32), _Raw("vcc"))
+            return
+        if op == "mov" or (op == "cvt" and t != f32 and a[0].type != f32):
+            return self.op("s_mov_b32" if scalar else "v_mov_b32", dst, a[0])
+        if op == "cvt":
+            src = a[0].type
+            name = (f"v_cvt_f32_{'i32' if src == i32 else 'u32'}" if t == f32 else
+                    f"v_cvt_{'i32' if t == i32 else 'u32'}_f32")
+            return self.op(name, dst, a[0])
+        if scalar:
+            if op in _SBIN:
+                return self.op(_SBIN[op], dst, *a)
+            if op == "shr":
+                return self.op("s_ashr_i32" if t == i32 else "s_lshr_b32", dst, *a)
+            if op in ("min", "max"):
+                return self.op(f"s_{op}_{'i32' if t == i32 else 'u32'}", dst, *a)
+            if op == "neg":
+                return self.op("s_sub_u32", dst, ir.Const(0, u32), a[0])
+            if op == "not":
+                return self.op("s_not_b32", dst, a[0])
+            if op == "lnot":
+                return self.op("s_xor_b32", dst, a[0], ir.Const(1, u32))
+            raise AssertionError(f"no scalar form of {op}")
+        isf = t == f32
+        if op in _VBIN:
+            name = _VBIN[op][0 if isf else 1]
+            return self.op(name, dst, *a)
+        if op == "shr":
+            return self.op("v_ashr_i32" if t == i32 else "v_lshr_b32", dst, *a)
+        if op in ("min", "max"):
+            return self.op(f"v_{op}_{_sfx(t)}", dst, *a)
+        if op in ("idiv", "rem"):
+            return self.op(f"v_{'div' if op == 'idiv' else 'rem'}_{_sfx(t)}", dst, *a)
+        if op == "neg":
+            if isf:
+                return self.op("v_xor_b32", dst, a[0], ir.Const(0x80000000, u32))
+            return self.op("v_sub_u32", dst, ir.Const(0, u32), a[0])
+        if op == "lnot":
+            return self.op("v_xor_b32", dst, a[0], ir.Const(1, u32))
+        if op == "fabs":
+            return self.op("v_and_b32", dst, a[0], ir.Const(0x7FFFFFFF, u32))
+        if op in _VUNARY:
+            return self.op(_VUNARY[op], dst, a[0])
+        raise AssertionError(f"no vector form of {op}")
+
+    def memory(self, st: ir.Inst) -> None:
+        arr, idx = st.array, st.args[0]
+        if isinstance(idx, ir.Const):
+            self.ins(f"v_mov_b32 v3, {(idx.bits() * 4) & 0xFFFFFFFF}")
+        else:
+            self.ins(f"v_lshl_b32 v3, {self.reg(idx)}, 2")
+        lds = isinstance(arr, ir.SharedArray)
+        elem = arr.elem if lds else arr.type.elem
+        tail = f"{arr.offset}" if lds else f"{self.reg(arr)}, 0"
+        if st.op == "load":
+            op = "ds_read_b32" if lds else "global_load_dword"
+            self.ins(f"{op} {self.reg(st.dst)}, v3, {tail}")
+            return
+        if st.op == "store":
+            data = self.to_vgpr(st.args[1], "v4")
+            op = "ds_write_b32" if lds else "global_store_dword"
+            self.ins(f"{op} v3, {data}, {tail}")
+            return
+        dst = self.reg(st.dst) if st.dst is not None else "off"
+        if st.kind == "cas":
+            cmp, val = st.args[1], st.args[2]
+            self.ins(f"v_mov_b32 v4, {self.reg(val)}")
+            self.ins(f"v_mov_b32 v5, {self.reg(cmp)}")
+            self.ins(f"global_atomic_cmpswap_b32 {dst}, v3, v[4:5], {tail}")
+            return
+        data = self.to_vgpr(st.args[1], "v4")
+        kind = {"add": "add", "max": "max"}[st.kind]
+        sfx = "f32" if elem == f32 else ("u32" if kind == "add" else _sfx(elem))
+        if lds:
+            self.ins(f"ds_{kind}_{sfx} {dst}, v3, {data}, {tail}")
+        else:
+            self.ins(f"global_atomic_{kind}_{sfx} {dst}, v3, {data}, {tail}")
+
+
+class _Raw:
+    """An operand spelled as is (vcc)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _own(block):
+    """Statements of a loop body that belong to it (not to nested loops)."""
+    for st in block:
+        yield st
+        if isinstance(st, ir.If):
+            yield from _own(st.then)
+            yield from _own(st.else_)

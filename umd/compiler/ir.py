@@ -1,0 +1,225 @@
+"""The typed IR: structured control flow over mutable virtual registers.
+
+A kernel is a `Function`: arguments, shared arrays and a body, a list of statements.
+Straight-line work is `Inst` (three-address: `dst = op(args...)`); control flow stays
+structured (`If`, `Loop`, `Break`, `Continue`, `Return`) because the vISA has no
+structured-control instructions and the code generator saves and restores EXEC around
+each construct (docs/isa.md 5).  Variables are not SSA: a Python local is one `Var`
+assigned wherever the source assigns it; expression temporaries are `Var`s assigned
+once.  The uniformity pass sets each `Var.cls` ('s' scalar, 'v' vector), register
+allocation its `reg`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+from umd.types import PtrType, ScalarType, bool_, f32, i32, u32
+
+# Operations.  Pure ones may be folded or deleted when their result is unused.
+BINARY = {"add", "sub", "mul", "div", "idiv", "rem", "and", "or", "xor", "shl", "shr",
+          "min", "max"}
+UNARY = {"neg", "not", "lnot", "fabs", "floor", "exp", "log", "sqrt", "rsqrt", "sin",
+         "cos", "tanh"}
+COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
+CONVERT = {"cvt"}                 # dst type from dst.type, source type from args[0]
+PURE = BINARY | UNARY | COMPARE | CONVERT | {"mov", "load"}
+SIDE_EFFECTS = {"store", "atomic", "barrier"}
+
+
+@dataclasses.dataclass(eq=False)
+class Var:
+    name: str
+    type: ScalarType | PtrType
+    id: int
+    local: bool = False           # a named Python variable (may be assigned many times)
+    arg: "ArgSpec | None" = None  # set for kernel arguments (defined by the prologue)
+    cls: str = "s"                # 's' (SGPR) or 'v' (VGPR), set by uniformity analysis
+    reg: int | None = None        # register number, set by register allocation
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Const:
+    value: int | float | bool
+    type: ScalarType
+
+    def bits(self) -> int:
+        if self.type == f32:
+            return struct.unpack("<I", struct.pack("<f", float(self.value)))[0]
+        return int(self.value) & 0xFFFFFFFF
+
+    def __repr__(self) -> str:
+        if self.type == f32:
+            return f"{float(self.value)!r}"
+        return f"{int(self.value)}:{self.type.kind}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Special:
+    """A hardware value: 'thread_idx.x' (v0..v2) or 'block_idx.x' (s16..s18)."""
+
+    name: str
+    type: ScalarType = u32
+
+    @property
+    def cls(self) -> str:
+        return "v" if self.name.startswith("thread_idx") else "s"
+
+    def __repr__(self) -> str:
+        return f"@{self.name}"
+
+
+@dataclasses.dataclass
+class SharedArray:
+    name: str
+    elem: ScalarType
+    count: int
+    offset: int                   # byte offset in LDS
+
+    def __repr__(self) -> str:
+        return f"lds:{self.name}"
+
+
+Operand = Var | Const | Special
+
+
+@dataclasses.dataclass
+class ArgSpec:
+    """One entry of the kernarg segment (the contract with umd.launch)."""
+
+    name: str
+    kind: str                     # 'i32' | 'u32' | 'f32' | 'ptr'
+    offset: int
+    size: int
+
+
+@dataclasses.dataclass(eq=False)
+class Inst:
+    op: str
+    dst: Var | None
+    args: list
+    line: int
+    array: Var | SharedArray | None = None   # load/store/atomic
+    kind: str = ""                            # atomic: add/max/cas
+
+    def uses(self) -> list[Var]:
+        out = [a for a in self.args if isinstance(a, Var)]
+        if isinstance(self.array, Var):
+            out.append(self.array)
+        return out
+
+
+@dataclasses.dataclass(eq=False)
+class If:
+    cond: Operand
+    then: list
+    else_: list
+    line: int
+
+
+@dataclasses.dataclass(eq=False)
+class Loop:
+    """`header` runs first each iteration and computes `cond`; the loop leaves when it
+    is false; then `body`; `continue` jumps to `latch` (a for-range's increment)."""
+
+    header: list
+    cond: Operand
+    body: list
+    latch: list
+    line: int
+    divergent: bool = False       # set by uniformity analysis
+
+
+@dataclasses.dataclass(eq=False)
+class Break:
+    line: int
+
+
+@dataclasses.dataclass(eq=False)
+class Continue:
+    line: int
+
+
+@dataclasses.dataclass(eq=False)
+class Return:
+    line: int
+
+
+Stmt = Inst | If | Loop | Break | Continue | Return
+
+
+@dataclasses.dataclass
+class Function:
+    name: str
+    args: list[Var]
+    body: list
+    shared: list[SharedArray]
+    source_file: str
+    first_line: int
+    lds_bytes: int = 0
+
+
+def walk(block: list):
+    """Every statement, depth first, in program order."""
+    for st in block:
+        yield st
+        if isinstance(st, If):
+            yield from walk(st.then)
+            yield from walk(st.else_)
+        elif isinstance(st, Loop):
+            yield from walk(st.header)
+            yield from walk(st.body)
+            yield from walk(st.latch)
+
+
+def format_function(fn: Function) -> str:
+    """The IR as text (the `shaders` debug dump)."""
+    lines = [f"kernel {fn.name}(" + ", ".join(
+        f"{a!r}: {a.type!r}" + (f" [{a.cls}{a.reg}]" if a.reg is not None else "")
+        for a in fn.args) + ")"]
+    for sa in fn.shared:
+        lines.append(f"  shared {sa.name}: {sa.elem!r}[{sa.count}] @ lds+{sa.offset}")
+
+    def var(v):
+        if isinstance(v, Var) and v.reg is not None:
+            return f"{v!r}.{v.type!r}[{v.cls}{v.reg}]"
+        if isinstance(v, Var):
+            return f"{v!r}.{v.type!r}"
+        return repr(v)
+
+    def emit(block, depth):
+        pad = "  " * depth
+        for st in block:
+            if isinstance(st, Inst):
+                lhs = f"{var(st.dst)} = " if st.dst is not None else ""
+                extra = f"{st.array!r}, " if st.array is not None else ""
+                op = st.op + (f".{st.kind}" if st.kind else "")
+                lines.append(f"{pad}{lhs}{op} {extra}" + ", ".join(var(a) for a in st.args)
+                             + f"    ; line {st.line}")
+            elif isinstance(st, If):
+                lines.append(f"{pad}if {var(st.cond)}:")
+                emit(st.then, depth + 1)
+                if st.else_:
+                    lines.append(f"{pad}else:")
+                    emit(st.else_, depth + 1)
+            elif isinstance(st, Loop):
+                lines.append(f"{pad}loop{' (divergent)' if st.divergent else ''}:")
+                emit(st.header, depth + 1)
+                lines.append(f"{pad}  while {var(st.cond)}")
+                emit(st.body, depth + 1)
+                if st.latch:
+                    lines.append(f"{pad}  latch:")
+                    emit(st.latch, depth + 2)
+            else:
+                lines.append(f"{pad}{type(st).__name__.lower()}")
+
+    emit(fn.body, 1)
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Var", "Const", "Special", "SharedArray", "ArgSpec", "Inst", "If", "Loop",
+           "Break", "Continue", "Return", "Function", "walk", "format_function",
+           "bool_", "f32", "i32", "u32"]

@@ -1,0 +1,257 @@
+"""IR optimisations: constant folding and propagation, dead-code elimination.
+
+Folding computes exactly what the hardware would (docs/isa.md 3): 32-bit wrapping
+integers, binary32 results rounded from double, the ISA's division-by-zero and
+min/max NaN rules.  Anything whose result could differ (a libm call that raises in
+Python) is left to run on the device.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from umd.types import bool_, f32, i32, u32
+
+from . import ir
+
+
+def _f(x: float) -> float:
+    return float(np.float32(x))
+
+
+def _s32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def fold(op: str, t, args, src_type=None):
+    """The constant result of `op` on Const args, or None when it is not folded."""
+    vals = [a.value for a in args]
+    at = args[0].type if args else t
+    try:
+        with np.errstate(all="ignore"):
+            r = _fold(op, t, at, vals)
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return None
+    if r is None:
+        return None
+    from .frontend import const
+    return const(r, t)
+
+
+def _fold(op, t, at, v):
+    if op == "mov":
+        return v[0]
+    if op == "cvt":
+        x = v[0]
+        if t == f32:
+            return float(x & 0xFFFFFFFF if at == u32 else x)
+        if at == f32:
+            if math.isnan(x):
+                return 0
+            lo, hi = (-(1 << 31), (1 << 31) - 1) if t == i32 else (0, (1 << 32) - 1)
+            return max(lo, min(hi, int(x))) if math.isfinite(x) else (hi if x > 0 else lo)
+        return x
+    if op in ("eq", "ne", "lt", "le", "gt", "ge"):
+        a, b = v
+        if at == u32:
+            a, b = a & 0xFFFFFFFF, b & 0xFFFFFFFF
+        return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b,
+                "ge": a >= b}[op]
+    if t == f32:
+        return _fold_float(op, v)
+    if t == bool_:
+        a = v[0]
+        if op == "lnot":
+            return not a
+        b = v[1]
+        return {"and": a & b, "or": a | b, "xor": a ^ b}.get(op)
+    return _fold_int(op, t, v)
+
+
+def _fold_float(op, v):
+    a = np.float32(v[0])
+    if len(v) == 2:
+        b = np.float32(v[1])
+        if op in ("add", "sub", "mul", "div"):
+            return _f({"add": float(a) + float(b), "sub": float(a) - float(b),
+                       "mul": float(a) * float(b),
+                       "div": float(a / b)}[op])
+        if op in ("min", "max"):
+            if math.isnan(a):
+                return float(b)
+            if math.isnan(b):
+                return float(a)
+            return float(a if (a < b if op == "min" else a > b) else b)
+        return None
+    x = float(a)
+    if op == "neg":
+        return -x
+    if op == "fabs":
+        return abs(x)
+    if op == "floor":
+        return float(np.floor(a))
+    if not math.isfinite(x):
+        return None                     # libm special cases: leave them to the device
+    fn = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "sin": math.sin,
+          "cos": math.cos, "tanh": math.tanh,
+          "rsqrt": lambda y: 1.0 / math.sqrt(y)}.get(op)
+    return _f(fn(x)) if fn else None
+
+
+def _fold_int(op, t, v):
+    signed = t == i32
+    a = v[0]
+    if len(v) == 1:
+        return {"neg": -a, "not": ~a}.get(op)
+    b = v[1]
+    ua, ub = a & 0xFFFFFFFF, b & 0xFFFFFFFF
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if op in ("and", "or", "xor"):
+        return {"and": ua & ub, "or": ua | ub, "xor": ua ^ ub}[op]
+    if op == "shl":
+        return ua << (ub & 31)
+    if op == "shr":
+        return (_s32(a) if signed else ua) >> (ub & 31)
+    if op in ("min", "max"):
+        x, y = (_s32(a), _s32(b)) if signed else (ua, ub)
+        return min(x, y) if op == "min" else max(x, y)
+    if op in ("idiv", "rem"):
+        if not signed:
+            if ub == 0:
+                return 0xFFFFFFFF if op == "idiv" else ua
+            return ua // ub if op == "idiv" else ua % ub
+        x, y = _s32(a), _s32(b)
+        if y == 0:
+            return -1 if op == "idiv" else x
+        q = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
+        return q if op == "idiv" else x - q * y
+    return None
+
+
+# -- passes -----------------------------------------------------------------------------
+def optimize(fn: ir.Function) -> None:
+    for _ in range(16):
+        changed = propagate_constants(fn)
+        changed |= simplify_control(fn.body)
+        changed |= eliminate_dead_code(fn)
+        if not changed:
+            break
+
+
+def _subst(x, consts):
+    return consts.get(x, x) if isinstance(x, ir.Var) else x
+
+
+def propagate_constants(fn: ir.Function) -> bool:
+    """Fold instructions on constants; a local assigned once, at the top level, a
+    constant (or a hardware id such as thread_idx.x: copy propagation) is that value
+    everywhere (a top-level definition precedes every use)."""
+    defs: dict[ir.Var, int] = {}
+    for st in ir.walk(fn.body):
+        if isinstance(st, ir.Inst) and st.dst is not None:
+            defs[st.dst] = defs.get(st.dst, 0) + 1
+    consts = {}
+    for st in fn.body:
+        if isinstance(st, ir.Inst) and st.op == "mov" and \
+                isinstance(st.args[0], (ir.Const, ir.Special)) \
+                and defs.get(st.dst) == 1 and st.dst.arg is None:
+            consts[st.dst] = st.args[0]
+    changed = False
+
+    def visit(block):
+        nonlocal changed
+        for st in block:
+            if isinstance(st, ir.Inst):
+                new = [_subst(a, consts) for a in st.args]
+                if new != st.args:
+                    st.args, changed = new, True
+                if st.op in ir.PURE and st.op not in ("mov", "load") and st.args and \
+                        all(isinstance(a, ir.Const) for a in st.args):
+                    r = fold(st.op, st.dst.type, st.args)
+                    if r is not None:
+                        st.op, st.args, changed = "mov", [r], True
+            elif isinstance(st, ir.If):
+                c = _subst(st.cond, consts)
+                changed |= c is not st.cond
+                st.cond = c
+                visit(st.then)
+                visit(st.else_)
+            elif isinstance(st, ir.Loop):
+                visit(st.header)
+                c = _subst(st.cond, consts)
+                changed |= c is not st.cond
+                st.cond = c
+                visit(st.body)
+                visit(st.latch)
+
+    visit(fn.body)
+    return changed
+
+
+def simplify_control(block: list) -> bool:
+    """Inline ifs on constants, drop statements after break/continue/return."""
+    changed = False
+    out = []
+    for st in block:
+        if isinstance(st, ir.If):
+            changed |= simplify_control(st.then) | simplify_control(st.else_)
+            if isinstance(st.cond, ir.Const):
+                out.extend(st.then if st.cond.value else st.else_)
+                changed = True
+                continue
+        elif isinstance(st, ir.Loop):
+            changed |= simplify_control(st.header) | simplify_control(st.body) | \
+                simplify_control(st.latch)
+            if isinstance(st.cond, ir.Const) and not st.cond.value:
+                out.extend(st.header)
+                changed = True
+                continue
+        out.append(st)
+        if isinstance(st, (ir.Break, ir.Continue, ir.Return)):
+            changed |= len(out) < len(block) and block.index(st) < len(block) - 1
+            break
+    block[:] = out
+    return changed
+
+
+def eliminate_dead_code(fn: ir.Function) -> bool:
+    used: set = set()
+    for st in ir.walk(fn.body):
+        if isinstance(st, ir.Inst):
+            used.update(st.uses())
+        elif isinstance(st, (ir.If, ir.Loop)) and isinstance(st.cond, ir.Var):
+            used.add(st.cond)
+    changed = False
+
+    def visit(block):
+        nonlocal changed
+        out = []
+        for st in block:
+            if isinstance(st, ir.Inst):
+                if st.dst is not None and st.dst not in used:
+                    if st.op in ir.PURE:
+                        changed = True
+                        continue
+                    st.dst, changed = None, True
+            elif isinstance(st, ir.If):
+                visit(st.then)
+                visit(st.else_)
+                if not st.then and not st.else_:
+                    changed = True
+                    continue
+            elif isinstance(st, ir.Loop):
+                visit(st.header)
+                visit(st.body)
+                visit(st.latch)
+            out.append(st)
+        block[:] = out
+
+    visit(fn.body)
+    return changed

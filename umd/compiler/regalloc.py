@@ -1,0 +1,120 @@
+"""Register allocation: linear scan over live intervals (docs/umd-compiler.md 6).
+
+The program is numbered in textual order.  A temporary lives from its definition to
+its last use.  A named variable that is live anywhere inside a loop lives across the
+whole loop (its value flows around the back edge), and in divergent code a VGPR must
+keep its old value in lanes that skip an assignment, so a variable keeps one register
+for its whole interval.  Registers:
+  s[0:1] kernarg pointer, s2..s5 scratch, s16..s18 workgroup ids (reserved);
+  s6..s15 and s19..s103 allocatable (pointers take an aligned-free pair);
+  v0..v2 thread ids, v3..v5 scratch (reserved); v6..v127 allocatable.
+Control-flow masks take SGPRs above the allocated ones during code generation.
+Running out of registers is a compile error (there is no spilling).
+"""
+from __future__ import annotations
+
+from umd.types import PtrType
+
+from . import ir
+from .errors import KernelCompileError
+
+SCRATCH_S = (2, 3, 4, 5)
+SCRATCH_V = (3, 4, 5)
+ALLOC_S = tuple(range(6, 16)) + tuple(range(19, 104))
+ALLOC_V = tuple(range(6, 128))
+
+
+def live_intervals(fn: ir.Function) -> dict:
+    first: dict = {}
+    last: dict = {}
+    loops: list[tuple[int, int]] = []
+    pos = 0
+
+    def touch(v, p):
+        if isinstance(v, ir.Var):
+            first.setdefault(v, p)
+            first[v] = min(first[v], p)
+            last[v] = max(last.get(v, p), p)
+
+    def visit(block):
+        nonlocal pos
+        for st in block:
+            pos += 1
+            if isinstance(st, ir.Inst):
+                for u in st.uses():
+                    touch(u, pos)
+                if st.dst is not None:
+                    touch(st.dst, pos)
+            elif isinstance(st, ir.If):
+                touch(st.cond, pos)
+                visit(st.then)
+                visit(st.else_)
+                pos += 1
+            elif isinstance(st, ir.Loop):
+                start = pos
+                visit(st.header)
+                pos += 1
+                touch(st.cond, pos)
+                visit(st.body)
+                visit(st.latch)
+                pos += 1
+                loops.append((start, pos))
+
+    visit(fn.body)
+    for a in fn.args:                  # arguments are defined by the prologue
+        if a in first:
+            first[a] = 0
+    changed = True
+    while changed:
+        changed = False
+        for v in first:
+            named = v.local or v.arg is not None
+            for s, e in loops:
+                if first[v] > e or last[v] < s or (first[v] <= s and last[v] >= e):
+                    continue
+                if first[v] < s:                # live into the loop: live through it
+                    last[v] = e
+                    changed = True
+                elif named and last[v] < e or first[v] > s and named:
+                    # assigned inside: the value may flow around the back edge
+                    first[v], last[v] = min(first[v], s), max(last[v], e)
+                    changed = True
+    return {v: (first[v], last[v]) for v in first}
+
+
+def allocate(fn: ir.Function) -> tuple[int, int]:
+    """Set Var.reg for every live variable; returns (highest SGPR, highest VGPR) used."""
+    intervals = live_intervals(fn)
+    order = sorted(intervals, key=lambda v: (intervals[v][0], v.id))
+    free = {"s": list(ALLOC_S), "v": list(ALLOC_V)}
+    active: list = []
+    top = {"s": max(SCRATCH_S + (18,)), "v": max(SCRATCH_V)}
+    for v in order:
+        start, end = intervals[v]
+        for a in list(active):
+            if intervals[a][1] < start:
+                active.remove(a)
+                free[a.cls].extend(_regs(a))
+                free[a.cls].sort()
+        pool = free[v.cls]
+        width = 2 if isinstance(v.type, PtrType) else 1
+        reg = None
+        for r in pool:
+            if all(r + k in pool for k in range(width)):
+                reg = r
+                break
+        if reg is None:
+            kind = "SGPRs" if v.cls == "s" else "VGPRs"
+            raise KernelCompileError(
+                f"{fn.source_file}: {fn.name}: out of {kind}: too many values live at once "
+                f"(no spilling; simplify the kernel or split it)")
+        for k in range(width):
+            pool.remove(reg + k)
+        v.reg = reg
+        top[v.cls] = max(top[v.cls], reg + width - 1)
+        active.append(v)
+    return top["s"], top["v"]
+
+
+def _regs(v) -> list[int]:
+    return [v.reg + k for k in range(2 if isinstance(v.type, PtrType) else 1)]

@@ -1,0 +1,127 @@
+"""Uniformity analysis: which values live in scalar registers (docs/umd-compiler.md 5).
+
+A value is uniform when every lane of a wave has the same one: it depends only on
+arguments, block_idx, block_dim, grid_dim and constants, through integer operations
+the scalar ALU has, and it is assigned under uniform control only.  Those go in SGPRs
+(`Var.cls = 's'`); everything else in VGPRs ('v'):
+  - thread_idx, loads, atomics and float arithmetic (there is no scalar float ALU)
+    are vector values, and so is anything computed from a vector value;
+  - a variable assigned inside an `if` whose condition is a vector value, or inside a
+    divergent loop, is a vector value (lanes that skip the assignment keep the old one);
+  - a loop is divergent when its condition is a vector value, when a break, continue or
+    return inside it sits under a vector condition, or when the loop itself is in
+    divergent code.  Divergent loops run under an EXEC mask; uniform ones branch on SCC.
+Computed as a fixed point: demoting a value can make conditions, loops and further
+values divergent.
+"""
+from __future__ import annotations
+
+from umd.types import PtrType, bool_, f32
+
+from . import ir
+from .errors import KernelCompileError
+
+_SCALAR_INT_OPS = {"mov", "add", "sub", "mul", "and", "or", "xor", "shl", "shr", "min",
+                   "max", "neg", "not", "lnot", "eq", "ne", "lt", "le", "gt", "ge"}
+
+
+def is_vector(x) -> bool:
+    if isinstance(x, ir.Var):
+        return x.cls == "v"
+    if isinstance(x, ir.Special):
+        return x.cls == "v"
+    return False
+
+
+def scalar_capable(inst: ir.Inst) -> bool:
+    if inst.op == "mov":
+        return True
+    if inst.op == "cvt":
+        return inst.dst.type != f32 and inst.args[0].type != f32
+    if inst.op not in _SCALAR_INT_OPS:
+        return False
+    if inst.dst.type == f32:
+        return False
+    return all(getattr(a, "type", None) != f32 for a in inst.args)
+
+
+def analyze(fn: ir.Function) -> None:
+    for v in _all_vars(fn):
+        v.cls = "s"
+    changed = True
+    while changed:
+        changed = False
+
+        def demote(v):
+            nonlocal changed
+            if v.cls != "v":
+                if isinstance(v.type, PtrType):
+                    raise KernelCompileError(f"{fn.source_file}: {fn.name}: pointer "
+                                             f"{v.name!r} would not be uniform")
+                v.cls, changed = "v", True
+
+        def visit(block, div):
+            nonlocal changed
+            for st in block:
+                if isinstance(st, ir.Inst):
+                    if st.dst is not None and (div or not scalar_capable(st) or
+                                               any(is_vector(a) for a in st.args)):
+                        demote(st.dst)
+                elif isinstance(st, ir.If):
+                    d = div or is_vector(st.cond)
+                    visit(st.then, d)
+                    visit(st.else_, d)
+                elif isinstance(st, ir.Loop):
+                    new = div or is_vector(st.cond) or _divergent_escape(st.body, False, 0)
+                    if new != st.divergent:
+                        st.divergent, changed = new, True
+                    visit(st.header, st.divergent)
+                    visit(st.body, st.divergent)
+                    visit(st.latch, st.divergent)
+
+        visit(fn.body, False)
+
+
+def _divergent_escape(block, under, depth) -> bool:
+    """A break/continue of this loop (depth 0) or a return, under a vector condition."""
+    for st in block:
+        if isinstance(st, (ir.Break, ir.Continue)) and depth == 0 and under:
+            return True
+        if isinstance(st, ir.Return) and under:
+            return True
+        if isinstance(st, ir.If):
+            u = under or is_vector(st.cond)
+            if _divergent_escape(st.then, u, depth) or _divergent_escape(st.else_, u, depth):
+                return True
+        elif isinstance(st, ir.Loop):
+            u = under or st.divergent
+            if any(_divergent_escape(b, u, depth + 1) for b in (st.header, st.body, st.latch)):
+                return True
+    return False
+
+
+def has_divergent_return(block, under=False) -> bool:
+    for st in block:
+        if isinstance(st, ir.Return) and under:
+            return True
+        if isinstance(st, ir.If):
+            u = under or is_vector(st.cond)
+            if has_divergent_return(st.then, u) or has_divergent_return(st.else_, u):
+                return True
+        elif isinstance(st, ir.Loop):
+            u = under or st.divergent
+            if any(has_divergent_return(b, u) for b in (st.header, st.body, st.latch)):
+                return True
+    return False
+
+
+def _all_vars(fn: ir.Function) -> set:
+    out = set(fn.args)
+    for st in ir.walk(fn.body):
+        if isinstance(st, ir.Inst):
+            out.update(st.uses())
+            if st.dst is not None:
+                out.add(st.dst)
+        elif isinstance(st, (ir.If, ir.Loop)) and isinstance(st.cond, ir.Var):
+            out.add(st.cond)
+    return out
