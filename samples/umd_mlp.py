@@ -1,0 +1,123 @@
+"""Inference of a 2-layer MLP with @umd.kernel: dense + GELU, dense, softmax, argmax.
+
+    h      = gelu(x @ W1 + b1)        dense[...](..., GELU)   tiled, 16x16 shared tiles
+    logits = h @ W2 + b2              dense[...](..., NONE)
+    p      = softmax(logits)          softmax_rows from samples/umd_softmax.py
+    class  = argmax(p)                on the host
+
+The weights are fixed: drawn from a seeded generator (scaled by 1/sqrt(fan-in)), as
+are the 256 inputs. GELU is the tanh form, 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715
+v^3))), with umd.math.tanh. numpy runs the same network in float64.
+
+Tolerance: probabilities within rtol 1e-4 (plus atol 1e-7 for the tiny ones) of numpy,
+and the same class for every input. Every float32 operation on the GPU is correctly
+rounded (docs/isa.md 3: v_add/v_mul/v_div_f32 and tanh/exp are the double results
+rounded once), so the dense layers are off by at most gamma_K (|x| @ |W|) with
+gamma_K = K * 2^-24, about 1e-5 of the magnitudes for K <= 128, and GELU adds a
+few u. A logit error d moves p_i by at most about 2 d p_i relative, so the
+probabilities are expected within ~1e-5 relative; 1e-4 leaves a 10x margin.
+
+    python samples/umd_mlp.py --device /tmp/vgpu
+"""
+import argparse
+import sys
+
+import numpy as np
+
+import umd
+from umd import Ptr, f32, i32
+from umd_softmax import softmax
+
+TILE = 16
+NONE, GELU = 0, 1
+SQRT_2_OVER_PI = 0.7978845608028654
+IN, HIDDEN, OUT, BATCH = 64, 128, 10, 256
+
+
+@umd.kernel
+def dense(m: i32, n: i32, k: i32, x: Ptr[f32], w: Ptr[f32], bias: Ptr[f32], y: Ptr[f32], act: i32):
+    """y[m, n] = act(x[m, k] @ w[k, n] + bias[n])."""
+    x_tile = umd.shared_array(f32, (TILE, TILE))
+    w_tile = umd.shared_array(f32, (TILE, TILE))
+    tx = umd.thread_idx.x
+    ty = umd.thread_idx.y
+    row = umd.block_idx.y * TILE + ty
+    col = umd.block_idx.x * TILE + tx
+    acc = 0.0
+    for k0 in range(0, k, TILE):
+        if row < m and k0 + tx < k:
+            x_tile[ty, tx] = x[row * k + k0 + tx]
+        else:
+            x_tile[ty, tx] = 0.0
+        if k0 + ty < k and col < n:
+            w_tile[ty, tx] = w[(k0 + ty) * n + col]
+        else:
+            w_tile[ty, tx] = 0.0
+        umd.syncthreads()
+        for kk in range(TILE):
+            acc += x_tile[ty, kk] * w_tile[kk, tx]
+        umd.syncthreads()
+    if row < m and col < n:
+        v = acc + bias[col]
+        if act == GELU:
+            v = 0.5 * v * (1.0 + umd.math.tanh(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)))
+        y[row * n + col] = v
+
+
+def layer(dx: umd.DeviceArray, dw: umd.DeviceArray, db: umd.DeviceArray, act: int) -> umd.DeviceArray:
+    m, k = dx.shape
+    n = dw.shape[1]
+    dy = umd.empty((m, n), np.float32)
+    dense[((n + TILE - 1) // TILE, (m + TILE - 1) // TILE), (TILE, TILE)](m, n, k, dx, dw, db, dy, act)
+    return dy
+
+
+def reference(x, w1, b1, w2, b2) -> np.ndarray:
+    """The same network in float64 numpy."""
+    x, w1, b1, w2, b2 = (t.astype(np.float64) for t in (x, w1, b1, w2, b2))
+    z = x @ w1 + b1
+    h = 0.5 * z * (1 + np.tanh(SQRT_2_OVER_PI * (z + 0.044715 * z ** 3)))
+    logits = h @ w2 + b2
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", help="vgpu mount point (default: $VGPU_MOUNT or /tmp/vgpu)")
+    args = p.parse_args()
+    dev = umd.set_device(args.device) if args.device else umd.get_device()
+    print(f"device {dev.mount}: {dev.name}")
+
+    rng = np.random.default_rng(2024)
+    w1 = (rng.standard_normal((IN, HIDDEN)) / np.sqrt(IN)).astype(np.float32)
+    b1 = (0.1 * rng.standard_normal(HIDDEN)).astype(np.float32)
+    w2 = (rng.standard_normal((HIDDEN, OUT)) / np.sqrt(HIDDEN)).astype(np.float32)
+    b2 = (0.1 * rng.standard_normal(OUT)).astype(np.float32)
+    x = rng.standard_normal((BATCH, IN), dtype=np.float32)
+    print(f"MLP {IN} -> {HIDDEN} (GELU) -> {OUT} (softmax), batch {BATCH}, seeded weights")
+
+    d_w1, d_b1, d_w2, d_b2, d_x = map(umd.to_device, (w1, b1, w2, b2, x))
+    d_h = layer(d_x, d_w1, d_b1, GELU)
+    d_logits = layer(d_h, d_w2, d_b2, NONE)
+    d_p = umd.empty(d_logits.shape, np.float32)
+    softmax(d_logits, d_p)
+    probs = d_p.copy_to_host()
+    classes = probs.argmax(axis=1)
+
+    want = reference(x, w1, b1, w2, b2)
+    rel = np.abs(probs - want) / want
+    print(f"  classes of the first 16 inputs: {' '.join(map(str, classes[:16]))}")
+    print(f"  max relative error of the probabilities {rel.max():.3g}; "
+          f"max absolute {np.abs(probs - want).max():.3g}")
+    close = bool(np.allclose(probs, want, rtol=1e-4, atol=1e-7))
+    same = int((classes == want.argmax(axis=1)).sum())
+    print(f"  check: probabilities {'within' if close else 'NOT within'} rtol 1e-4 of numpy (float64); "
+          f"argmax equal for {same} of {BATCH} inputs")
+    ok = close and same == BATCH
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
