@@ -7,7 +7,7 @@ from __future__ import annotations
 import platform
 import time
 
-from . import compute, cs_latency, null_ioctl, reset_time, sdma_bandwidth, sync_latency, util
+from . import compute, cs_latency, null_ioctl, reset_time, sdma_bandwidth, sync_latency, umd, util
 
 SECTIONS = (
     ("(a) null ioctl round trip", null_ioctl),
@@ -16,6 +16,7 @@ SECTIONS = (
     ("(d) fence signal -> waiter wake-up", sync_latency),
     ("(e) GPU hang -> reset", reset_time),
     ("(f) compute", compute),
+    ("(g) umd: kernels, compiler, copies", umd),
 )
 
 

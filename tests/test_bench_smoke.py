@@ -24,7 +24,11 @@ def test_bench_quick_mode_prints_every_section():
                  "signal -> poll() wake-up", "signal -> WAIT_CS return", "signal -> SYNCOBJ_WAIT return",
                  "(e) GPU hang -> reset", "hang -> ETIME (reset done)", "hang -> next job's fence",
                  "(f) compute", "lane-instructions/s, Cython core",
-                 "vector add 16M floats, numpy a + b"):
+                 "vector add 16M floats, numpy a + b",
+                 "(g) umd: kernels, compiler, copies", "saxpy, umd kernel", "saxpy, numpy a * x + y",
+                 "matmul, umd kernel (16x16 tiles)", "matmul, numpy @", "compile saxpy + matmul, cold",
+                 "compile saxpy + matmul, cached", "memcpy H2D, umd", "memcpy D2H, umd",
+                 "memcpy, numpy copyto"):
         assert line in r.stdout, r.stdout
     with open("/proc/self/mountinfo") as f:  # every bench mount is gone again
         assert "vgpu-bench-" not in f.read()

@@ -1,0 +1,239 @@
+"""(g) umd: compiled kernels, the kernel compiler and copies, each against numpy.
+
+All through the mount, in a client process that uses umd as a program would, with
+VGPU_CACHE_DIR an empty temporary directory:
+
+- *saxpy*: ``y = a*x + y`` over 16M floats (1M in quick mode), a @umd.kernel launched
+  on device arrays, timed from the launch to the end of ``synchronize()``; against
+  numpy ``a * x + y`` on the host arrays in the same process. The GPU result is checked
+  equal to numpy's (every float op is correctly rounded, docs/isa.md 3).
+- *matmul*: 512x512 @ 512x512 float32 (128 in quick mode), the 16x16 shared-memory
+  tiled kernel of samples/umd_matmul.py, launch + synchronize; against numpy ``@``
+  (BLAS). Checked with allclose.
+- *compile*: saxpy and matmul compiled (``umd.compiler.compile_kernel``): *cold* is the
+  first compile in the fresh client process with the cache empty (with whatever a
+  process pays once); the median of further cold compiles after emptying the cache
+  dir is in the note; *cached* is a compile that finds the kernel on
+  disk (the second compile, as a second process running the program would).
+- *memcpy*: 64 MiB (8 MiB in quick mode) host -> device (``memcpy_htod`` +
+  ``synchronize``) and device -> host (``memcpy_dtoh``), against numpy ``copyto`` of
+  the same bytes between host arrays.
+
+Runs alternate (ours, numpy, ours, ...) after a warm-up; each figure is the median.
+
+    python3 -m bench.umd        # mounts a vgpu itself
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import util
+
+import umd
+from umd import Ptr, f32, i32
+
+TILE = 16
+
+
+@umd.kernel
+def saxpy(n: i32, a: f32, x: Ptr[f32], y: Ptr[f32]):
+    i = umd.block_idx.x * umd.block_dim.x + umd.thread_idx.x
+    if i < n:
+        y[i] = a * x[i] + y[i]
+
+
+@umd.kernel
+def matmul(m: i32, n: i32, k: i32, a: Ptr[f32], b: Ptr[f32], c: Ptr[f32]):
+    a_tile = umd.shared_array(f32, (TILE, TILE))
+    b_tile = umd.shared_array(f32, (TILE, TILE))
+    tx = umd.thread_idx.x
+    ty = umd.thread_idx.y
+    row = umd.block_idx.y * TILE + ty
+    col = umd.block_idx.x * TILE + tx
+    acc = 0.0
+    for k0 in range(0, k, TILE):
+        if row < m and k0 + tx < k:
+            a_tile[ty, tx] = a[row * k + k0 + tx]
+        else:
+            a_tile[ty, tx] = 0.0
+        if k0 + ty < k and col < n:
+            b_tile[ty, tx] = b[(k0 + ty) * n + col]
+        else:
+            b_tile[ty, tx] = 0.0
+        umd.syncthreads()
+        for kk in range(TILE):
+            acc += a_tile[ty, kk] * b_tile[kk, tx]
+        umd.syncthreads()
+    if row < m and col < n:
+        c[row * n + col] = acc
+
+
+def _sizes(quick: bool) -> dict[str, int]:
+    return {"saxpy": 1 << (20 if quick else 24), "matmul": 128 if quick else 512,
+            "copy": (8 if quick else 64) * util.MiB}
+
+
+def _alternate(reps: int, cases: dict) -> dict[str, float]:
+    """Median seconds of each callable, run in turn ``reps`` times after one warm-up."""
+    times = {k: [] for k in cases}
+    for fn in cases.values():
+        fn()
+    for _ in range(reps):
+        for k, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: util.median(v) for k, v in times.items()}
+
+
+def _compile_times(reps: int) -> dict[str, float]:
+    from umd.compiler import cache, compile_kernel
+
+    def compile_all():
+        for k in (saxpy, matmul):
+            compile_kernel(k.fn, k.options)
+
+    def timed(fn) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    def clear_cache():
+        for f in cache.cache_dir().glob("*"):
+            f.unlink()
+
+    first = timed(compile_all)                 # fresh process, empty cache
+    cold, cached = [], []
+    for _ in range(reps):
+        cached.append(timed(compile_all))      # the kernels are on disk
+        clear_cache()
+        cold.append(timed(compile_all))
+    return {"cold_first": first, "cold": util.median(cold), "cached": util.median(cached)}
+
+
+def _saxpy(n: int, reps: int) -> dict[str, float]:
+    import numpy as np
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n, dtype=np.float32)
+    y = rng.standard_normal(n, dtype=np.float32)
+    a = np.float32(0.5)
+    dx, dy = umd.to_device(x), umd.to_device(y)
+    grid = (n + 255) // 256
+
+    def launch():
+        saxpy[grid, 256](n, a, dx, dy)
+        umd.synchronize()
+
+    # One launch checked against numpy, then the timed rounds (which keep updating dy).
+    launch()
+    if not np.array_equal(dy.copy_to_host(), a * x + y):
+        raise RuntimeError("umd saxpy differs from numpy's a * x + y")
+    return _alternate(reps, {"umd": launch, "numpy": lambda: a * x + y})
+
+
+def _matmul(size: int, reps: int) -> dict[str, float]:
+    import numpy as np
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    da, db, dc = umd.to_device(a), umd.to_device(b), umd.empty((size, size), np.float32)
+    grid = (size + TILE - 1) // TILE
+
+    def launch():
+        matmul[(grid, grid), (TILE, TILE)](size, size, size, da, db, dc)
+        umd.synchronize()
+
+    t = _alternate(reps, {"umd": launch, "numpy": lambda: a @ b})
+    if not np.allclose(dc.copy_to_host(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4):
+        raise RuntimeError("umd matmul differs from numpy's a @ b")
+    return t
+
+
+def _memcpy(nbytes: int, reps: int) -> dict[str, float]:
+    import numpy as np
+    src = np.full(nbytes, 7, np.uint8)
+    dst = np.zeros(nbytes, np.uint8)
+    d = umd.empty(nbytes, np.uint8)
+
+    def h2d():
+        umd.memcpy_htod(d.ptr, src)
+        umd.synchronize()
+
+    t = _alternate(reps, {"h2d": h2d, "d2h": lambda: umd.memcpy_dtoh(dst, d.ptr),
+                          "numpy": lambda: np.copyto(dst, src)})
+    if not np.array_equal(dst, src):
+        raise RuntimeError("memcpy D2H of the H2D copy differs from the source")
+    return t
+
+
+def client(mount: str) -> None:
+    quick = util.quick()
+    sizes = _sizes(quick)
+    umd.set_device(mount)
+    r = {"sizes": sizes, "compile": _compile_times(2 if quick else 5)}
+    r["saxpy"] = _saxpy(sizes["saxpy"], 2 if quick else 7)
+    r["matmul"] = _matmul(sizes["matmul"], 3)
+    r["memcpy"] = _memcpy(sizes["copy"], 2 if quick else 5)
+    umd.get_device().close()
+    print(json.dumps(r), flush=True)
+
+
+def run(vgpu_mount: str | None = None) -> dict:
+    with contextlib.ExitStack() as stack:
+        if vgpu_mount is None:
+            vgpu_mount = stack.enter_context(util.vgpu_mount())
+        cache_dir = tempfile.mkdtemp(prefix="vgpu-bench-cache-")
+        stack.callback(shutil.rmtree, cache_dir, True)
+        proc = subprocess.Popen([sys.executable, "-m", "bench.umd", "--client", vgpu_mount],
+                                env={**util.env(), "VGPU_CACHE_DIR": cache_dir},
+                                cwd=str(util.ROOT), stdout=subprocess.PIPE, text=True)
+        try:
+            out, _ = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if proc.returncode != 0:
+            raise RuntimeError(f"umd bench client exited {proc.returncode}")
+    return json.loads(out)
+
+
+def report(r: dict) -> list[tuple[str, str, str]]:
+    s, c = r["sizes"], r["compile"]
+    n, size, nbytes = s["saxpy"], s["matmul"], s["copy"]
+    sx, mm, cp = r["saxpy"], r["matmul"], r["memcpy"]
+    flops = 2 * size ** 3
+
+    def mibs(t: float) -> str:
+        return f"{nbytes / t / util.MiB:.0f} MiB/s"
+
+    return [
+        ("saxpy, umd kernel", f"{sx['umd'] * 1e3:.1f} ms",
+         f"{n >> 20}M floats, launch + synchronize; umd / numpy {sx['umd'] / sx['numpy']:.0f}x"),
+        ("saxpy, numpy a * x + y", f"{sx['numpy'] * 1e3:.1f} ms", ""),
+        ("matmul, umd kernel (16x16 tiles)", f"{mm['umd'] * 1e3:.0f} ms",
+         f"{size}x{size}, {flops / mm['umd'] / 1e9:.2f} GFLOP/s; umd / numpy {mm['umd'] / mm['numpy']:.0f}x"),
+        ("matmul, numpy @", f"{mm['numpy'] * 1e3:.2f} ms", f"{flops / mm['numpy'] / 1e9:.1f} GFLOP/s"),
+        ("compile saxpy + matmul, cold", f"{c['cold_first'] * 1e3:.1f} ms",
+         f"fresh process, empty cache; {c['cold'] * 1e3:.1f} ms after clearing the cache"),
+        ("compile saxpy + matmul, cached", f"{c['cached'] * 1e3:.2f} ms",
+         f"from disk; cold / cached {c['cold'] / c['cached']:.0f}x"),
+        ("memcpy H2D, umd", mibs(cp["h2d"]),
+         f"{nbytes >> 20} MiB, + synchronize; numpy copy / umd {cp['h2d'] / cp['numpy']:.0f}x"),
+        ("memcpy D2H, umd", mibs(cp["d2h"]), f"numpy copy / umd {cp['d2h'] / cp['numpy']:.0f}x"),
+        ("memcpy, numpy copyto", mibs(cp["numpy"]), "host to host"),
+    ]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--client"]:
+        client(sys.argv[2])
+    else:
+        for row in report(run()):
+            print("  ".join(row))
