@@ -22,14 +22,16 @@ SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "kernels"
 UD = [0, 0, MEM_VA & 0xFFFFFFFF, MEM_VA >> 32]
 
 
-def rigs():
-    return (Rig(cu_ref.ComputeEngine, ref.PageTable), Rig(_core.ComputeEngine, _core.PageTable))
+def rigs(threads: int = 2):
+    def core(name, ih):
+        return _core.ComputeEngine(name, ih, threads=threads)
+    return (Rig(cu_ref.ComputeEngine, ref.PageTable), Rig(core, _core.PageTable))
 
 
-def same(run):
+def same(run, threads: int = 2):
     """run(rig) on both executors; asserts equal results, memory and IH entries."""
     out = []
-    for rig in rigs():
+    for rig in rigs(threads):
         r = run(rig)
         out.append((r, rig.mem.tobytes(), [(e.src_id, e.data) for e in rig.ih.drain()]))
     (r_ref, mem_ref, ih_ref), (r_core, mem_core, ih_core) = out
@@ -83,9 +85,15 @@ SAMPLE_RUNS = {
 }
 
 
+# Float atomic adds from several workgroups round differently in another order, so a
+# kernel that sums floats across workgroups is only deterministic on one worker thread
+# (docs/isa.md 1.2: only commutative integer atomics are order-free).
+ORDER_SENSITIVE = {"reduce_sum"}
+
+
 @pytest.mark.parametrize("name", sorted(SAMPLE_RUNS))
 def test_sample_kernel(name):
-    r = same(SAMPLE_RUNS[name])
+    r = same(SAMPLE_RUNS[name], threads=1 if name in ORDER_SENSITIVE else 2)
     assert r.status == "ok" and r.lane_instructions > 0
 
 
