@@ -580,6 +580,27 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
     cdef uint8_t* q
     cdef uint32_t* D
     tlb_check(T)
+    if (op == OP_GLOBAL_LOAD_DWORD or op == OP_GLOBAL_STORE_DWORD) and m == <uint32_t>0xFFFFFFFFU:
+        # Fast path: all 32 lanes touch 32 consecutive dwords in one page (the common
+        # a[i] pattern): one translation and one 128-byte copy. Same result and same
+        # first fault as the lane loop below, which handles every other case.
+        addr = gaddr(s, v, d, 0)
+        if addr & 3 == 0 and (addr & PAGE_MASK) <= PAGE_SIZE - 4 * CU_WAVE:
+            l = 1
+            while l < CU_WAVE and gaddr(s, v, d, l) == addr + 4 * <uint64_t>l:
+                l += 1
+            if l == CU_WAVE:
+                if op == OP_GLOBAL_LOAD_DWORD:
+                    p = translate(T, addr, ACCESS_READ, f)
+                    if p == NULL:
+                        return 1
+                    memcpy(v + (d.dst - OPR_VGPR) * CU_WAVE, p, 4 * CU_WAVE)
+                else:
+                    p = translate(T, addr, ACCESS_WRITE, f)
+                    if p == NULL:
+                        return 1
+                    memcpy(p, v + (d.src2 - OPR_VGPR) * CU_WAVE, 4 * CU_WAVE)
+                return 0
     if op <= OP_GLOBAL_LOAD_SSHORT:
         size = 4 if op == OP_GLOBAL_LOAD_DWORD else (1 if op <= OP_GLOBAL_LOAD_SBYTE else 2)
         for l in range(CU_WAVE):
