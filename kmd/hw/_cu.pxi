@@ -586,9 +586,19 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
         # first fault as the lane loop below, which handles every other case.
         addr = gaddr(s, v, d, 0)
         if addr & 3 == 0 and (addr & PAGE_MASK) <= PAGE_SIZE - 4 * CU_WAVE:
-            l = 1
-            while l < CU_WAVE and gaddr(s, v, d, l) == addr + 4 * <uint64_t>l:
-                l += 1
+            if d.src1 != OPR_OFF:
+                # SGPR base + 32-bit VGPR offset: compare the offsets (branch-free, so
+                # the C compiler vectorizes it); no wrap past 2^32 inside the wave.
+                D = v + (d.src0 - OPR_VGPR) * CU_WAVE
+                x = D[0]
+                a = 1 if x <= <uint32_t>0xFFFFFFFFU - 4 * CU_WAVE else 0
+                for l in range(1, CU_WAVE):
+                    a &= D[l] == x + 4 * <uint32_t>l
+                l = CU_WAVE if a else 0
+            else:
+                l = 1
+                while l < CU_WAVE and gaddr(s, v, d, l) == addr + 4 * <uint64_t>l:
+                    l += 1
             if l == CU_WAVE:
                 if op == OP_GLOBAL_LOAD_DWORD:
                     p = translate(T, addr, ACCESS_READ, f)
