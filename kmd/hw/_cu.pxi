@@ -923,9 +923,38 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             B = vsrc(T, s, v, w, d.src1, d.imm, tb)
             c, t = (op - OP_V_CMP_EQ_I32) % 6, (op - OP_V_CMP_EQ_I32) // 6
             mask = 0
-            for l in range(CU_WAVE):
-                if (m >> l) & 1 and cu_compare(c, t, A[l], B[l]):
-                    mask |= (<uint32_t>1) << l
+            if t == 2:
+                for l in range(CU_WAVE):
+                    if (m >> l) & 1 and cu_compare(c, t, A[l], B[l]):
+                        mask |= (<uint32_t>1) << l
+            else:
+                # Integer compares, one branch-free loop per condition (same results as
+                # cu_compare): signed order is unsigned order with the sign bit flipped.
+                x = <uint32_t>0x80000000U if t == 0 else 0
+                for l in range(CU_WAVE):
+                    R[l] = A[l] ^ x
+                    tc[l] = B[l] ^ x
+                if c == 0:
+                    for l in range(CU_WAVE):
+                        R[l] = R[l] == tc[l]
+                elif c == 1:
+                    for l in range(CU_WAVE):
+                        R[l] = R[l] != tc[l]
+                elif c == 2:
+                    for l in range(CU_WAVE):
+                        R[l] = R[l] < tc[l]
+                elif c == 3:
+                    for l in range(CU_WAVE):
+                        R[l] = R[l] <= tc[l]
+                elif c == 4:
+                    for l in range(CU_WAVE):
+                        R[l] = R[l] > tc[l]
+                else:
+                    for l in range(CU_WAVE):
+                        R[l] = R[l] >= tc[l]
+                for l in range(CU_WAVE):
+                    mask |= R[l] << l
+                mask &= m
             swrite(s, w, d.dst, mask)
         elif op == OP_V_ADD_CO_U32 or op == OP_V_ADDC_CO_U32 or op == OP_V_SUB_CO_U32:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
