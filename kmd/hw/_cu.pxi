@@ -515,25 +515,37 @@ cdef inline void merge(uint32_t* D, const uint32_t* R, uint32_t m) noexcept nogi
         D[l] = R[l] if (m >> l) & 1 else D[l]
 
 
+cdef uint8_t* translate_miss(CuThread* T, uint64_t addr, int access, TlbEntry* e,
+                            CuFault* f) noexcept nogil:
+    """TLB miss: walk the page table under its shared lock and refill the entry."""
+    cdef uint64_t page = addr >> PAGE_SHIFT
+    cdef CuShared* sh = T.sh
+    sh.lock.lock_shared()
+    it = sh.ptes.find(page)
+    if it == sh.ptes.end():
+        sh.lock.unlock_shared()
+        f.code, f.va, f.access = CU_UNMAPPED, addr, access
+        return NULL
+    e.page = page
+    e.host = deref(it).second.host
+    e.flags = deref(it).second.flags
+    sh.lock.unlock_shared()
+    if not (e.flags & access_flag(access)):
+        f.code, f.va, f.access = CU_PERMISSION, addr, access
+        return NULL
+    return e.host + (addr & PAGE_MASK)
+
+
 cdef inline uint8_t* translate(CuThread* T, uint64_t addr, int access,
                                CuFault* f) noexcept nogil:
-    """Host address of addr (its access needs the access kind's PTE bit), or NULL + f."""
+    """Host address of addr (its access needs the access kind's PTE bit), or NULL + f.
+    The TLB hit stays inline; a miss goes to translate_miss."""
     cdef uint64_t page = addr >> PAGE_SHIFT
     # Fibonacci hashing: buffers mapped at large power-of-two VA steps must not share
     # one slot (a + b -> c would refill it on every lane).
     cdef TlbEntry* e = &T.tlb[(page * <uint64_t>0x9E3779B97F4A7C15ULL) >> (64 - TLB_BITS)]
-    cdef CuShared* sh = T.sh
     if e.page != page:
-        sh.lock.lock_shared()
-        it = sh.ptes.find(page)
-        if it == sh.ptes.end():
-            sh.lock.unlock_shared()
-            f.code, f.va, f.access = CU_UNMAPPED, addr, access
-            return NULL
-        e.page = page
-        e.host = deref(it).second.host
-        e.flags = deref(it).second.flags
-        sh.lock.unlock_shared()
+        return translate_miss(T, addr, access, e, f)
     if not (e.flags & access_flag(access)):
         f.code, f.va, f.access = CU_PERMISSION, addr, access
         return NULL
