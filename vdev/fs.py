@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import inspect
 import itertools
 import logging
 import os
@@ -51,6 +52,12 @@ from .nodes import (BoFile, BoHandle, ControlFile, ControlHandle, Dir, Generated
                     SyncFile, SyncHandle)
 
 log = logging.getLogger(__name__)
+
+# A cancelled read (the client was interrupted) must not wait for the GPU: trio 0.23
+# renamed run_sync's `cancellable` to `abandon_on_cancel` and later dropped the old name.
+_ABANDON_ON_CANCEL = ({"abandon_on_cancel": True}
+                      if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters
+                      else {"cancellable": True})
 
 # Generated files change under the reader: cache their attributes briefly.
 GENERATED_TIMEOUT = 1.0
@@ -396,7 +403,7 @@ class VgpuFs(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EINVAL)
         if isinstance(reply, PendingReply):
             try:
-                done = await trio.to_thread.run_sync(reply.wait, cancellable=True)
+                done = await trio.to_thread.run_sync(reply.wait, **_ABANDON_ON_CANCEL)
             except KmdError:
                 if h.reply is reply:
                     h.reply = None
