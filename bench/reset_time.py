@@ -62,16 +62,7 @@ def run(vgpu_mount: str | None = None) -> dict:
     rounds = 2 if util.quick() else 7
     with util.daemon_mount([sys.executable, "-m", "vdev.daemon", "--vram", "64M", "--gtt", "64M",
                             "--timeout", str(TIMEOUT)], "vgpu-reset") as mount:
-        proc = util.start_client("bench.reset_time", "--client", mount, rounds)
-        try:
-            out, _ = proc.communicate(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if proc.returncode != 0:
-            raise RuntimeError(f"reset client exited {proc.returncode}")
-    samples = json.loads(out)
+        samples = util.client_json("bench.reset_time", mount, rounds)
     return {"rounds": rounds, "etime": util.median([a for a, _ in samples]),
             "next": util.median([b for _, b in samples])}
 

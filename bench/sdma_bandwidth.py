@@ -109,16 +109,7 @@ def run(vgpu_mount: str | None = None) -> dict:
     with contextlib.ExitStack() as stack:
         if vgpu_mount is None:
             vgpu_mount = stack.enter_context(util.vgpu_mount())
-        proc = util.start_client("bench.sdma_bandwidth", "--client", vgpu_mount, reps)
-        try:
-            out, _ = proc.communicate(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if proc.returncode != 0:
-            raise RuntimeError(f"bandwidth client exited {proc.returncode}")
-    r = json.loads(out)
+        r = util.client_json("bench.sdma_bandwidth", vgpu_mount, reps)
     r["reps"] = reps
     return r
 

@@ -100,16 +100,7 @@ def run(vgpu_mount: str | None = None) -> dict:
     with contextlib.ExitStack() as stack:
         if vgpu_mount is None:
             vgpu_mount = stack.enter_context(util.vgpu_mount())
-        proc = util.start_client("bench.sync_latency", "--client", vgpu_mount, rounds)
-        try:
-            out, _ = proc.communicate(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if proc.returncode != 0:
-            raise RuntimeError(f"sync latency client exited {proc.returncode}")
-    samples = json.loads(out)
+        samples = util.client_json("bench.sync_latency", vgpu_mount, rounds)
     r = {"rounds": rounds}
     for m in METHODS:
         slept = [lat for lat, _, before in samples[m] if before]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -160,18 +159,7 @@ def run(vgpu_mount: str | None = None) -> dict:
             vgpu_mount = stack.enter_context(util.vgpu_mount())
         cache_dir = tempfile.mkdtemp(prefix="vgpu-bench-cache-")
         stack.callback(shutil.rmtree, cache_dir, True)
-        proc = subprocess.Popen([sys.executable, "-m", "bench.umd", "--client", vgpu_mount],
-                                env={**util.env(), "VGPU_CACHE_DIR": cache_dir},
-                                cwd=str(util.ROOT), stdout=subprocess.PIPE, text=True)
-        try:
-            out, _ = proc.communicate(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if proc.returncode != 0:
-            raise RuntimeError(f"umd bench client exited {proc.returncode}")
-    return json.loads(out)
+        return util.client_json("bench.umd", vgpu_mount, extra_env={"VGPU_CACHE_DIR": cache_dir})
 
 
 def report(r: dict) -> list[tuple[str, str, str]]:

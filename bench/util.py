@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+import json
 import subprocess
 import sys
 import tempfile
@@ -122,10 +123,26 @@ def c_echo_mount() -> Iterator[str]:
         yield path
 
 
-def start_client(module: str, *args) -> subprocess.Popen:
+def start_client(module: str, *args, extra_env: dict | None = None) -> subprocess.Popen:
     """``python3 -m MODULE ARGS`` with line-based text pipes (a bench client process)."""
-    return subprocess.Popen([sys.executable, "-m", module, *map(str, args)], env=env(),
-                            cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", module, *map(str, args)],
+                            env={**env(), **(extra_env or {})}, cwd=str(ROOT),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def client_json(module: str, *args, timeout: float = 600, extra_env: dict | None = None):
+    """Run ``python3 -m MODULE --client ARGS`` to the end and return the JSON it prints.
+    The process is always reaped; a nonzero exit raises RuntimeError."""
+    proc = start_client(module, "--client", *args, extra_env=extra_env)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{module} client exited {proc.returncode}")
+    return json.loads(out)
 
 
 def ask(proc: subprocess.Popen, line: str) -> str:
