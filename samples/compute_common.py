@@ -3,44 +3,19 @@ assembled from samples/kernels/*.s, and a submit on the compute ring.
 
 Everything one run allocates is freed in reverse order on exit (an ExitStack).
 """
-import contextlib
 import os
-from dataclasses import dataclass
 
 import libvgpu
 from libvgpu.code_object import code_object_load
+from session import Session
 from vgpu import asm, uapi
 
 KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
 COMPUTE = uapi.AMDGPU_HW_IP_COMPUTE
 
 
-@dataclass
-class MappedBo:
-    bo: libvgpu.Bo
-    cpu: memoryview
-    va: int
-
-
-class ComputeSession:
-    def __init__(self, device: str):
-        self.stack = contextlib.ExitStack()
-        self.dev = self.stack.enter_context(libvgpu.device_initialize(device))
-        self.ctx = self.stack.enter_context(libvgpu.cs_ctx_create(self.dev))
-        v = self.dev.version
-        print(f"opened {self.dev.node}: {v.name} {v.major}.{v.minor}.{v.patchlevel}, context {self.ctx.id}")
-
-    def alloc(self, size: int, what: str, domain=uapi.AMDGPU_GEM_DOMAIN_GTT, flags: int = 0) -> MappedBo:
-        """amdgpu_bo_alloc_and_map: a BO, its CPU map, a VA range and the GPU mapping."""
-        size = -(-size // 4096) * 4096
-        bo = self.stack.enter_context(libvgpu.bo_alloc(self.dev, size, 4096, domain))
-        cpu = bo.cpu_map()
-        self.stack.callback(bo.cpu_unmap)
-        va = self.stack.enter_context(libvgpu.va_range_alloc(self.dev, size, 4096))
-        libvgpu.bo_va_op(bo, 0, size, va.address, flags)
-        self.stack.callback(libvgpu.bo_va_op, bo, 0, size, va.address, 0, uapi.AMDGPU_VA_OP_UNMAP)
-        print(f"  {what}: {size} bytes, handle {bo.handle}, GPU VA {va.address:#x}")
-        return MappedBo(bo, cpu, va.address)
+class ComputeSession(Session):
+    """Kernels and the compute ring on top of a Session."""
 
     def load_kernel(self, name: str):
         """Assemble samples/kernels/<name>.s and upload it (code_object_load)."""
@@ -66,12 +41,3 @@ class ComputeSession:
     def wait(self, req: libvgpu.CsRequest) -> None:
         """Wait for the job's fence (raises OSError with the fence's error)."""
         libvgpu.cs_query_fence_status(libvgpu.fence_of(self.ctx, req), libvgpu.AMDGPU_TIMEOUT_INFINITE)
-
-    def close(self) -> None:
-        self.stack.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -5,11 +5,10 @@ Mirrors tests/amdgpu/basic_tests.c in libdrm: ctx create -> BO alloc + CPU map
 on the DMA ring -> query fence status with an infinite timeout -> CPU check.
 """
 import argparse
-import contextlib
 import sys
-from dataclasses import dataclass
 
 import libvgpu
+from session import MappedBo, Session
 from vgpu import uapi
 
 DOMAINS = {"GTT": uapi.AMDGPU_GEM_DOMAIN_GTT, "VRAM": uapi.AMDGPU_GEM_DOMAIN_VRAM}
@@ -23,38 +22,13 @@ def parse_args(description: str) -> argparse.Namespace:
     return p.parse_args()
 
 
-@dataclass
-class MappedBo:
-    bo: libvgpu.Bo
-    cpu: memoryview
-    va: int
-
-
-class SdmaTest:
-    """Owns everything one run allocates and frees it in reverse order on exit."""
-
-    def __init__(self, device: str):
-        self.stack = contextlib.ExitStack()
-        self.dev = self.stack.enter_context(libvgpu.device_initialize(device))
-        self.ctx = self.stack.enter_context(libvgpu.cs_ctx_create(self.dev))
-        v = self.dev.version
-        print(f"opened {self.dev.node}: {v.name} {v.major}.{v.minor}.{v.patchlevel}, context {self.ctx.id}")
-
-    def alloc(self, size: int, domain: str, what: str) -> MappedBo:
-        """amdgpu_bo_alloc_and_map: alloc, CPU map, VA range, GEM_VA map."""
-        bo = self.stack.enter_context(libvgpu.bo_alloc(self.dev, size, 4096, DOMAINS[domain]))
-        cpu = bo.cpu_map()
-        self.stack.callback(bo.cpu_unmap)
-        va = self.stack.enter_context(libvgpu.va_range_alloc(self.dev, size, 4096))
-        libvgpu.bo_va_op(bo, 0, size, va.address)
-        self.stack.callback(libvgpu.bo_va_op, bo, 0, size, va.address, 0, uapi.AMDGPU_VA_OP_UNMAP)
-        print(f"  {what}: {size} bytes in {domain}, handle {bo.handle}, GPU VA {va.address:#x}")
-        return MappedBo(bo, cpu, va.address)
+class SdmaTest(Session):
+    """The SDMA flow on top of a Session."""
 
     def submit(self, ib_packets: libvgpu.SdmaIb, bos: list[MappedBo], ring: int) -> None:
         """Write the IB into its own GTT BO, submit it on the DMA ring, wait."""
         data = ib_packets.tobytes()
-        ib = self.alloc(-(-len(data) // 4096) * 4096, "GTT", "IB")
+        ib = self.alloc(len(data), "IB")
         ib.cpu[: len(data)] = data
         with libvgpu.bo_list_create(self.dev, [b.bo for b in bos] + [ib.bo]) as bo_list:
             req = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA, [libvgpu.IbInfo(ib.va, len(ib_packets))],
@@ -66,16 +40,6 @@ class SdmaTest:
             print(f"  fence seq {seq}: {'signaled' if signaled else 'BUSY'}")
             if not signaled:
                 raise SystemExit("fence did not signal")
-
-    def close(self) -> None:
-        self.stack.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
 
 def check(name: str, got: bytes, want: bytes) -> bool:
     """Compare every byte the CPU sees with what the GPU was asked to produce."""

@@ -4,7 +4,7 @@
 """
 import struct
 
-from sdma_common import SdmaTest, check, finish, parse_args
+from sdma_common import DOMAINS, SdmaTest, check, finish, parse_args
 
 import libvgpu
 
@@ -18,7 +18,7 @@ def main() -> None:
     with SdmaTest(args.device) as t:
         for domain in ("GTT", "VRAM"):
             print(f"CONSTANT_FILL of {args.size} bytes into {domain}:")
-            dst = t.alloc(args.size, domain, "destination")
+            dst = t.alloc(args.size, "destination", DOMAINS[domain])
             dst.cpu[:] = bytes(args.size)
             ib = libvgpu.SdmaIb()
             for off in range(0, args.size, MAX_FILL):

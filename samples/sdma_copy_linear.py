@@ -5,7 +5,7 @@ every pair of GTT and VRAM source and destination.
 """
 import os
 
-from sdma_common import SdmaTest, check, finish, parse_args
+from sdma_common import DOMAINS, SdmaTest, check, finish, parse_args
 
 import libvgpu
 
@@ -19,8 +19,8 @@ def main() -> None:
         for src_domain in ("GTT", "VRAM"):
             for dst_domain in ("GTT", "VRAM"):
                 print(f"COPY_LINEAR of {args.size} bytes {src_domain} -> {dst_domain}:")
-                src = t.alloc(args.size, src_domain, "source")
-                dst = t.alloc(args.size, dst_domain, "destination")
+                src = t.alloc(args.size, "source", DOMAINS[src_domain])
+                dst = t.alloc(args.size, "destination", DOMAINS[dst_domain])
                 data = os.urandom(args.size)
                 src.cpu[:] = data                  # CPU writes; cs_submit flushes them
                 dst.cpu[:] = bytes(args.size)

@@ -4,7 +4,7 @@
 """
 import struct
 
-from sdma_common import SdmaTest, check, finish, parse_args
+from sdma_common import DOMAINS, SdmaTest, check, finish, parse_args
 
 import libvgpu
 
@@ -17,7 +17,7 @@ def main() -> None:
     with SdmaTest(args.device) as t:
         for domain in ("GTT", "VRAM"):
             print(f"WRITE_LINEAR of {args.size} bytes into {domain}:")
-            dst = t.alloc(args.size, domain, "destination")
+            dst = t.alloc(args.size, "destination", DOMAINS[domain])
             dst.cpu[:] = bytes(args.size)           # start from zeros, as libdrm does
             dwords = args.size // 4
             ib = libvgpu.SdmaIb()
