@@ -6,16 +6,12 @@ import pytest
 from tests.helpers import daemon_log, make_mount_dir, mount, unmount
 
 
-@pytest.fixture
-def vgpu_mount():
-    """A freshly mounted vgpu (64 MiB VRAM) in a directory every uid can reach.
-
-    Always unmounted and its daemon stopped afterwards, even when the test fails;
-    the daemon's log is printed at teardown (pytest shows it for failing tests).
-    """
+def _mounted(*args):
+    """Mount a fresh vgpu with `args` in a directory every uid can reach; always unmount
+    and stop its daemon afterwards, even when the test fails, and print its log."""
     path = make_mount_dir()
     try:
-        mount(path, "--vram", "64M")
+        mount(path, *args)
         yield path
     finally:
         unmount(path)
@@ -26,3 +22,15 @@ def vgpu_mount():
             os.rmdir(path)
         except OSError:
             pass
+
+
+@pytest.fixture
+def vgpu_mount():
+    """A freshly mounted vgpu (64 MiB VRAM)."""
+    yield from _mounted("--vram", "64M")
+
+
+@pytest.fixture
+def short_timeout_mount():
+    """A vgpu whose ring timeout is 0.5 s, for hangs and resets."""
+    yield from _mounted("--vram", "64M", "--timeout", "0.5")

@@ -6,21 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.helpers import ROOT, make_mount_dir, mount, read_text, run_client, unmount
+from tests.helpers import ROOT, read_text, run_client
 
 SECTIONS = ["header", "process", "context", "ring", "fault", "ib", "waves", "kernel", "vm", "bo list"]
 
 
-@pytest.fixture
-def short_timeout_mount():
-    path = make_mount_dir()
-    try:
-        mount(path, "--vram", "64M", "--timeout", "0.5")
-        yield path
-    finally:
-        unmount(path)
 
 
 def sample(name: str, path: str, *args) -> str:

@@ -3,9 +3,7 @@ its client code in a separate process, as a program using umd would."""
 import re
 import textwrap
 
-import pytest
-
-from tests.helpers import make_mount_dir, mount, read_text, run_client, unmount
+from tests.helpers import read_text, run_client
 
 PRELUDE = textwrap.dedent("""
     import os, sys
@@ -332,14 +330,6 @@ def test_hidden_grid_and_block_arguments():
     assert struct.unpack("<fIIi", data) == (2.5, 7, 2, -3)
 
 
-@pytest.fixture
-def short_timeout_mount():
-    path = make_mount_dir()
-    try:
-        mount(path, "--vram", "64M", "--timeout", "0.5")
-        yield path
-    finally:
-        unmount(path)
 
 
 def test_gpu_hang_from_an_endless_kernel(short_timeout_mount):
