@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 
 from . import util
 
@@ -43,19 +42,6 @@ def fill_ib(dst: int) -> bytes:
     return ib.tobytes()
 
 
-def _alternate(reps: int, cases: dict) -> dict[str, float]:
-    """Median seconds of each callable, run in turn ``reps`` times after one warm-up."""
-    times = {k: [] for k in cases}
-    for fn in cases.values():
-        fn()
-    for _ in range(reps):
-        for k, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return {k: util.median(v) for k, v in times.items()}
-
-
 def _numpy_cases():
     import numpy as np
     src, dst = np.ones(SIZE, np.uint8), np.zeros(SIZE, np.uint8)
@@ -78,7 +64,7 @@ def client_mount(mount: str, reps: int) -> dict[str, float]:
         stack.callback(copy.close)
         fill = util.Submitter(dev, fill_ib(dst), bos)
         stack.callback(fill.close)
-        return _alternate(reps, {"copy": lambda: copy.wait(copy.submit()),
+        return util.alternate(reps, {"copy": lambda: copy.wait(copy.submit()),
                                  "fill": lambda: fill.wait(fill.submit()), **_numpy_cases()})
 
 
@@ -94,7 +80,7 @@ def client_engine(reps: int) -> dict[str, float]:
     for i, ib in enumerate(ibs):
         arena[ib_off + i * 4096: ib_off + i * 4096 + len(ib)] = np.frombuffer(ib, np.uint8)
     engine = SdmaEngine("sdma0", InterruptRing())
-    return _alternate(reps, {
+    return util.alternate(reps, {
         "copy": lambda: engine.run(pt, va + ib_off, len(ibs[0]) // 4),
         "fill": lambda: engine.run(pt, va + ib_off + 4096, len(ibs[1]) // 4),
         **_numpy_cases()})

@@ -48,19 +48,6 @@ def _sizes(quick: bool) -> dict[str, int]:
             "copy": (8 if quick else 64) * util.MiB}
 
 
-def _alternate(reps: int, cases: dict) -> dict[str, float]:
-    """Median seconds of each callable, run in turn ``reps`` times after one warm-up."""
-    times = {k: [] for k in cases}
-    for fn in cases.values():
-        fn()
-    for _ in range(reps):
-        for k, fn in cases.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    return {k: util.median(v) for k, v in times.items()}
-
-
 def _compile_times(reps: int) -> dict[str, float]:
     from umd.compiler import cache, compile_kernel
 
@@ -103,7 +90,7 @@ def _saxpy(n: int, reps: int) -> dict[str, float]:
     launch()
     if not np.array_equal(dy.copy_to_host(), a * x + y):
         raise RuntimeError("umd saxpy differs from numpy's a * x + y")
-    return _alternate(reps, {"umd": launch, "numpy": lambda: a * x + y})
+    return util.alternate(reps, {"umd": launch, "numpy": lambda: a * x + y})
 
 
 def _matmul(size: int, reps: int) -> dict[str, float]:
@@ -118,7 +105,7 @@ def _matmul(size: int, reps: int) -> dict[str, float]:
         matmul[(grid, grid), (TILE, TILE)](size, size, size, da, db, dc)
         umd.synchronize()
 
-    t = _alternate(reps, {"umd": launch, "numpy": lambda: a @ b})
+    t = util.alternate(reps, {"umd": launch, "numpy": lambda: a @ b})
     if not np.allclose(dc.copy_to_host(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4):
         raise RuntimeError("umd matmul differs from numpy's a @ b")
     return t
@@ -134,7 +121,7 @@ def _memcpy(nbytes: int, reps: int) -> dict[str, float]:
         umd.memcpy_htod(d.ptr, src)
         umd.synchronize()
 
-    t = _alternate(reps, {"h2d": h2d, "d2h": lambda: umd.memcpy_dtoh(dst, d.ptr),
+    t = util.alternate(reps, {"h2d": h2d, "d2h": lambda: umd.memcpy_dtoh(dst, d.ptr),
                           "numpy": lambda: np.copyto(dst, src)})
     if not np.array_equal(dst, src):
         raise RuntimeError("memcpy D2H of the H2D copy differs from the source")

@@ -206,3 +206,17 @@ class Submitter:
 
     def close(self) -> None:
         self.stack.close()
+
+
+def alternate(reps: int, cases: dict) -> dict[str, float]:
+    """Median seconds of each callable, run in turn ``reps`` times after one warm-up, so
+    a drift of the machine hits every case alike."""
+    times = {k: [] for k in cases}
+    for fn in cases.values():
+        fn()
+    for _ in range(reps):
+        for k, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: median(v) for k, v in times.items()}
