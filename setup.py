@@ -1,4 +1,5 @@
-"""Build vgpu: the Python packages and the Cython execution core (kmd.hw._core)."""
+"""Build vgpu: the Python packages and the Cython execution core (kmd.hw._core)
+and the memory apertures (kmd.hw._aperture)."""
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
 
@@ -8,13 +9,14 @@ core = Extension(
     language="c++",
     extra_compile_args=["-O3", "-std=c++17", "-ffp-contract=off"],
 )
+aperture = Extension("kmd.hw._aperture", sources=["kmd/hw/_aperture.pyx"], extra_compile_args=["-O2"])
 
 setup(
     name="vgpu",
     version="0.1.0",
     description="A DRM-style virtual GPU emulated through FUSE",
     packages=find_packages(include=["vgpu*", "vdev*", "kmd*", "libvgpu*", "umd*"]),
-    ext_modules=cythonize([core], language_level=3,
+    ext_modules=cythonize([core, aperture], language_level=3,
                           compiler_directives={"boundscheck": False, "wraparound": False}),
     python_requires=">=3.10",
     install_requires=["pyfuse3>=3.2", "trio>=0.22", "numpy>=1.24"],

@@ -29,18 +29,21 @@ MiB = 1 << 20
 class Device:
     """The KMD of one virtual GPU."""
 
-    def __init__(self, vram_size: int = 512 * MiB, gtt_size: int = 1024 * MiB, timeout: float = 2.0):
+    def __init__(self, vram_size: int = 512 * MiB, gtt_size: int = 1024 * MiB, timeout: float = 2.0,
+                 shm_dir: str | None = None):
+        """Raises kmd.shmem.StoreError when the BO store (a tmpfs under ``shm_dir``,
+        default /dev/shm) cannot hold VRAM + GTT."""
         self.lock = threading.RLock()
         self.kmsg = KernelLog()
-        self.memory = DeviceMemory(vram_size, gtt_size)
+        self.memory = DeviceMemory(vram_size, gtt_size, shm_dir)
         self.timeout = timeout
         self.files: dict[int, DrmFile] = {}
         self.bos_by_offset: dict[int, BufferObject] = {}
         self.sync_tokens = _syncobj.SyncTokens()  # MOUNT/sync/<token-hex>
         self.reset_counter = 0
         self._t0 = time.monotonic()
-        self.cpu_sync = None  # set by vdev: callback(bo, offset, size), worker threads only
         self.zombie_bos: list[BufferObject] = []   # closed, but a job still uses them
+        self._bus_repairs_seen = hw.bus_repairs()[0]
         self.idle_cv = threading.Condition()          # notified when jobs complete
         self.ih = hw.InterruptRing()
         self.rings: dict[tuple[int, int], Ring] = {}
@@ -99,44 +102,40 @@ class Device:
 
     # -- GEM -----------------------------------------------------------------
     def create_bo(self, f: DrmFile, size: int, align: int, domains: int, flags: int) -> BufferObject:
-        """Place a BO: VRAM first when allowed, then GTT. ENOMEM when neither fits."""
-        mem = self.memory
-        vram = storage = None
-        domain = 0
-        if domains & uapi.AMDGPU_GEM_DOMAIN_VRAM:
+        """Place a BO: VRAM first when allowed, then GTT. ENOMEM when neither fits
+        (or the device's BO limit is reached, or its file cannot be made); logged."""
+        placement = None
+        why = "no domain"
+        for domain in (uapi.AMDGPU_GEM_DOMAIN_VRAM, uapi.AMDGPU_GEM_DOMAIN_GTT):
+            if not domains & domain:
+                continue
             try:
-                vram = mem.vram_allocator.alloc(size, align)
-                storage = mem.vram[vram.offset: vram.offset + size]
-                storage[:] = 0  # never hand out another client's old data
-                domain = uapi.AMDGPU_GEM_DOMAIN_VRAM
-            except MemoryError as e:
-                vram_err = e
-        if storage is None and domains & uapi.AMDGPU_GEM_DOMAIN_GTT:
-            try:
-                storage = mem.alloc_gtt(size)
-                domain = uapi.AMDGPU_GEM_DOMAIN_GTT
-            except MemoryError as e:
-                vram_err = e
-        if storage is None:
+                placement = self.memory.alloc(domain, size, align, f.uid)
+                break
+            except (MemoryError, OSError) as e:
+                why = str(e)
+        if placement is None:
             self.kmsg.log(f"out of memory: cannot allocate {size} bytes in "
                           f"{'|'.join(n for d, n in DOMAIN_NAMES.items() if d & domains)} "
-                          f"for client {f.id} (pid {f.pid}): {vram_err}")
+                          f"for client {f.id} (pid {f.pid}): {why}")
             raise KmdError(errno.ENOMEM, f"out of memory ({size} bytes)")
-        bo = BufferObject(size, align, domain, domains, flags, storage, vram, f.uid, f.pid)
+        bo = BufferObject(size, align, domains, flags, placement, self.memory.storage(placement),
+                          f.uid, f.pid)
         self.bos_by_offset[bo.mmap_offset] = bo
         return bo
 
     def close_handle(self, f: DrmFile, handle: int) -> None:
-        bo = f.bos.pop(handle)
-        if bo not in f.bos.values():
+        bo, last_here = f.remove_bo(handle)
+        if last_here:
             f.vm.unmap_bo(bo)  # amdgpu_gem_object_close: the file's bo_va goes
-        bo.handle_count -= 1
         if bo.handle_count == 0:
             self.free_bo(bo)
 
     def free_bo(self, bo: BufferObject) -> None:
-        """Release a BO's memory, or defer it while a job still uses the BO (the
-        job's fence guards the memory, as a reservation object does in Linux)."""
+        """Release a BO's memory and file, or defer it while a job still uses the BO
+        (the job's fence guards the memory, as a reservation object does in Linux).
+        A CPU mapping that outlives the BO keeps its (unlinked) pages, which are no
+        longer the GPU's: the range gets zero pages and may be reused."""
         if bo.freed:
             return
         self.bos_by_offset.pop(bo.mmap_offset, None)
@@ -147,10 +146,7 @@ class Device:
         if bo in self.zombie_bos:
             self.zombie_bos.remove(bo)
         bo.freed = True
-        if bo.vram is not None:
-            self.memory.vram_allocator.free(bo.vram)
-        else:
-            self.memory.free_gtt(bo.size)
+        self.memory.free(bo.placement)
 
     def bo_by_offset(self, offset: int) -> BufferObject | None:
         with self.lock:
@@ -237,7 +233,8 @@ class Device:
 
     def process_fences(self, ring: Ring) -> None:
         """Signal every fence up to the ring's write-back slot, in order (IH thread).
-        GPU writes are pushed to CPU mappings first, so a woken waiter sees them."""
+        GPU writes went straight into the BOs' shared pages, so a woken waiter sees
+        them through its mapping with no further step."""
         with self.lock:
             done = []
             while ring.signaled_seq < ring.fence_wb:
@@ -250,13 +247,6 @@ class Device:
                 bo, off = job.user_fence
                 if not bo.freed:
                     bo.storage[off: off + 8] = memoryview(job.fence.seq.to_bytes(8, "little"))
-            if self.cpu_sync is not None and not job.file.closed:
-                for bo in job.bos:
-                    if not bo.freed:
-                        try:
-                            self.cpu_sync(bo, 0, bo.size)
-                        except Exception as e:  # a dead mapping must not stop fences
-                            self.kmsg.log(f"cpu sync of BO failed: {e!r}")
             with self.lock:
                 for bo in job.bos:
                     bo.busy_jobs -= 1
@@ -268,12 +258,24 @@ class Device:
             job.fence.signal(job.error)
             with self.idle_cv:
                 self.idle_cv.notify_all()
+        self._log_truncated_bo_files()
+
+    def _log_truncated_bo_files(self) -> None:
+        """Say in kmsg when an engine touched BO pages whose file its owner truncated
+        (kmd.hw repaired the SIGBUS with a zero page; those pages are no longer shared)."""
+        count, address = hw.bus_repairs()
+        if count != self._bus_repairs_seen:
+            self._bus_repairs_seen = count
+            self.kmsg.log(f"BO file truncated under the GPU: {count} page(s) past the end of a "
+                          f"shrunk BO file now read as zero (last host address {address:#x}); "
+                          f"a client must not ftruncate its BO files")
 
     def shutdown(self) -> None:
-        """Stop the rings and the interrupt handler (daemon exit, tests)."""
+        """Stop the rings and the interrupt handler, remove the BO files (daemon exit, tests)."""
         for ring in self.rings.values():
             ring.stop()
         self.irq.stop()
+        self.memory.close()
 
     # -- contexts ------------------------------------------------------------
     def free_ctx(self, f: DrmFile, ctx) -> None:
@@ -298,7 +300,7 @@ class Device:
         """Assert the bookkeeping is consistent: allocator invariants, handle counts
         match the handles held, every live BO is reachable, usage adds up."""
         with self.lock:
-            self.memory.vram_allocator.check()
+            self.memory.check()
             held: dict[int, int] = {}
             for f in self.files.values():
                 for bo in f.bos.values():
@@ -313,5 +315,6 @@ class Device:
             live += self.zombie_bos
             vram = sum(bo.size for bo in live if bo.vram)
             gtt = sum(bo.size for bo in live if not bo.vram)
+            assert len(live) == self.memory.bo_count, f"{self.memory.bo_count} BO files for {len(live)} BOs"
             assert vram == self.memory.vram_allocator.used, f"VRAM used {self.memory.vram_allocator.used} != BOs {vram}"
             assert gtt == self.memory.gtt_used, f"GTT used {self.memory.gtt_used} != BOs {gtt}"

@@ -14,6 +14,7 @@ class DrmFile:
         self.pid, self.uid, self.comm, self.render = pid, uid, comm, render
         self.node = "renderD128" if render else "card0"
         self.bos: dict = {}            # GEM handle -> BufferObject
+        self.handles_of: dict[int, int] = {}  # id(BufferObject) -> handles to it here
         self.contexts: dict[int, Context] = {}
         self.vm = VirtualMemory()
         self.bo_lists: dict[int, list] = {}
@@ -30,8 +31,20 @@ class DrmFile:
         handle = self._next_handle
         self._next_handle += 1
         self.bos[handle] = bo
+        self.handles_of[id(bo)] = self.handles_of.get(id(bo), 0) + 1
         bo.handle_count += 1
         return handle
+
+    def remove_bo(self, handle: int):
+        """Drop a handle; returns (bo, True if it was this file's last handle to it)."""
+        bo = self.bos.pop(handle)
+        left = self.handles_of[id(bo)] - 1
+        if left:
+            self.handles_of[id(bo)] = left
+        else:
+            del self.handles_of[id(bo)]
+        bo.handle_count -= 1
+        return bo, left == 0
 
     def add_ctx(self, priority: int, reset_counter: int) -> Context:
         ctx = Context(self._next_ctx, priority, reset_counter)

@@ -2,8 +2,10 @@
 GEM_WAIT_IDLE, GEM_OP), after amdgpu_gem.c.
 
 A BufferObject lives while any DRM file holds a handle to it (or a job still uses
-it); its storage is a slice of the VRAM aperture or its own GTT pages. Each BO has
-an unguessable fake mmap offset that names its file MOUNT/bo/<offset-hex>.
+it). Its bytes are one file of the device's ShmemStore, mapped into the VRAM or GTT
+aperture at the BO's physical address (kmd.memory); `storage` views them there.
+Each BO has an unguessable fake mmap offset naming MOUNT/bo/<offset-hex>, a
+symlink to that file, so CPU mappings and the engines share the same pages.
 """
 import errno
 import secrets
@@ -16,6 +18,7 @@ from vgpu import uapi
 from .errors import KmdError, check
 from .fence import abs_timeout_to_relative
 from .ioctl import PendingReply, ioctl
+from .memory import Placement
 from .vram import PAGE_SIZE, VramAllocation
 
 DOMAIN_NAMES = {uapi.AMDGPU_GEM_DOMAIN_VRAM: "VRAM", uapi.AMDGPU_GEM_DOMAIN_GTT: "GTT"}
@@ -35,17 +38,18 @@ MAX_ALIGNMENT = 1 << 30
 
 
 class BufferObject:
-    """One GEM object. `storage` is the uint8 array the hardware maps."""
+    """One GEM object. `storage` is the uint8 array the hardware maps; `path` the
+    shared-memory file behind it (and behind every CPU mapping)."""
 
-    def __init__(self, size: int, alignment: int, domain: int, preferred: int, flags: int,
-                 storage: np.ndarray, vram: VramAllocation | None, uid: int, owner_pid: int):
+    def __init__(self, size: int, alignment: int, preferred: int, flags: int,
+                 placement: Placement, storage: np.ndarray, uid: int, owner_pid: int):
         self.size = size
         self.alignment = alignment
-        self.domain = domain          # where it was placed
+        self.domain = placement.domain  # where it was placed
         self.preferred_domains = preferred
         self.flags = flags
+        self.placement = placement
         self.storage = storage
-        self.vram = vram
         self.uid = uid
         self.owner_pid = owner_pid
         self.mmap_offset = secrets.randbits(40) << 12  # unguessable, page aligned
@@ -55,18 +59,29 @@ class BufferObject:
         self.lock = threading.Lock()
 
     @property
+    def vram(self) -> VramAllocation | None:
+        """The VRAM block, or None for a GTT BO."""
+        return self.placement.block if self.domain == uapi.AMDGPU_GEM_DOMAIN_VRAM else None
+
+    @property
+    def path(self) -> str:
+        return self.placement.path
+
+    @property
     def gpu_offset(self) -> int:
-        return self.vram.offset if self.vram else 0
+        """The physical address: the offset in its domain's aperture."""
+        return self.placement.offset
 
     def read(self, offset: int, size: int) -> bytes:
-        """CPU read through the BO file (ENOENT once the BO is freed)."""
+        """The BO's bytes as every CPU mapping sees them (ENOENT once freed)."""
         if self.freed:
             raise KmdError(errno.ENOENT, "BO freed")
         offset = min(max(offset, 0), self.size)
         return self.storage[offset: offset + max(size, 0)].tobytes()
 
     def write(self, offset: int, data: bytes) -> int:
-        """CPU write-back through the BO file; bytes past the end are dropped."""
+        """Store into the BO's pages (seen at once by mappings and engines); bytes
+        past the end are dropped. Returns the count stored."""
         if self.freed:
             raise KmdError(errno.ENOENT, "BO freed")
         offset = min(max(offset, 0), self.size)

@@ -1,35 +1,124 @@
-"""Backing store of the emulated device: the VRAM aperture and GTT pages.
+"""Device memory: the VRAM and GTT apertures, their allocators, and the BO files.
 
-VRAM is one anonymous mapping (page aligned, zero pages until touched) carved up by
-the buddy allocator; a GTT BO gets its own page-aligned host buffer. Both are handed
-to the hardware as uint8 numpy arrays, which the MMU maps page by page.
+Each domain is one aperture (kmd.hw.Aperture), a fixed window of the daemon's
+address space, carved up by a buddy allocator whose offsets are the BOs' "physical"
+addresses. A BO's bytes are a file of the ShmemStore mapped into its domain's
+window at that address, so the engines (which translate GPU VAs to host pointers
+into the window) and every CPU mapping of the file share one copy (docs/memory.md).
+Freed ranges get zero pages back. Both allocators give 4 KiB blocks and honour
+alignments up to the window size; GTT is buddy-managed too, so its accounting
+is exact and a GTT BO has a physical address like a VRAM one.
 """
-import mmap
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
 
 import numpy as np
 
-from .vram import PAGE_SIZE, VramAllocator
+from vgpu import uapi
+
+from . import hw
+from .shmem import ShmemStore
+from .vram import PAGE_SIZE, VramAllocation, VramAllocator
 
 
-def host_pages(size: int) -> np.ndarray:
-    """A zeroed, page-aligned uint8 array of `size` bytes (anonymous mmap)."""
-    return np.frombuffer(mmap.mmap(-1, max(size, PAGE_SIZE)), dtype=np.uint8)[:size]
+@dataclass
+class Placement:
+    """Where one BO lives: its domain, its block of that domain's aperture, its file."""
+
+    domain: int
+    block: VramAllocation
+    path: str
+
+    @property
+    def offset(self) -> int:
+        return self.block.offset
+
+
+class Heap:
+    """One domain: an aperture and the buddy allocator over it."""
+
+    def __init__(self, domain: int, size: int):
+        self.domain = domain
+        self.allocator = VramAllocator(size)
+        self.aperture = hw.Aperture(size)
+        self.window = np.frombuffer(self.aperture.view(), dtype=np.uint8)
+
+    @property
+    def size(self) -> int:
+        return self.allocator.size
+
+    @property
+    def used(self) -> int:
+        return self.allocator.used
 
 
 class DeviceMemory:
-    """VRAM (buddy-allocated) and GTT (host memory, accounted against a limit)."""
+    """VRAM and GTT of one device, backed by one ShmemStore."""
 
-    def __init__(self, vram_size: int, gtt_size: int):
-        self.vram = host_pages(vram_size)
-        self.vram_allocator = VramAllocator(vram_size)
-        self.gtt_size = gtt_size
-        self.gtt_used = 0
+    def __init__(self, vram_size: int, gtt_size: int, shm_dir: str | None = None):
+        self.store = ShmemStore(vram_size + gtt_size, shm_dir)
+        self.vram = Heap(uapi.AMDGPU_GEM_DOMAIN_VRAM, vram_size)
+        self.gtt = Heap(uapi.AMDGPU_GEM_DOMAIN_GTT, gtt_size)
+        self.heaps = {h.domain: h for h in (self.vram, self.gtt)}
+        self.bo_count = 0
 
-    def alloc_gtt(self, size: int) -> np.ndarray:
-        if self.gtt_used + size > self.gtt_size:
-            raise MemoryError(f"GTT full ({self.gtt_used} of {self.gtt_size} bytes used)")
-        self.gtt_used += size
-        return host_pages(size)
+    # Names the sysfs/INFO code and the tests read.
+    @property
+    def vram_allocator(self) -> VramAllocator:
+        return self.vram.allocator
 
-    def free_gtt(self, size: int) -> None:
-        self.gtt_used -= size
+    @property
+    def gtt_size(self) -> int:
+        return self.gtt.size
+
+    @property
+    def gtt_used(self) -> int:
+        return self.gtt.used
+
+    def alloc(self, domain: int, size: int, alignment: int, uid: int) -> Placement:
+        """Allocate ``size`` bytes (a multiple of 4 KiB) in ``domain`` and give them a
+        zero-filled file owned by ``uid``. Raises MemoryError when the domain is full
+        or the BO limit is reached, OSError when the file cannot be made or mapped;
+        nothing is left allocated on failure."""
+        if self.bo_count >= self.store.max_bos:
+            raise MemoryError(f"the device holds {self.bo_count} BOs, its limit "
+                              f"(vm.max_map_count allows {self.store.max_bos})")
+        heap = self.heaps[domain]
+        block = heap.allocator.alloc(size, max(alignment, PAGE_SIZE))
+        try:
+            path, fd = self.store.create(size, uid)
+            try:
+                heap.aperture.map_file(block.offset, size, fd)
+            except BaseException:
+                self.store.remove(path)
+                raise
+            finally:
+                os.close(fd)
+        except BaseException:
+            heap.allocator.free(block)
+            raise
+        self.bo_count += 1
+        return Placement(domain, block, path)
+
+    def storage(self, p: Placement) -> np.ndarray:
+        """The uint8 view of a placement's bytes in its aperture (what the MMU maps)."""
+        return self.heaps[p.domain].window[p.offset: p.offset + p.block.size]
+
+    def free(self, p: Placement) -> None:
+        """Zero pages back over the range, the file unlinked, the block freed."""
+        heap = self.heaps[p.domain]
+        heap.aperture.zero(p.offset, p.block.size)
+        self.store.remove(p.path)
+        heap.allocator.free(p.block)
+        self.bo_count -= 1
+
+    def check(self) -> None:
+        for heap in self.heaps.values():
+            heap.allocator.check()
+
+    def close(self) -> None:
+        """Remove every BO file (daemon exit). The apertures stay mapped while views
+        of them live; they are released with the last one."""
+        self.store.close()

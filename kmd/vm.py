@@ -99,12 +99,22 @@ class VirtualMemory:
                 self._insert(Mapping(end, m.end - end, m.bo, m.offset + (end - m.va), m.flags))
 
     def unmap_bo(self, bo) -> None:
-        for m in [m for m in self._maps if m.bo is bo]:
-            self._remove(m)
+        if not self._maps:
+            return
+        doomed = [m for m in self._maps if m.bo is bo]
+        if doomed:
+            self._remove_all(doomed)
 
     def clear_all(self) -> None:
-        for m in list(self._maps):
-            self._remove(m)
+        self._remove_all(list(self._maps))
+
+    def _remove_all(self, doomed: list[Mapping]) -> None:
+        """Remove many mappings in one pass (O(mappings), not O(n) per mapping)."""
+        for m in doomed:
+            self.page_table.unmap(m.va, m.size)
+        gone = {id(m) for m in doomed}
+        self._maps = [m for m in self._maps if id(m) not in gone]
+        self._starts = [m.va for m in self._maps]
 
 
 @ioctl("AMDGPU_GEM_VA")

@@ -1,10 +1,10 @@
 """Buffer objects: allocation, CPU mapping, idle wait, queries (amdgpu_bo.c).
 
 A CPU map is GEM_MMAP (the fake offset) then ``mmap(MAP_SHARED)`` of
-``MOUNT/bo/<offset lowercase hex>``; maps are reference-counted, the last
-unmap writes dirty pages back (msync) and unmaps. The KMD sees CPU writes
-only when pages are written back: :meth:`Bo.flush` (libvgpu calls it for the
-mapped BOs of a submission) or the last unmap.
+``MOUNT/bo/<offset lowercase hex>``, a symlink to the BO's shared-memory file:
+the mapping and the GPU share the same pages, so a CPU write is visible to the
+GPU at once and a GPU write to the CPU by the time its fence signals, with no
+flush of any kind. Maps are reference-counted; the last unmap unmaps.
 """
 
 from __future__ import annotations
@@ -63,14 +63,6 @@ class Bo:
         view = bo_cpu_map(self)
         return np.frombuffer(view, dtype=dtype, count=self.size // dtype.itemsize)
 
-    def flush(self) -> None:
-        """Write the live mapping's dirty pages back to the device (msync). No-op if unmapped."""
-        if self._map is not None:
-            try:
-                self._map.flush()
-            except OSError as e:
-                raise from_oserror(e, f"msync of BO {self.handle}") from e
-
     def wait_for_idle(self, timeout_ns: int = AMDGPU_TIMEOUT_INFINITE) -> bool:
         return bo_wait_for_idle(self, timeout_ns)
 
@@ -91,21 +83,18 @@ class Bo:
 
     # -- mapping internals ------------------------------------------------------------
     def _drop_mapping(self) -> None:
-        """Write back and unmap regardless of the reference count."""
+        """Unmap regardless of the reference count."""
         if self._map is None:
             return
         m, view = self._map, self._view
         self._map, self._view, self._map_count = None, None, 0
         try:
-            m.flush()
-        finally:
-            try:
-                view.release()
-                m.close()
-            except BufferError:
-                # The caller still holds views (memoryview slices, numpy arrays):
-                # the pages stay mapped until the last of them is garbage.
-                pass
+            view.release()
+            m.close()
+        except BufferError:
+            # The caller still holds views (memoryview slices, numpy arrays):
+            # the pages stay mapped until the last of them is garbage.
+            pass
 
 
 def bo_alloc(dev, size: int, alignment: int = 4096, domain: int = uapi.AMDGPU_GEM_DOMAIN_VRAM,
@@ -134,7 +123,7 @@ def _gem_close(dev, handle: int) -> None:
 
 
 def bo_free(bo: Bo) -> None:
-    """Unmap (with write-back) and GEM_CLOSE the BO (amdgpu_bo_free). Idempotent."""
+    """Unmap and GEM_CLOSE the BO (amdgpu_bo_free). Idempotent."""
     if bo.handle == 0:
         return
     try:
@@ -179,7 +168,7 @@ def bo_cpu_map(bo: Bo) -> memoryview:
 
 
 def bo_cpu_unmap(bo: Bo) -> None:
-    """Drop one map reference (amdgpu_bo_cpu_unmap); the last one msyncs and unmaps.
+    """Drop one map reference (amdgpu_bo_cpu_unmap); the last one unmaps.
     EINVAL if the BO is not mapped."""
     if bo._map is None:
         raise error_for(errno.EINVAL, f"bo_cpu_unmap: BO {bo.handle} is not mapped")

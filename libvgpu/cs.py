@@ -1,9 +1,8 @@
 """BO lists, command submission and fences (libdrm amdgpu_bo_list_*, amdgpu_cs_*).
 
-Coherence is automatic, as DESIGN section 4 promises: cs_submit() writes back
-(msync) every CPU-mapped BO of the submission before it is sent, and the KMD
-pushes GPU writes into the CPU mappings before it signals the fence. A program
-written the libdrm way (map, write, submit, wait, read) needs no extra calls.
+Coherence needs no calls at all: a BO's CPU mappings and the engines share its
+pages (docs/memory.md), so a program written the libdrm way (map, write, submit,
+wait, read) sees correct data, as on a device with a large BAR.
 """
 from __future__ import annotations
 
@@ -128,14 +127,10 @@ def _chunk(chunk_id: int, data: bytes) -> bytes:
 
 def cs_submit(context, request: CsRequest, flags: int = 0) -> int:
     """AMDGPU_CS (amdgpu_cs_submit): queue `request` on its ring; returns the
-    sequence number (also stored in request.seq_no). Mapped BOs of the submission
-    are written back first. Syncobj lists become the SYNCOBJ_IN/OUT and
+    sequence number (also stored in request.seq_no). Syncobj lists become the SYNCOBJ_IN/OUT and
     SYNCOBJ_TIMELINE_WAIT/SIGNAL chunks. Raises VgpuCanceled once the context is
     guilty."""
     dev = context.dev
-    bos = request.resources.bos if request.resources else list(dev._bos.values())
-    for bo in bos:
-        bo.flush()  # CPU writes must reach the KMD before the GPU reads them
     chunks = b""
     for ib in request.ibs:
         chunks += _chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(uapi.drm_amdgpu_cs_chunk_ib(

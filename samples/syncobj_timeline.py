@@ -108,8 +108,7 @@ def main() -> int:
             timed_out = e.errno == errno.ETIME
 
         print("4. the CPU opens the gate and waits for point 2, then point 3")
-        gate_cpu[:4] = struct.pack("<I", 1)
-        gate.flush()  # the write reaches the device; the POLL_REGMEM sees it
+        gate_cpu[:4] = struct.pack("<I", 1)  # shared pages: the POLL_REGMEM sees it at once
         libvgpu.syncobj_timeline_wait(dev, [timeline], [2])
         after_2, = libvgpu.syncobj_query([timeline])
         print(f"  point 2 signalled; query: {query()}")

@@ -229,6 +229,22 @@ def test_bo_mmap_msync_munmap_and_fcntl_dup_without_y():
         "close bo/3fa2c000 fd 5"]
 
 
+def test_bo_symlink_target_shown_by_y_keeps_the_bo_name():
+    # strace -y annotates the fd with where the bo/ symlink led (the shared-memory
+    # file); the decoded lines keep naming the BO by its MOUNT/bo name.
+    bo, shm = f"{M}/bo/3fa2c000", "/dev/shm/vgpu-0011223344556677/" + "ab" * 16
+    log = [f'openat(AT_FDCWD, "{bo}", O_RDWR|O_CLOEXEC) = 4<{shm}>',
+           f"fcntl(4<{shm}>, F_DUPFD_CLOEXEC, 0) = 5<{shm}>",
+           f"mmap(NULL, 4096, PROT_READ|PROT_WRITE, MAP_SHARED, 5<{shm}>, 0) = 0x7f0000010000",
+           "munmap(0x7f0000010000, 4096) = 0",
+           f"close(4<{shm}>) = 0"]
+    assert decode_lines(log) == [
+        "open bo/3fa2c000 -> fd 4",
+        "mmap bo/3fa2c000 size=4096 -> 0x7f0000010000",
+        "munmap 0x7f0000010000 4096 (bo/3fa2c000)",
+        "close bo/3fa2c000 fd 4"]
+
+
 def test_forked_child_inherits_fds_and_threads_share():
     r, p = gem_create()
     log = [f'100 openat(AT_FDCWD, "{RENDER}", O_RDWR) = 3',

@@ -100,7 +100,6 @@ def memcpy_htod(dst: int, host, nbytes: int | None = None, stream=None) -> None:
         k = min(staging.size, n - off)
         sb = staging.acquire()
         sb.array[:k] = src[off:off + k]        # CPU fills this chunk while the SDMA copies the last
-        sb.bo.flush()                          # written back before the copy reads it
         mark = s.sdma(lambda ib, d=dst + off, v=sb.va, k=k: ib.copy_linear(d, v, k), 7,
                       f"COPY_LINEAR {k} bytes staging {sb.va:#x} -> {dst + off:#x}", [dst_bo])
         sb.user = (s, mark)

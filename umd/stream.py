@@ -207,7 +207,6 @@ class Stream:
         builder = seg.builder
         data = builder.tobytes()
         seg.ib.cpu[:len(data)] = data
-        seg.ib.bo.flush()          # the IB and kernargs; not in the BO list (no push-back needed)
         deps = list(seg.deps)
         if self._last is not None and self._last.seg.ring != seg.ring \
                 and self._last.mark_end > self.completed_mark:

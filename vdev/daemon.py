@@ -61,25 +61,31 @@ async def _stop_on_signal() -> None:
             return
 
 
-def serve(mountpoint: str, vram: int, gtt: int, timeout: float) -> None:
-    """Mount the device tree at ``mountpoint`` and serve it until unmounted or signalled."""
+def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | None = None) -> int:
+    """Mount the device tree at ``mountpoint`` and serve it until unmounted or signalled.
+    Returns 1 without mounting when the BO store cannot be set up (logged)."""
     from kmd.device import Device  # imported here so `vgpu --help` stays light
+    from kmd.shmem import StoreError
 
     from .fs import VgpuFs
 
-    dev = Device(vram_size=vram, gtt_size=gtt, timeout=timeout)
+    try:
+        dev = Device(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir)
+    except StoreError as e:
+        log.error("cannot start: %s", e.strerror)
+        return 1
     ops = VgpuFs(dev)
     pyfuse3.init(ops, mountpoint, mount_options())
     log.info("mounted vgpu at %s (pid %d)", mountpoint, os.getpid())
     try:
         trio.run(_serve)
     finally:
-        dev.cpu_sync = None
         pyfuse3.close(unmount=True)
         shutdown = getattr(dev, "shutdown", None)
         if shutdown is not None:
             shutdown()
         log.info("unmounted %s", mountpoint)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,12 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vram", type=parse_size, default=512 * MiB)
     p.add_argument("--gtt", type=parse_size, default=1024 * MiB)
     p.add_argument("--timeout", type=float, default=2.0)
+    p.add_argument("--shm-dir", default=None, help="tmpfs for BO files (default /dev/shm)")
     p.add_argument("--debug", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s", stream=sys.stderr)
-    serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout)
-    return 0
+    return serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout, args.shm_dir)
 
 
 if __name__ == "__main__":

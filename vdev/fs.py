@@ -4,7 +4,8 @@
 
     dev/dri/card0, dev/dri/renderD128   control files: ioctl = write() request, read() reply
     dev/kmsg                            the KMD log, snapshotted at open
-    bo/<offset-hex>                     one file per mmap-able BO (never listed)
+    bo/<offset-hex>                     one symlink per mmap-able BO (never listed),
+                                        to its shared-memory file (kmd.shmem)
     prime/                              exported BOs (empty for now)
     sync/<token-hex>                    exported syncobjs and sync files (never listed):
                                         poll() gives POLLIN once signalled, read() a status
@@ -16,12 +17,14 @@ Generated files (sysfs, debugfs, kmsg, dumps) are ``direct_io``: their text is t
 once at open() so a reader sees one consistent snapshot across read() calls, and
 their size reads as 0 (like procfs), so tools read to end of file.
 
-BO files are *not* ``direct_io``: the kernel page cache backs a MAP_SHARED mapping,
-dirty pages come back as write() at msync/munmap, and GPU writes are pushed into the
-cache with ``notify_store`` from KMD worker threads (``Device.cpu_sync``).
+BO entries are symlinks to the BO's file in the daemon's tmpfs store: open(),
+mmap(), read() and write() of ``bo/<offset-hex>`` go to that file, whose pages the
+daemon has mapped into its VRAM/GTT aperture. There is one copy of every byte and
+nothing to push or flush (docs/memory.md).
 
 Permission checks are ours (mounted without ``default_permissions``): anyone may
-open the control files; a BO file opens for the BO's uid or root only.
+open the control files; a BO symlink is read (readlink) by the BO's uid or root
+only, and its target is a 0600 file of that uid in a directory nobody else lists.
 
 Every handler converts KmdError to its errno and any other exception to EIO with a
 kmsg line: pyfuse3 ends its main loop on an uncaught exception, and the daemon must
@@ -48,7 +51,7 @@ from kmd.errors import KmdError
 from kmd.ioctl import PendingReply
 
 from .control import FrameError, encode_reply, parse_request
-from .nodes import (BoFile, BoHandle, ControlFile, ControlHandle, Dir, GeneratedFile, Node, SnapshotHandle,
+from .nodes import (BoFile, ControlFile, ControlHandle, Dir, GeneratedFile, Node, SnapshotHandle,
                     SyncFile, SyncHandle)
 
 log = logging.getLogger(__name__)
@@ -65,8 +68,6 @@ GENERATED_TIMEOUT = 1.0
 # BO lives (open() rechecks that), so the kernel may cache both for long.
 BO_TIMEOUT = 3600.0
 BO_INODE_BASE = 1 << 32
-# notify_store pushes at most this much per message.
-NOTIFY_CHUNK = 1 << 20
 _HEX_NAME = re.compile(r"[0-9a-f]{1,16}")
 
 
@@ -109,7 +110,7 @@ class VgpuFs(pyfuse3.Operations):
     """MOUNT/ for one ``kmd.device.Device``."""
 
     supports_dot_lookup = False
-    enable_writeback_cache = False  # BO write-back must reach the KMD at msync/munmap
+    enable_writeback_cache = False
     enable_acl = False
 
     def __init__(self, dev):
@@ -124,7 +125,6 @@ class VgpuFs(pyfuse3.Operations):
         self._handles: dict[int, object] = {}
         self._next_fh = itertools.count(1)
         self._dir_listings: dict[int, list] = {}
-        self._loop_thread: int | None = None
         # PollHandle.notify runs here, never in a request handler or a fence
         # callback (which may run under the device lock or on the FUSE loop).
         self._poll_notices: queue.SimpleQueue = queue.SimpleQueue()
@@ -146,8 +146,6 @@ class VgpuFs(pyfuse3.Operations):
         self._mkdir(cls, "devcoredump", provider=self._devcoredumps)
         debug = self._mkdir(self._mkdir(sys_dir, "kernel"), "debug")
         self._mkdir(self._mkdir(debug, "dri"), "0", provider=dev.debugfs_files)
-
-        dev.cpu_sync = self.cpu_sync
 
     # -- tree building --------------------------------------------------------
     def _ino(self) -> int:
@@ -218,9 +216,6 @@ class VgpuFs(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return node
 
-    def init(self) -> None:
-        self._loop_thread = threading.get_ident()
-
     @_guard
     async def getattr(self, inode, ctx=None):
         return self._attr(self._node(inode))
@@ -230,8 +225,7 @@ class VgpuFs(pyfuse3.Operations):
         node = self._node(inode)
         # `echo 1 > gpu_reset` opens with O_TRUNC, which arrives as a size change
         # first: accept it on writable generated files, refuse resizing a BO.
-        if fields.update_size and not (isinstance(node, (GeneratedFile, ControlFile))
-                                       or (isinstance(node, BoFile) and attr.st_size == node.size)):
+        if fields.update_size and not isinstance(node, (GeneratedFile, ControlFile)):
             raise pyfuse3.FUSEError(errno.EPERM)
         if fields.update_mode or fields.update_uid or fields.update_gid:
             raise pyfuse3.FUSEError(errno.EPERM)
@@ -281,6 +275,20 @@ class VgpuFs(pyfuse3.Operations):
         if export is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return self._add(SyncFile(next(self._next_bo_inode), export))
+
+    @_guard
+    async def readlink(self, inode, ctx):
+        """A BO symlink's target, for the BO's uid or root; ENOENT once it is freed."""
+        node = self._node(inode)
+        if not isinstance(node, BoFile):
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        if self.dev.bo_by_offset(node.offset) is not node.bo:
+            raise pyfuse3.FUSEError(errno.ENOENT)  # freed since the kernel looked it up
+        if ctx.uid not in (0, node.bo.uid):
+            self.dev.kmsg.log(f"bo/{node.offset:x}: access by uid {ctx.uid} (pid {ctx.pid}) denied, "
+                              f"owner uid {node.bo.uid}")
+            raise pyfuse3.FUSEError(errno.EACCES)
+        return node.target
 
     async def forget(self, inode_list):
         for inode, nlookup in inode_list:
@@ -343,20 +351,12 @@ class VgpuFs(pyfuse3.Operations):
         if isinstance(node, ControlFile):
             f = self.dev.open_file(pid=ctx.pid, uid=ctx.uid, comm=_proc_comm(ctx.pid),
                                    render=node.render)
-            return self._new_handle(ControlHandle(f), direct_io=True)
+            return self._new_handle(ControlHandle(f))
         if isinstance(node, GeneratedFile):
             if acc != os.O_RDONLY and node.write_fn is None:
                 raise pyfuse3.FUSEError(errno.EACCES)
             data = _to_bytes(node.read_fn) if acc != os.O_WRONLY else b""
-            return self._new_handle(SnapshotHandle(node, data), direct_io=True)
-        if isinstance(node, BoFile):
-            if self.dev.bo_by_offset(node.offset) is not node.bo:
-                raise pyfuse3.FUSEError(errno.ENOENT)  # freed since the kernel looked it up
-            if ctx.uid not in (0, node.bo.uid):
-                self.dev.kmsg.log(f"bo/{node.offset:x}: open by uid {ctx.uid} (pid {ctx.pid}) denied, "
-                                  f"owner uid {node.bo.uid}")
-                raise pyfuse3.FUSEError(errno.EACCES)
-            return self._new_handle(BoHandle(node), direct_io=False, keep_cache=True)
+            return self._new_handle(SnapshotHandle(node, data))
         if isinstance(node, SyncFile):
             if self.dev.sync_file_by_token(node.export.token) is not node.export:
                 raise pyfuse3.FUSEError(errno.ENOENT)  # its exporter has closed since
@@ -364,13 +364,15 @@ class VgpuFs(pyfuse3.Operations):
                 self.dev.kmsg.log(f"sync/{node.export.token:x}: open by uid {ctx.uid} (pid {ctx.pid}) "
                                   f"denied, exporter uid {node.uid}")
                 raise pyfuse3.FUSEError(errno.EACCES)
-            return self._new_handle(SyncHandle(node), direct_io=True)
+            return self._new_handle(SyncHandle(node))
         raise pyfuse3.FUSEError(errno.EACCES)
 
-    def _new_handle(self, handle, direct_io: bool, keep_cache: bool = False) -> pyfuse3.FileInfo:
+    def _new_handle(self, handle) -> pyfuse3.FileInfo:
+        """Every file vdev itself serves is direct_io (no page cache): its data is
+        made per request. BO data never passes through here (symlinks)."""
         fh = next(self._next_fh)
         self._handles[fh] = handle
-        return pyfuse3.FileInfo(fh=fh, direct_io=direct_io, keep_cache=keep_cache)
+        return pyfuse3.FileInfo(fh=fh, direct_io=True)
 
     def _handle(self, fh: int):
         handle = self._handles.get(fh)
@@ -389,10 +391,6 @@ class VgpuFs(pyfuse3.Operations):
             if h.data is None or off == 0:  # the status as of the first read
                 h.data = h.export.status().encode()
             return h.data[off: off + size]
-        if isinstance(h, BoHandle):
-            if off >= h.bo.size:
-                return b""
-            return h.bo.read(off, min(size, h.bo.size - off))
         raise pyfuse3.FUSEError(errno.EBADF)
 
     async def _read_reply(self, h: ControlHandle, size: int) -> bytes:
@@ -431,15 +429,9 @@ class VgpuFs(pyfuse3.Operations):
         if isinstance(h, SnapshotHandle):
             if h.node.write_fn is None:
                 raise pyfuse3.FUSEError(errno.EBADF)
-            # Run in a worker: a debugfs action (gpu_reset) may wait for engines and
-            # call back into cpu_sync, which must not run on the FUSE loop.
+            # Run in a worker: a debugfs action (gpu_reset) may wait for engines.
             await trio.to_thread.run_sync(h.node.write_fn, bytes(buf))
             return len(buf)
-        if isinstance(h, BoHandle):
-            n = h.bo.write(off, buf)
-            if n == 0 and len(buf):
-                raise pyfuse3.FUSEError(errno.EFBIG)
-            return n
         raise pyfuse3.FUSEError(errno.EBADF)
 
     @_guard
@@ -483,7 +475,7 @@ class VgpuFs(pyfuse3.Operations):
         pass
 
     async def fsync(self, fh, datasync):
-        pass  # BO writes reach the KMD synchronously in write()
+        pass
 
     @_guard
     async def release(self, fh):
@@ -493,33 +485,3 @@ class VgpuFs(pyfuse3.Operations):
             # The last close of a DRM file frees its handles, VAs and contexts; a
             # worker thread keeps the loop free if the KMD waits for jobs.
             await trio.to_thread.run_sync(self.dev.close_file, h.file)
-
-    # -- coherence ------------------------------------------------------------------
-    def cpu_sync(self, bo, offset: int, size: int) -> None:
-        """Device.cpu_sync: push BO bytes the GPU wrote into the kernel page cache.
-
-        Called by KMD worker threads only, never from inside a FUSE request handler:
-        notify_store may wait on page locks held by a request this loop has yet to
-        answer. A call from the loop thread is handed to a short thread instead.
-        Only BOs whose inode the kernel knows are pushed; errors (ENOENT when the
-        kernel has dropped the inode) are ignored, the next read fetches fresh data.
-        """
-        node = self._bo_files.get(bo.mmap_offset)
-        if node is None or node.bo is not bo:
-            return
-        if threading.get_ident() == self._loop_thread:
-            log.warning("cpu_sync called on the FUSE loop thread; deferring to a thread")
-            threading.Thread(target=self._store, args=(node, offset, size), daemon=True).start()
-            return
-        self._store(node, offset, size)
-
-    def _store(self, node: BoFile, offset: int, size: int) -> None:
-        end = min(offset + size, node.bo.size)
-        offset = max(offset, 0)
-        while offset < end:
-            n = min(NOTIFY_CHUNK, end - offset)
-            try:
-                pyfuse3.notify_store(node.inode, offset, node.bo.read(offset, n))
-            except (OSError, KmdError):
-                return
-            offset += n

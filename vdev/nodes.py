@@ -57,15 +57,19 @@ class GeneratedFile(Node):
 
 
 class BoFile(Node):
+    """MOUNT/bo/<offset-hex>: a symlink to the BO's shared-memory file. Opening it
+    opens that tmpfs file directly (FUSE is not involved in the mapping at all)."""
+
     def __init__(self, inode: int, bo):
-        super().__init__(inode, stat.S_IFREG | 0o600, bo.uid)
+        super().__init__(inode, stat.S_IFLNK | 0o777, bo.uid)
         self.bo = bo
         self.offset = bo.mmap_offset
+        self.target = bo.path.encode()
         self.nlookup = 0  # references the kernel holds (lookup minus forget)
 
     @property
     def size(self) -> int:
-        return self.bo.size
+        return len(self.target)
 
 
 # ---------------------------------------------------------------------------
@@ -94,9 +98,3 @@ class SyncHandle:
         self.data: bytes | None = None
         self.poll_handle = None
         self.armed = False
-
-
-class BoHandle:
-    def __init__(self, node: BoFile):
-        self.node = node
-        self.bo = node.bo

@@ -90,8 +90,18 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def daemon_argv(args) -> list[str]:
-    return [sys.executable, "-m", "vdev.daemon", os.path.abspath(args.mount),
+    argv = [sys.executable, "-m", "vdev.daemon", os.path.abspath(args.mount),
             "--vram", args.vram, "--gtt", args.gtt, "--timeout", str(args.timeout)]
+    if args.shm_dir:
+        argv += ["--shm-dir", args.shm_dir]
+    return argv
+
+
+def _clean_stale_stores(shm_dir: str | None = None) -> None:
+    """Remove the BO files of daemons that died without cleaning up (SIGKILL)."""
+    from kmd.shmem import DEFAULT_BASE, clean_stale
+    for path in clean_stale(shm_dir or os.environ.get("VGPU_SHM_DIR") or DEFAULT_BASE):
+        print(f"vgpu: removed the BO files of a dead daemon ({path})", file=sys.stderr)
 
 
 def cmd_mount(args) -> int:
@@ -113,6 +123,7 @@ def cmd_mount(args) -> int:
               file=sys.stderr)
         return 1
     os.makedirs(mount, exist_ok=True)
+    _clean_stale_stores(args.shm_dir)
 
     if args.foreground:
         from vdev.daemon import main as daemon_main
@@ -158,6 +169,7 @@ def cmd_umount(args) -> int:
     try:
         pid = int(pid_path.read_text())
     except (OSError, ValueError):
+        _clean_stale_stores()
         return status
     if _is_daemon(pid):
         deadline = time.monotonic() + UMOUNT_WAIT
@@ -171,6 +183,7 @@ def cmd_umount(args) -> int:
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
     pid_path.unlink(missing_ok=True)
+    _clean_stale_stores()
     return status
 
 
@@ -244,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--vram", default="512M", help="VRAM size (default 512M)")
     m.add_argument("--gtt", default="1G", help="GTT size (default 1G)")
     m.add_argument("--timeout", type=float, default=2.0, help="ring job timeout in seconds (default 2)")
+    m.add_argument("--shm-dir", default=None,
+                   help="tmpfs that holds the BO files (default /dev/shm, or $VGPU_SHM_DIR)")
     m.add_argument("--foreground", "-f", action="store_true", help="serve in this process")
     m.set_defaults(func=cmd_mount)
 

@@ -8,8 +8,10 @@ next read on that fd by the same pid, decodes both frames with the
 
     renderD128: AMDGPU_GEM_CREATE {bo_size=4096, alignment=4096, domains=GTT, flags=0} = 0 {handle=1}
 
-It also shows opens and closes of the device nodes and BO files, and mmap/msync/
-munmap of BO files. Reading strace's text is :mod:`vgpu.trace_strace`.
+It also shows opens and closes of the device nodes and BO files (symlinks to
+shared memory: strace shows the MOUNT/bo/<offset-hex> path), and mmap/munmap of BO
+files. libvgpu never calls msync (there is nothing to flush); a program that does
+gets its msync lines decoded too. Reading strace's text is :mod:`vgpu.trace_strace`.
 """
 from __future__ import annotations
 
@@ -91,7 +93,12 @@ class Decoder:
     # -- fd life cycle ------------------------------------------------------
     def _open(self, call: Syscall, path_arg: str) -> None:
         path, _ = parse_string(path_arg)
-        path_s = call.ret_path or path.decode("utf-8", "replace")
+        opened = path.decode("utf-8", "replace")
+        # A BO path is a symlink to shared memory: strace -y shows where it leads,
+        # but the name the program opened is the one that says which BO it is.
+        path_s = opened if _classify(opened) else (call.ret_path or opened)
+        if call.ret_path and path_s == opened and call.ret_path != opened:
+            self.procs.aliases[call.ret_path] = opened
         kind = _classify(path_s)
         fd = call.ret_int()
         if not call.failed and fd is not None and fd >= 0:

@@ -189,6 +189,9 @@ class ProcessTable:
 
     def __init__(self) -> None:
         self._procs: dict[int | None, Process] = {}
+        # -y shows where a symlink led (a BO's shared-memory file); this maps such a
+        # target back to the name that was opened (MOUNT/bo/<offset-hex>).
+        self.aliases: dict[str, str] = {}
 
     def get(self, pid: int | None) -> Process:
         proc = self._procs.get(pid)
@@ -203,7 +206,7 @@ class ProcessTable:
             return None, None
         proc = self.get(pid)
         if path is not None:
-            proc.fds[fd] = path
+            proc.fds[fd] = self.aliases.get(path, path)
         return fd, proc.fds.get(fd)
 
     def forked(self, parent: int | None, child: int, flags: str) -> None:

@@ -85,6 +85,28 @@ def test_dead_mount_is_cleaned_then_mounted(mount_dir):
     assert read_text(f"{mount_dir}/{SYSFS}/mem_info_vram_total") == f"{32 << 20}\n"
 
 
+def test_a_dead_daemons_bo_files_are_removed_by_the_next_umount(mount_dir):
+    mount(mount_dir, "--vram", "16M")
+    pid = daemon_pid(mount_dir)
+    r = run_client(PRELUDE + """
+d = Drm(M)
+print(os.readlink(d.bo_path(d.gem_mmap(d.gem_create(1 << 20)))))
+os.kill(int(sys.argv[2]), 9)   # the daemon dies while this client holds the BO
+""", mount_dir, pid, check=True)
+    store = os.path.dirname(r.stdout.strip())
+    wait_for(lambda: not _alive(pid), "the daemon to die")
+    assert os.path.isdir(store)  # nobody cleaned up yet
+    vgpu_cli("umount", mount_dir)
+    assert not os.path.exists(store)
+
+
+def test_a_bo_store_too_small_for_vram_and_gtt_is_a_clear_error(mount_dir):
+    r = vgpu_cli("mount", mount_dir, "--vram", "64T")
+    assert r.returncode == 1
+    assert "VRAM + GTT need" in r.stderr and "--shm-dir" in r.stderr
+    assert not os.path.ismount(mount_dir)
+
+
 def test_live_mount_is_refused(vgpu_mount):
     r = vgpu_cli("mount", vgpu_mount)
     assert r.returncode == 1

@@ -34,7 +34,7 @@ req = request(libvgpu.SdmaIb().poll_regmem(va_data.address, 1).fence(va_data.add
 libvgpu.cs_submit(ctx, req)
 print(libvgpu.syncobj_export(s), libvgpu.syncobj_export_sync_file(s), flush=True)
 sys.stdin.readline()                       # "go"
-m = data.cpu_map(); m[:4] = (1).to_bytes(4, "little"); data.flush()
+m = data.cpu_map(); m[:4] = (1).to_bytes(4, "little")
 assert libvgpu.cs_query_fence_status(libvgpu.fence_of(ctx, req), libvgpu.AMDGPU_TIMEOUT_INFINITE)
 print("signaller done", flush=True)
 sys.stdin.readline()                       # keep the tokens alive until told

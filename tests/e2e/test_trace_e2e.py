@@ -59,7 +59,7 @@ def test_trace_memory_client(vgpu_mount):
     bo = f"bo/{m.group(1)}"
     mm = re.search(rf"^mmap {bo} size=4096 -> (0x[0-9a-f]+)$", out, re.M)
     assert mm, out
-    assert f"msync {mm.group(1)} 4096 ({bo})" in out
+    assert "msync" not in out  # BO pages are shared: libvgpu never flushes
     assert f"munmap {mm.group(1)} 4096 ({bo})" in out
     assert re.search(r"AMDGPU_GEM_VA \{op=MAP, handle=1, va=0x[0-9a-f]+, offset=0x0, size=4096, "
                      r"flags=READ\|WRITE\|EXEC\} = 0$", out, re.M), out

@@ -29,7 +29,6 @@ class FakeDevice:
         self.kmsg = Log()
         self.written = []
         self.dumps = {}
-        self.cpu_sync = None
 
     def sysfs_files(self):
         return {"vendor": lambda: "0x1002\n"}
@@ -141,9 +140,43 @@ async def test_lookup_errors(fs):
     await fails(errno.EISDIR, fs.open(await walk(fs, "dev"), os.O_RDONLY, Ctx()))
 
 
-async def test_cpu_sync_is_installed_and_ignores_unknown_bos(fs):
-    assert fs.dev.cpu_sync == fs.cpu_sync
+async def test_bo_entries_are_symlinks_to_the_owners_shared_memory_file():
+    """bo/<offset-hex> is a symlink to the BO's tmpfs file; only the BO's uid (or
+    root) may read the link; a freed BO's name is gone (real KMD, no mount)."""
+    import stat
 
-    class Bo:
-        mmap_offset = 0x1000
-    fs.cpu_sync(Bo(), 0, 4096)  # no inode known: nothing to push, no error
+    from kmd.device import Device
+    from tests.kmd.conftest import call, gem_create
+    from vgpu import uapi
+
+    dev = Device(vram_size=1 << 20, gtt_size=1 << 20)
+    try:
+        fs = VgpuFs(dev)
+        f = dev.open_file(pid=10, uid=1000, comm="t")
+        h = gem_create(dev, f)
+        m = uapi.drm_amdgpu_gem_mmap()
+        m.in_.handle = h
+        offset = call(dev, f, "AMDGPU_GEM_MMAP", m)[0].out.addr_ptr
+        name = f"bo/{offset:x}"
+        attr = await fs.getattr(await walk(fs, name))
+        assert stat.S_ISLNK(attr.st_mode)
+
+        class Owner(Ctx):
+            uid = 1000
+
+        class Other(Ctx):
+            uid = 1001
+
+        target = await fs.readlink(await walk(fs, name), Owner())
+        assert target == f.bos[h].path.encode()
+        st = os.stat(target)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode), st.st_size) == (1000, 0o600, 4096)
+        assert stat.S_IMODE(os.stat(os.path.dirname(target)).st_mode) == 0o711
+        await fails(errno.EACCES, fs.readlink(await walk(fs, name), Other()))
+        inode = await walk(fs, name)
+        dev.close_file(f)
+        await fails(errno.ENOENT, fs.readlink(inode, Owner()))
+        await fails(errno.ENOENT, walk(fs, name))
+        assert not os.path.exists(target)
+    finally:
+        dev.shutdown()

@@ -1,0 +1,138 @@
+"""ShmemStore: the tmpfs directory that holds one file per BO (docs/memory.md).
+
+Every BO's bytes live in one file here and nowhere else: the daemon maps the file
+into its VRAM/GTT aperture, a client maps the same file through the symlink
+MOUNT/bo/<offset-hex>, so CPU and GPU share the pages (as memory behind a PCI BAR).
+
+The directory is ``<base>/vgpu-<random>`` (base /dev/shm unless told otherwise),
+mode 0711: others may reach a file whose name they were given, never list names.
+A file is 0600, owned by the uid of the DRM file that created the BO, named by 128
+random bits. The daemon holds an exclusive flock on ``<dir>/.lock`` for its whole
+life, so :func:`clean_stale` can tell a dead daemon's directory from a live one
+(pids are reused, locks die with their process).
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+import shutil
+
+DEFAULT_BASE = "/dev/shm"
+PREFIX = "vgpu-"
+LOCK_NAME = ".lock"
+MAX_MAP_COUNT = "/proc/sys/vm/max_map_count"
+# What the daemon raises vm.max_map_count to when it is root: one mapping per BO in
+# the aperture, plus the interpreter's own, with room to spare.
+WANTED_MAP_COUNT = 1 << 20
+# Mappings kept free for the interpreter, numpy, thread stacks and client-side work.
+MAP_HEADROOM = 8192
+# The most BOs one device holds at once, whatever vm.max_map_count allows
+# (docs/memory.md: GEM_CREATE past it fails with ENOMEM).
+MAX_BOS = 262144
+
+
+class StoreError(OSError):
+    """The store cannot be set up (no tmpfs, too small): the message says what to do."""
+
+
+def _hold_lock(path: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def clean_stale(base: str = DEFAULT_BASE) -> list[str]:
+    """Remove the directories of daemons that are gone (nobody holds their lock).
+    Returns the paths removed. Run by `vgpu mount`, `vgpu umount` and every new store."""
+    removed = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(base, name)
+        if not name.startswith(PREFIX) or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        try:
+            fd = _hold_lock(os.path.join(path, LOCK_NAME))
+        except OSError:
+            continue  # a live daemon holds it, or it is not ours to touch
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def map_count_limit() -> int:
+    """vm.max_map_count, raised to WANTED_MAP_COUNT first when we may (root)."""
+    try:
+        with open(MAX_MAP_COUNT) as f:
+            current = int(f.read())
+    except (OSError, ValueError):
+        return 65530  # the kernel's default
+    if current < WANTED_MAP_COUNT and os.geteuid() == 0:
+        try:
+            with open(MAX_MAP_COUNT, "w") as f:
+                f.write(str(WANTED_MAP_COUNT))
+            current = WANTED_MAP_COUNT
+        except OSError:
+            pass  # a container may forbid it: keep the lower limit
+    return current
+
+
+class ShmemStore:
+    """One device's BO files. ``need`` bytes (VRAM + GTT) must fit in the tmpfs."""
+
+    def __init__(self, need: int, base: str | None = None):
+        base = base or os.environ.get("VGPU_SHM_DIR") or DEFAULT_BASE
+        clean_stale(base)
+        try:
+            st = os.statvfs(base)
+        except OSError as e:
+            raise StoreError(e.errno, f"BO store {base}: {e.strerror}; vgpu keeps BOs in a tmpfs "
+                                      "(mount one there or pass --shm-dir)") from e
+        free = st.f_bavail * st.f_frsize
+        if free < need:
+            raise StoreError(errno.ENOSPC,
+                             f"BO store {base} has {free >> 20} MiB free but VRAM + GTT need "
+                             f"{need >> 20} MiB: choose smaller --vram/--gtt, grow the tmpfs "
+                             f"(mount -o remount,size=... {base}) or pass --shm-dir")
+        self.path = os.path.join(base, PREFIX + secrets.token_hex(8))
+        os.mkdir(self.path, 0o700)
+        self._lock_fd = _hold_lock(os.path.join(self.path, LOCK_NAME))
+        os.chmod(self.path, 0o711)  # searchable, not listable, once the lock is ours
+        self.max_bos = max(0, min(MAX_BOS, map_count_limit() - MAP_HEADROOM))
+
+    def create(self, size: int, uid: int) -> tuple[str, int]:
+        """A new zero-filled file of ``size`` bytes owned by ``uid`` (when we are root).
+        Returns (path, fd); the caller maps the fd and closes it. Raises OSError."""
+        path = os.path.join(self.path, secrets.token_hex(16))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            if uid != os.geteuid() and os.geteuid() == 0:
+                os.fchown(fd, uid, -1)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        return path, fd
+
+    def remove(self, path: str) -> None:
+        """Unlink a BO's file: its name goes now, its pages with the last mapping."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        """Remove the directory and everything in it (daemon exit)."""
+        if self._lock_fd < 0:
+            return
+        shutil.rmtree(self.path, ignore_errors=True)
+        os.close(self._lock_fd)
+        self._lock_fd = -1
