@@ -42,7 +42,10 @@ class Device:
         self.sync_tokens = _syncobj.SyncTokens()  # MOUNT/sync/<token-hex>
         self.reset_counter = 0
         self._t0 = time.monotonic()
-        self.zombie_bos: list[BufferObject] = []   # closed, but a job still uses them
+        # Closed BOs whose memory a job may still touch: {id(bo): bo}, and for each job
+        # in flight the zombies waiting for it (see free_bo).
+        self.zombie_bos: dict[int, BufferObject] = {}
+        self._zombies_by_job: dict[int, list[BufferObject]] = {}
         self._bus_repairs_seen = hw.bus_repairs()[0]
         self.idle_cv = threading.Condition()          # notified when jobs complete
         self.ih = hw.InterruptRing()
@@ -129,24 +132,46 @@ class Device:
         if last_here:
             f.vm.unmap_bo(bo)  # amdgpu_gem_object_close: the file's bo_va goes
         if bo.handle_count == 0:
-            self.free_bo(bo)
+            self.free_bo(bo, f.jobs)
 
-    def free_bo(self, bo: BufferObject) -> None:
-        """Release a BO's memory and file, or defer it while a job still uses the BO
-        (the job's fence guards the memory, as a reservation object does in Linux).
-        A CPU mapping that outlives the BO keeps its (unlinked) pages, which are no
-        longer the GPU's: the range gets zero pages and may be reused."""
+    def free_bo(self, bo: BufferObject, vm_jobs: set[int] = frozenset()) -> None:
+        """Release a BO's memory and file, or defer it while a job may still touch it:
+        a job whose BO list names it (busy_jobs), or one of `vm_jobs`, the jobs in
+        flight of the file whose VM mapped it (a packet under way keeps the host
+        pointers it translated before the unmap). Their fences guard the memory, as
+        the reservation objects of the BO and the VM do in Linux. A CPU mapping that
+        outlives the BO keeps its (unlinked) pages, which are no longer the GPU's."""
         if bo.freed:
             return
         self.bos_by_offset.pop(bo.mmap_offset, None)
-        if bo.busy_jobs:
-            if bo not in self.zombie_bos:
-                self.zombie_bos.append(bo)
+        if bo.busy_jobs or vm_jobs:
+            if id(bo) not in self.zombie_bos:
+                self.zombie_bos[id(bo)] = bo
+                bo.awaiting = set(vm_jobs)
+                for job_id in bo.awaiting:
+                    self._zombies_by_job.setdefault(job_id, []).append(bo)
             return
-        if bo in self.zombie_bos:
-            self.zombie_bos.remove(bo)
+        self._release_bo(bo)
+
+    def _release_bo(self, bo: BufferObject) -> None:
+        self.zombie_bos.pop(id(bo), None)
         bo.freed = True
         self.memory.free(bo.placement)
+
+    def _job_done(self, job: Job) -> None:
+        """Drop a finished job's references (device lock held); free the zombies that
+        waited only for it."""
+        for bo in job.bos:
+            bo.busy_jobs -= 1
+            if bo.busy_jobs == 0 and not bo.awaiting and id(bo) in self.zombie_bos:
+                self._release_bo(bo)
+        for bo in self._zombies_by_job.pop(job.id, ()):
+            bo.awaiting.discard(job.id)
+            if not bo.awaiting and bo.busy_jobs == 0 and not bo.freed:
+                self._release_bo(bo)
+        job.file.jobs.discard(job.id)
+        job.ctx.inflight -= 1
+        job.pin.release()
 
     def bo_by_offset(self, offset: int) -> BufferObject | None:
         with self.lock:
@@ -174,7 +199,7 @@ class Device:
         for bo in job.bos:
             bo.busy_jobs += 1
         job.pin = job.file.vm.page_table.pin()
-        job.file.inflight += 1
+        job.file.jobs.add(job.id)
         return ring.submit(job)
 
     def job_failed(self, ring: Ring, job: Job) -> None:
@@ -248,13 +273,7 @@ class Device:
                 if not bo.freed:
                     bo.storage[off: off + 8] = memoryview(job.fence.seq.to_bytes(8, "little"))
             with self.lock:
-                for bo in job.bos:
-                    bo.busy_jobs -= 1
-                    if bo.busy_jobs == 0 and bo in self.zombie_bos:
-                        self.free_bo(bo)
-                job.file.inflight -= 1
-                job.ctx.inflight -= 1
-                job.pin.release()
+                self._job_done(job)
             job.fence.signal(job.error)
             with self.idle_cv:
                 self.idle_cv.notify_all()
@@ -308,11 +327,11 @@ class Device:
                     assert not bo.freed, "a handle names a freed BO"
             live = list(self.bos_by_offset.values())
             for bo in live:
-                if bo in self.zombie_bos:
+                if id(bo) in self.zombie_bos:
                     continue
                 assert held.get(id(bo), 0) == bo.handle_count, "handle_count mismatch"
                 assert bo.handle_count > 0, "a BO without handles is still alive"
-            live += self.zombie_bos
+            live += self.zombie_bos.values()
             vram = sum(bo.size for bo in live if bo.vram)
             gtt = sum(bo.size for bo in live if not bo.vram)
             assert len(live) == self.memory.bo_count, f"{self.memory.bo_count} BO files for {len(live)} BOs"

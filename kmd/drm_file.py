@@ -20,7 +20,7 @@ class DrmFile:
         self.bo_lists: dict[int, list] = {}
         self.syncobjs: dict = {}       # syncobj handle -> kmd.syncobj.Syncobj
         self.sync_tokens: set[int] = set()  # tokens this file exported (MOUNT/sync/)
-        self.inflight = 0              # jobs queued or running
+        self.jobs: set[int] = set()    # ids of its jobs queued or running
         self._next_handle = 1
         self._next_ctx = 1
         self._next_list = 1

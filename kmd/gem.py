@@ -55,6 +55,7 @@ class BufferObject:
         self.mmap_offset = secrets.randbits(40) << 12  # unguessable, page aligned
         self.handle_count = 0
         self.busy_jobs = 0             # jobs in flight that reference it
+        self.awaiting: set[int] = set()  # once closed: ids of jobs its memory waits for
         self.freed = False
         self.lock = threading.Lock()
 

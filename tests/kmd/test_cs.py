@@ -279,6 +279,29 @@ def test_closing_a_bo_under_a_running_job_defers_the_free(s, dev, client):
     assert dev.memory.vram_allocator.used == used - 65536
 
 
+def test_a_bo_only_mapped_in_the_vm_outlives_the_files_jobs_in_flight(s, dev, client):
+    # Not in the job's BO list, but reachable through the VM: its memory (and its
+    # physical range) is not handed to anyone else before the job is done.
+    extra = gem_create(dev, client, 65536)
+    call(dev, client, "AMDGPU_GEM_VA", gem_va(dev, client, extra, 0x40000000, 65536))
+    offset = client.bos[extra].gpu_offset
+    used = dev.memory.vram_allocator.used
+    seq = s.submit(SdmaIb().poll_regmem(VA_A, 1))
+    call(dev, client, "GEM_CLOSE", uapi.drm_gem_close(handle=extra))
+    assert dev.memory.vram_allocator.used == used
+    other = dev.open_file(pid=2, uid=2, comm="other")
+    try:
+        h = gem_create(dev, other, 65536)
+        assert other.bos[h].gpu_offset != offset    # the range is still the job's
+        dev.check_invariants()
+        s.bo(s.a).write(0, struct.pack("<I", 1))
+        s.wait(seq)
+        assert dev.memory.vram_allocator.used == used   # extra freed, other's BO allocated
+        dev.check_invariants()
+    finally:
+        dev.close_file(other)
+
+
 def test_user_fence(s, dev, client):
     f = uapi.drm_amdgpu_cs_chunk_fence()
     f.handle, f.offset = s.b, 64
