@@ -55,6 +55,54 @@ COMPILED_DEFS = {
     "PTE_EXEC": C_PTE_EXEC,
 }
 
+# Large copies and fills are split over two host threads: an SDMA engine moves data
+# at its own bandwidth, not at one CPU core's. Only for non-overlapping ranges of at
+# least PAR_BYTES (a thread costs tens of microseconds); a failed thread start falls
+# back to one thread. The dword store loop is what numpy's fill compiles to.
+cdef extern from *:
+    """
+    #include <cstdint>
+    #include <cstring>
+    #include <thread>
+    static const uint64_t VGPU_PAR_BYTES = 1u << 20;
+
+    static void vgpu_fill64(uint8_t* p, uint64_t n, uint64_t v) {
+        uint64_t* q = (uint64_t*)p;
+        uint64_t i = 0, words = n / 8;
+        for (; i < words; i++) q[i] = v;
+    }
+
+    template <typename F>
+    static void vgpu_split(uint64_t n, F work) {
+        if (n >= VGPU_PAR_BYTES) {
+            uint64_t half = (n / 2) & ~(uint64_t)4095;
+            try {
+                std::thread t([=] { work(half, n - half); });
+                work(0, half);
+                t.join();
+                return;
+            } catch (...) {
+            }
+        }
+        work(0, n);
+    }
+
+    /* n is a multiple of 8, p 8-byte aligned. */
+    static void vgpu_par_fill(uint8_t* p, uint64_t n, uint64_t v) {
+        vgpu_split(n, [=](uint64_t off, uint64_t len) { vgpu_fill64(p + off, len, v); });
+    }
+
+    static void vgpu_par_move(uint8_t* d, const uint8_t* s, uint64_t n) {
+        if (d < s + n && s < d + n) {   /* overlapping: one memmove keeps its semantics */
+            memmove(d, s, n);
+            return;
+        }
+        vgpu_split(n, [=](uint64_t off, uint64_t len) { memcpy(d + off, s + off, len); });
+    }
+    """
+    void vgpu_par_fill(uint8_t* p, uint64_t n, uint64_t v) noexcept nogil
+    void vgpu_par_move(uint8_t* d, const uint8_t* s, uint64_t n) noexcept nogil
+
 DEF PAGE_SHIFT = 12
 DEF PAGE_SIZE = 4096
 DEF PAGE_MASK = 4095
@@ -98,18 +146,28 @@ cdef inline uint32_t access_flag(int access) noexcept nogil:
 cdef void fill_run(uint8_t* p, uint64_t n, uint32_t value, uint64_t phase,
                    int elem_size) noexcept nogil:
     """Fill n bytes; for dwords, byte i holds byte (phase + i) % 4 of value (LE)."""
-    cdef uint8_t pat[256]
-    cdef int k
+    cdef uint64_t v64
+    cdef uint32_t rot
+    cdef int shift
     if elem_size == 1:
-        memset(p, value & 0xFF, n)
-        return
-    for k in range(256):
-        pat[k] = (value >> (8 * ((phase + k) & 3))) & 0xFF
-    while n >= 256:
-        memcpy(p, pat, 256)
-        p += 256
-        n -= 256
-    memcpy(p, pat, n)
+        value = (value & 0xFF) * <uint32_t>0x01010101   # every byte the same: any phase
+    while n and (<uint64_t>p & 7):   # head: bytes up to 8-byte alignment
+        p[0] = (value >> (8 * (phase & 3))) & 0xFF
+        p += 1
+        phase += 1
+        n -= 1
+    shift = 8 * (phase & 3)
+    rot = (value >> shift) | (value << ((32 - shift) & 31)) if shift else value
+    v64 = <uint64_t>rot | (<uint64_t>rot << 32)
+    vgpu_par_fill(p, n & ~(<uint64_t>7), v64)
+    p += n & ~(<uint64_t>7)
+    phase += n & ~(<uint64_t>7)
+    n &= 7
+    while n:
+        p[0] = (value >> (8 * (phase & 3))) & 0xFF
+        p += 1
+        phase += 1
+        n -= 1
 
 
 cdef class PageTable:
@@ -281,7 +339,7 @@ cdef class PageTable:
                 c = sruns[j].length - soff
             if limit - done < c:
                 c = limit - done
-            memmove(druns[i].host + doff, sruns[j].host + soff, c)
+            vgpu_par_move(druns[i].host + doff, sruns[j].host + soff, c)
             done += c
             doff += c
             soff += c

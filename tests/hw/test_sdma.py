@@ -255,3 +255,39 @@ def test_two_engines_in_parallel(hw, ih):
     assert [r.status for r in results] == ["ok", "ok"]
     assert [r.bytes_moved for r in results] == [steps * (4 << 20)] * 2
     assert big[0:8].view(np.uint32).tolist() == [steps, steps]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_large_copies_split_over_threads_keep_memmove_semantics(hw, ih, overlap):
+    # Copies of 1 MiB and more run on two host threads in the core; an overlapping
+    # copy must still behave as one memmove, a disjoint one must land byte for byte.
+    size, pt = 12 << 20, hw.PageTable()
+    mem = arena(size, 3)
+    want = mem.copy()
+    ib = np.zeros(4096, np.uint8)
+    pt.map(IB_VA, ib, 0, 4096, PTE_READ)
+    pt.map(MEM_VA, mem, 0, size, RW)
+    src, dst, n = (5, 1 << 20, (4 << 20) - 7) if overlap else (5, (6 << 20) + 3, (4 << 20) - 7)
+    raw = S.SdmaIb().copy_linear(MEM_VA + dst, MEM_VA + src, n).tobytes()
+    ib[:len(raw)] = np.frombuffer(raw, np.uint8)
+    r = hw.SdmaEngine("sdma0", ih).run(pt, IB_VA, len(raw) // 4)
+    want[dst:dst + n] = want[src:src + n].copy()
+    assert r.status == "ok" and np.array_equal(mem, want)
+
+
+@pytest.mark.parametrize("fill_size,offset", [(S.SDMA_FILLSIZE_DWORD, 0), (S.SDMA_FILLSIZE_DWORD, 5),
+                                              (S.SDMA_FILLSIZE_BYTE, 3)])
+def test_large_fills_match_the_pattern(hw, ih, fill_size, offset):
+    size, pt, n = 6 << 20, hw.PageTable(), (4 << 20) - 9
+    mem = np.zeros(size, np.uint8)
+    ib = np.zeros(4096, np.uint8)
+    pt.map(IB_VA, ib, 0, 4096, PTE_READ)
+    pt.map(MEM_VA, mem, 0, size, RW)
+    raw = S.SdmaIb().constant_fill(MEM_VA + offset, 0x11223344, n, fill_size).tobytes()
+    ib[:len(raw)] = np.frombuffer(raw, np.uint8)
+    r = hw.SdmaEngine("sdma0", ih).run(pt, IB_VA, len(raw) // 4)
+    pattern = (np.full(1, 0x44, np.uint8) if fill_size == S.SDMA_FILLSIZE_BYTE
+               else np.frombuffer(struct.pack("<I", 0x11223344), np.uint8))
+    want = np.tile(pattern, -(-n // len(pattern)))[:n]
+    assert r.status == "ok" and np.array_equal(mem[offset:offset + n], want)
+    assert not mem[:offset].any() and not mem[offset + n:].any()
