@@ -1,7 +1,7 @@
 """(a) Null ioctl round trip: VERSION on vgpu against two echo floors, same run.
 
 One ioctl is a write() of the request frame and a read() of the reply on an open
-control file (DESIGN.md section 3). The request is VERSION with zero string
+control file (docs/design.md section 3). The request is VERSION with zero string
 lengths: 16 + 64 bytes out, 16 + 64 bytes back, no KMD work to speak of. The same
 frame goes to:
 

@@ -4,7 +4,7 @@
  * <drm.h> and <amdgpu_drm.h> (Debian libdrm-dev, /usr/include/libdrm). Because
  * FUSE cannot carry ioctl(), one ioctl is one write() of a request frame followed
  * by one read() of the reply frame on the same open file of
- * MOUNT/dev/dri/card0 or MOUNT/dev/dri/renderD128 (see DESIGN.md section 3).
+ * MOUNT/dev/dri/card0 or MOUNT/dev/dri/renderD128 (see docs/design.md section 3).
  *
  * vgpu/uapi.py is the Python twin of this header; tests/test_uapi.py compiles
  * against this file and checks every number, size and offset.

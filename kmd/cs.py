@@ -1,6 +1,6 @@
 """Command submission and fence waits: CS, WAIT_CS, WAIT_FENCES (amdgpu_cs.c).
 
-CS takes its chunks flattened (DESIGN 3): for each chunk, its drm_amdgpu_cs_chunk
+CS takes its chunks flattened (docs/design.md 3): for each chunk, its drm_amdgpu_cs_chunk
 header immediately followed by `length_dw` dwords of chunk data. It checks every
 chunk before it queues anything; the reply's `handle` is the job's sequence number
 on its ring. Waits run outside the device lock, as PendingReply.

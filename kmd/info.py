@@ -23,7 +23,7 @@ PCI_VENDOR = 0x1002
 PCI_DEVICE = 0x687F
 CHIP_REV = 1
 MAX_INFO_RETURN = 64 * 1024
-# Rings per hardware IP: ip type -> number of rings (DESIGN 5.1).
+# Rings per hardware IP: ip type -> number of rings (docs/design.md 5.1).
 RINGS = {uapi.AMDGPU_HW_IP_DMA: 2, uapi.AMDGPU_HW_IP_COMPUTE: 1}
 CAPS = {
     uapi.DRM_CAP_PRIME: uapi.DRM_PRIME_CAP_IMPORT | uapi.DRM_PRIME_CAP_EXPORT,

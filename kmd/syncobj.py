@@ -5,13 +5,13 @@ puts a `ChainNode` (dma_fence_chain): a point number, the fence of that point an
 the previous node. A chain node signals once its own fence and every earlier node
 have signalled, so waiting on point P waits for all points <= P.
 
-Handles are per DrmFile; the objects are shared. HANDLE_TO_FD gives a token (DESIGN
+Handles are per DrmFile; the objects are shared. HANDLE_TO_FD gives a token (docs/design.md
 3: a positive 31-bit integer standing in for the fd) naming MOUNT/sync/<token-hex>,
 either the syncobj itself or, with EXPORT_SYNC_FILE, a sync file: a snapshot of the
 syncobj's current fence. FD_TO_HANDLE takes the token back in any file of the
 device; tokens live until the exporting file closes (docs/syncobj.md).
 
-Extra data (DESIGN 3): the u32 handle array, then the u64 point array where the
+Extra data (docs/design.md 3): the u32 handle array, then the u64 point array where the
 struct has one. Waits that must block are PendingReply: they wait in the client's
 read(), outside the device lock, on a condition that fence callbacks and syncobj
 fence changes poke.

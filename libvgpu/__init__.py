@@ -1,7 +1,7 @@
 """libvgpu: a libdrm_amdgpu-like client library for the vgpu device.
 
 Talks to ``MOUNT/dev/dri/renderD128`` through the control-file protocol (one
-write() + one read() per ioctl, DESIGN.md section 3) and imports nothing but
+write() + one read() per ioctl, docs/design.md section 3) and imports nothing but
 :mod:`vgpu.uapi`. Function names follow libdrm_amdgpu without the ``amdgpu_``
 prefix; ``docs/libvgpu.md`` maps each to its libdrm counterpart and ioctl.
 

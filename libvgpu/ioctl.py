@@ -1,6 +1,6 @@
 """The one generic ioctl helper: a request frame written, a reply frame read.
 
-DESIGN.md section 3: an ioctl on a vgpu control file is ONE write() of
+docs/design.md section 3: an ioctl on a vgpu control file is ONE write() of
 ``vgpu_request_header + struct + extra`` followed by ONE read() of
 ``vgpu_reply_header + struct + out-data``. Like libdrm's ``drmIoctl`` the helper
 retries EINTR/EAGAIN; any other failure becomes a :class:`~libvgpu.errors.VgpuError`

@@ -1,6 +1,6 @@
 """Syncobjs and sync files (libdrm drmSyncobj*, amdgpu_cs_syncobj_*, amdgpu_cs_fence_to_handle).
 
-A Syncobj is a handle in one Device. Exported "fds" are tokens (DESIGN 3): pass the
+A Syncobj is a handle in one Device. Exported "fds" are tokens (docs/design.md 3): pass the
 integer to another process, which imports it with `syncobj_import` into its own
 Device. `sync_file_wait` waits on MOUNT/sync/<token-hex> with poll(), without
 holding any Device (so it never blocks other calls).

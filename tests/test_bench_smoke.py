@@ -1,6 +1,6 @@
 """Smoke test of ``python3 -m bench`` in quick mode: it runs and prints every section.
 
-No timing assertions (DESIGN.md section 9: benchmarks, not timed tests); the
+No timing assertions (docs/design.md section 9: benchmarks, not timed tests); the
 figures themselves are for docs/bench.md and ``make bench``.
 """
 import os

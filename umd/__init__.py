@@ -1,4 +1,4 @@
-"""umd: a small CUDA/HIP-like runtime over libvgpu (DESIGN.md 7, docs/umd.md).
+"""umd: a small CUDA/HIP-like runtime over libvgpu (docs/design.md 7, docs/umd.md).
 
     import numpy as np, umd
     a = umd.to_device(np.arange(1024, dtype=np.float32))

@@ -1,6 +1,6 @@
 """Control-file framing: one ioctl is a write() of a request, then a read() of the reply.
 
-DESIGN.md section 3. Request: ``vgpu_request_header`` {magic, request, arg_size,
+docs/design.md section 3. Request: ``vgpu_request_header`` {magic, request, arg_size,
 extra_size}, then ``arg_size`` bytes of the ioctl struct, then ``extra_size`` bytes
 of flattened pointer data, all in one write(). Reply: ``vgpu_reply_header``
 {result, arg_size, extra_size, reserved}, then the updated struct and the out-data.

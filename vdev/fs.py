@@ -1,4 +1,4 @@
-"""The vgpu device tree (DESIGN.md section 2) as one pyfuse3 ``Operations``.
+"""The vgpu device tree (docs/design.md section 2) as one pyfuse3 ``Operations``.
 
 ::
 
@@ -28,7 +28,7 @@ only, and its target is a 0600 file of that uid in a directory nobody else lists
 
 Every handler converts KmdError to its errno and any other exception to EIO with a
 kmsg line: pyfuse3 ends its main loop on an uncaught exception, and the daemon must
-never die on bad input (DESIGN 5.6).
+never die on bad input (docs/design.md 5.6).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``vgpu`` console script: mount, umount, dmesg, info, trace (DESIGN.md section 8).
+"""The ``vgpu`` console script: mount, umount, dmesg, info, trace (docs/design.md section 8).
 
 ``vgpu mount MOUNT`` starts the daemon (``python3 -m vdev.daemon``) detached, with
 its log and pid in ``/tmp/vgpu-<hash of MOUNT>.{log,pid}``, and returns once MOUNT

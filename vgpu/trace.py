@@ -1,7 +1,7 @@
 """``vgpu trace``: run a command under strace and decode its vgpu ioctls.
 
 An ioctl on a vgpu control file is one write() of a request frame and one read()
-of the reply (DESIGN.md section 3), so ``strace -xx`` already holds every byte of
+of the reply (docs/design.md section 3), so ``strace -xx`` already holds every byte of
 it. This module pairs each write on a ``dev/dri/card*``/``renderD*`` fd with the
 next read on that fd by the same pid, decodes both frames with the
 :mod:`vgpu.uapi` structs, and prints one line per ioctl::

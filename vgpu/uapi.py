@@ -16,7 +16,7 @@ needs a struct defined before ``sizeof`` can encode it into a code.)
 
 Pointer fields (``_u64 ..._ptr``, ``char *``) are never dereferenced across the
 vgpu control-file protocol: the client sends the pointed-to data inline after
-the struct ("flattening", DESIGN.md section 3) and the reply carries the data
+the struct ("flattening", docs/design.md section 3) and the reply carries the data
 the kernel writes back. Each ioctl's struct docstring states what goes where.
 
 Framing of one ioctl on ``MOUNT/dev/dri/card0`` or ``renderD128``::
@@ -1182,7 +1182,7 @@ AMDGPU_FAMILY_YC = 146
 
 
 # ===========================================================================
-# vgpu control-file framing (DESIGN.md section 3; include/vgpu_drm.h)
+# vgpu control-file framing (docs/design.md section 3; include/vgpu_drm.h)
 # ===========================================================================
 VGPU_MAGIC = 0x55504756  # "VGPU" little-endian
 # Largest request or reply frame, headers included. FUSE hands a daemon at most

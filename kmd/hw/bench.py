@@ -1,4 +1,4 @@
-"""Copy/fill bandwidth of the emulated hardware against numpy (DESIGN section 9).
+"""Copy/fill bandwidth of the emulated hardware against numpy (docs/design.md section 9).
 
     python3 -m kmd.hw.bench        # prints MiB/s and ratios; no pass/fail
 

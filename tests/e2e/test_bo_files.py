@@ -144,7 +144,7 @@ fd = os.open(d.bo_path(d.gem_mmap(buf)), os.O_RDWR)
 m = mmap.mmap(fd, SIZE, mmap.MAP_SHARED)
 m[:] = b"\\x11" * SIZE
 
-# SDMA (DESIGN 5.2): CONSTANT_FILL (op 11, dword fill size 2 in header bits 31:30)
+# SDMA (docs/design.md 5.2): CONSTANT_FILL (op 11, dword fill size 2 in header bits 31:30)
 # of the whole BO, then WRITE_LINEAR (op 2/0) of two dwords at offset 8.
 words = [11 | (2 << 30), VA_A, VA_A >> 32, 0xCAFEBABE, SIZE - 1,
          2, VA_A + 8, (VA_A + 8) >> 32, 1, 0x01234567, 0x89ABCDEF]
