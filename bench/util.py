@@ -164,8 +164,8 @@ class Submitter:
 
     ``Submitter(mount, ib_bytes, bos)``: opens the device, makes a context, writes
     ``ib_bytes`` into a GTT BO mapped at a VA, and a BO list of the IB and ``bos``.
-    The IB BO is unmapped from the CPU after writing, so ``cs_submit`` has nothing
-    to write back: what is timed is the submission path itself.
+    The IB BO is unmapped from the CPU after writing (``cs_submit`` never syncs
+    memory anyway): what is timed is the submission path itself.
     """
 
     def __init__(self, dev, ib_bytes: bytes, bos: list = ()):
@@ -177,7 +177,7 @@ class Submitter:
         size = -(-len(ib_bytes) // 4096) * 4096
         self.ib_bo = self.stack.enter_context(libvgpu.bo_alloc(dev, size, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT))
         self.ib_bo.cpu_map()[:len(ib_bytes)] = ib_bytes
-        self.ib_bo.cpu_unmap()  # msync + munmap: the KMD has the packets
+        self.ib_bo.cpu_unmap()  # munmap: the packets are already in the BO's shared pages
         self.ib_va = self.map(self.ib_bo)
         self.bo_list = self.stack.enter_context(libvgpu.bo_list_create(dev, [self.ib_bo, *bos]))
         self.request = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA,

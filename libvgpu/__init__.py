@@ -1,9 +1,10 @@
 """libvgpu: a libdrm_amdgpu-like client library for the vgpu device.
 
 Talks to ``MOUNT/dev/dri/renderD128`` through the control-file protocol (one
-write() + one read() per ioctl, docs/design.md section 3) and imports nothing but
-:mod:`vgpu.uapi`. Function names follow libdrm_amdgpu without the ``amdgpu_``
-prefix; ``docs/libvgpu.md`` maps each to its libdrm counterpart and ioctl.
+write() + one read() per ioctl, docs/design.md section 3) and imports nothing of
+vgpu but its definitions (:mod:`vgpu.uapi`, the SDMA/PM4/vISA encodings). Function
+names follow libdrm_amdgpu without the ``amdgpu_`` prefix; ``docs/libvgpu.md`` maps
+each to its libdrm counterpart and ioctl.
 
     with device_initialize("/tmp/vgpu") as dev, bo_alloc(dev, 1 << 20) as bo:
         bo.cpu_map()[:4] = b"abcd"

@@ -114,7 +114,7 @@ def device_initialize_fd(fd: int, node: str | os.PathLike) -> Device:
 
 
 def device_deinitialize(dev: Device) -> None:
-    """Close the DRM file: live CPU maps are written back and unmapped first;
+    """Close the DRM file: live CPU maps are unmapped first (nothing to flush);
     the KMD frees every handle, context and VA of the file on close.
     Idempotent."""
     with dev._lock:

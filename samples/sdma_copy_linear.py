@@ -22,7 +22,7 @@ def main() -> None:
                 src = t.alloc(args.size, "source", DOMAINS[src_domain])
                 dst = t.alloc(args.size, "destination", DOMAINS[dst_domain])
                 data = os.urandom(args.size)
-                src.cpu[:] = data                  # CPU writes; cs_submit flushes them
+                src.cpu[:] = data                  # CPU writes: the GPU sees them at once
                 dst.cpu[:] = bytes(args.size)
                 ib = libvgpu.SdmaIb()
                 for off in range(0, args.size, MAX_COPY):

@@ -64,8 +64,8 @@ _ABANDON_ON_CANCEL = ({"abandon_on_cancel": True}
 
 # Generated files change under the reader: cache their attributes briefly.
 GENERATED_TIMEOUT = 1.0
-# A BO's size never changes and its name is a capability that stays valid while the
-# BO lives (open() rechecks that), so the kernel may cache both for long.
+# A BO symlink's target never changes and its name is a capability that stays valid
+# while the BO lives (readlink() rechecks that), so the kernel may cache both for long.
 BO_TIMEOUT = 3600.0
 BO_INODE_BASE = 1 << 32
 _HEX_NAME = re.compile(r"[0-9a-f]{1,16}")

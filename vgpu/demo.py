@@ -46,7 +46,7 @@ def memory_exercise(mount: str) -> bool:
                 pattern = bytes(range(256)) * 4096
                 view = bo.cpu_map()
                 view[:] = pattern
-                bo.cpu_unmap()                      # last unmap writes back (msync)
+                bo.cpu_unmap()                      # last unmap: munmap (the pages are the BO's)
                 back = bytes(bo.cpu_map())
                 bo.cpu_unmap()
                 good = back == pattern

@@ -69,7 +69,7 @@ for i in range(N):
     ib_cpu[i * IB_SLOT: i * IB_SLOT + len(ib) * 4] = ib.tobytes()
     sizes.append(len(ib))
 del ib_cpu
-ibs.cpu_unmap()  # nothing mapped: cs_submit has nothing to write back
+ibs.cpu_unmap()  # the IBs are in the BO's shared pages; nothing stays mapped
 bl = libvgpu.bo_list_create(dev, [src, out, log, ibs])
 
 timeline = libvgpu.syncobj_create(dev)

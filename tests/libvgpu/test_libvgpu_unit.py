@@ -262,7 +262,7 @@ def test_bo_alloc_map_refcount_and_free(fake):
     bo.cpu_unmap()
     bo.cpu_unmap()
     del arr
-    bo.cpu_unmap()                              # last unmap: msync + munmap
+    bo.cpu_unmap()                              # last unmap: munmap
     assert bo._map is None
     data = (fake.mount / "bo" / f"{bo.mmap_offset:x}").read_bytes()
     assert data[:8] == b"abcdabcd" and len(data) == 8192
