@@ -124,10 +124,9 @@ print(len([n for n in os.listdir(os.path.dirname(target)) if not n.startswith(".
     assert r.stdout.split() == ["ENOENT", "ENOENT", "ENOENT", "0"]
 
 
-def test_gpu_writes_reach_a_live_cpu_mapping(vgpu_mount):
-    # The libdrm way: map, write, submit, wait on the fence, read; no extra calls:
-    # the mapping and the engine share the BO's pages. WAIT_CS answers in read().
-    r = run_client(PRELUDE + """
+# Client code: a context, an IB BO and a 64 KiB data BO mapped at VAs; sdma(words)
+# writes the IB through the BO file, submits it on sdma0 and returns WAIT_CS's status.
+SDMA_CLIENT = PRELUDE + """
 import ctypes, struct
 d = Drm(M)
 VA_IB, VA_A, SIZE = 0x10000000, 0x20000000, 64 << 10
@@ -139,30 +138,34 @@ for h, va, size in ((ib, VA_IB, 4096), (buf, VA_A, SIZE)):
     v = uapi.drm_amdgpu_gem_va(handle=h, operation=uapi.AMDGPU_VA_OP_MAP, va_address=va, map_size=size,
                                flags=uapi.AMDGPU_VM_PAGE_READABLE | uapi.AMDGPU_VM_PAGE_WRITEABLE)
     d.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_VA, v)
+buf_path = d.bo_path(d.gem_mmap(buf))
 
-fd = os.open(d.bo_path(d.gem_mmap(buf)), os.O_RDWR)
+def sdma(words):
+    fd = os.open(d.bo_path(d.gem_mmap(ib)), os.O_RDWR)
+    os.pwrite(fd, struct.pack(f"<{len(words)}I", *words), 0)
+    os.close(fd)
+    c = uapi.drm_amdgpu_cs_chunk_ib(va_start=VA_IB, ib_bytes=4 * len(words), ip_type=DMA)
+    chunk = bytes(uapi.drm_amdgpu_cs_chunk(chunk_id=uapi.AMDGPU_CHUNK_ID_IB,
+                                           length_dw=ctypes.sizeof(c) // 4)) + bytes(c)
+    cs = uapi.drm_amdgpu_cs(); cs.in_.ctx_id, cs.in_.num_chunks = ctx, 1
+    seq = d.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, cs, chunk)[0].out.handle
+    w = uapi.drm_amdgpu_wait_cs(); w.in_.handle, w.in_.ip_type, w.in_.ctx_id = seq, DMA, ctx
+    w.in_.timeout = (1 << 64) - 1
+    return d.ioctl(uapi.DRM_IOCTL_AMDGPU_WAIT_CS, w)[0].out.status
+"""
+
+
+def test_gpu_writes_reach_a_live_cpu_mapping(vgpu_mount):
+    # The libdrm way: map, write, submit, wait on the fence, read; no extra calls:
+    # the mapping and the engine share the BO's pages. WAIT_CS answers in read().
+    r = run_client(SDMA_CLIENT + """
+fd = os.open(buf_path, os.O_RDWR)
 m = mmap.mmap(fd, SIZE, mmap.MAP_SHARED)
 m[:] = b"\\x11" * SIZE
-
 # SDMA (docs/design.md 5.2): CONSTANT_FILL (op 11, dword fill size 2 in header bits 31:30)
 # of the whole BO, then WRITE_LINEAR (op 2/0) of two dwords at offset 8.
-words = [11 | (2 << 30), VA_A, VA_A >> 32, 0xCAFEBABE, SIZE - 1,
-         2, VA_A + 8, (VA_A + 8) >> 32, 1, 0x01234567, 0x89ABCDEF]
-ibfd = os.open(d.bo_path(d.gem_mmap(ib)), os.O_RDWR)
-os.pwrite(ibfd, struct.pack(f"<{len(words)}I", *words), 0)
-
-bl = uapi.drm_amdgpu_bo_list()
-bl.in_.operation, bl.in_.bo_number = uapi.AMDGPU_BO_LIST_OP_CREATE, 2
-bl.in_.bo_info_size = ctypes.sizeof(uapi.drm_amdgpu_bo_list_entry)
-lst = d.ioctl(uapi.DRM_IOCTL_AMDGPU_BO_LIST, bl, struct.pack("<IIII", ib, 0, buf, 0))[0].out.list_handle
-c = uapi.drm_amdgpu_cs_chunk_ib(va_start=VA_IB, ib_bytes=4 * len(words), ip_type=DMA)
-chunk = bytes(uapi.drm_amdgpu_cs_chunk(chunk_id=uapi.AMDGPU_CHUNK_ID_IB,
-                                       length_dw=ctypes.sizeof(c) // 4)) + bytes(c)
-cs = uapi.drm_amdgpu_cs(); cs.in_.ctx_id, cs.in_.bo_list_handle, cs.in_.num_chunks = ctx, lst, 1
-seq = d.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, cs, chunk)[0].out.handle
-w = uapi.drm_amdgpu_wait_cs(); w.in_.handle, w.in_.ip_type, w.in_.ctx_id = seq, DMA, ctx
-w.in_.timeout = (1 << 64) - 1
-print(d.ioctl(uapi.DRM_IOCTL_AMDGPU_WAIT_CS, w)[0].out.status)
+print(sdma([11 | (2 << 30), VA_A, VA_A >> 32, 0xCAFEBABE, SIZE - 1,
+            2, VA_A + 8, (VA_A + 8) >> 32, 1, 0x01234567, 0x89ABCDEF]))
 print(m[:8].hex(), m[8:16].hex(), m[SIZE - 4:].hex())
 """, vgpu_mount, check=True)
     assert r.stdout.split() == ["0", "bebafecabebafeca", "67452301efcdab89", "bebafeca"]
@@ -172,31 +175,11 @@ def test_a_client_truncating_its_bo_file_hurts_nobody(vgpu_mount):
     # The owner may ftruncate its own tmpfs file under the GPU. The daemon's next
     # access past the new end would be SIGBUS: kmd.hw maps a zero page there instead,
     # the job completes, kmsg says what happened, and other clients carry on.
-    r = run_client(PRELUDE + """
-import ctypes, struct
-d = Drm(M)
-VA_IB, VA_A, SIZE = 0x10000000, 0x20000000, 64 << 10
-DMA = uapi.AMDGPU_HW_IP_DMA
-a = uapi.drm_amdgpu_ctx(); a.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
-ctx = d.ioctl(uapi.DRM_IOCTL_AMDGPU_CTX, a)[0].out.alloc.ctx_id
-ib, buf = d.gem_create(4096, uapi.AMDGPU_GEM_DOMAIN_GTT), d.gem_create(SIZE)
-for h, va, size in ((ib, VA_IB, 4096), (buf, VA_A, SIZE)):
-    v = uapi.drm_amdgpu_gem_va(handle=h, operation=uapi.AMDGPU_VA_OP_MAP, va_address=va, map_size=size,
-                               flags=uapi.AMDGPU_VM_PAGE_READABLE | uapi.AMDGPU_VM_PAGE_WRITEABLE)
-    d.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_VA, v)
-os.truncate(d.bo_path(d.gem_mmap(buf)), 0)
+    r = run_client(SDMA_CLIENT + """
+os.truncate(buf_path, 0)
 # CONSTANT_FILL of the whole (truncated) BO, then COPY_LINEAR of its first half to its second.
-words = [11 | (2 << 30), VA_A, VA_A >> 32, 0xCAFEBABE, SIZE - 1,
-         1, SIZE // 2 - 1, 0, VA_A, VA_A >> 32, VA_A + SIZE // 2, (VA_A + SIZE // 2) >> 32]
-os.pwrite(os.open(d.bo_path(d.gem_mmap(ib)), os.O_RDWR), struct.pack(f"<{len(words)}I", *words), 0)
-c = uapi.drm_amdgpu_cs_chunk_ib(va_start=VA_IB, ib_bytes=4 * len(words), ip_type=DMA)
-chunk = bytes(uapi.drm_amdgpu_cs_chunk(chunk_id=uapi.AMDGPU_CHUNK_ID_IB,
-                                       length_dw=ctypes.sizeof(c) // 4)) + bytes(c)
-cs = uapi.drm_amdgpu_cs(); cs.in_.ctx_id, cs.in_.num_chunks = ctx, 1
-seq = d.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, cs, chunk)[0].out.handle
-w = uapi.drm_amdgpu_wait_cs(); w.in_.handle, w.in_.ip_type, w.in_.ctx_id = seq, DMA, ctx
-w.in_.timeout = (1 << 64) - 1
-print(d.ioctl(uapi.DRM_IOCTL_AMDGPU_WAIT_CS, w)[0].out.status)
+print(sdma([11 | (2 << 30), VA_A, VA_A >> 32, 0xCAFEBABE, SIZE - 1,
+            1, SIZE // 2 - 1, 0, VA_A, VA_A >> 32, VA_A + SIZE // 2, (VA_A + SIZE // 2) >> 32]))
 """, vgpu_mount, check=True)
     assert r.stdout.split() == ["0"]
     r = run_client(PRELUDE + "print(Drm(M).version()[0].version_major)", vgpu_mount, check=True)
