@@ -1,81 +1,70 @@
-"""memcpy (host->device, device->host, device->device) and memset, all on SDMA.
+"""memcpy (host->device, device->host, device->device) and memset.
 
-Host data goes through pinned GTT staging buffers of STAGING_CHUNK bytes, a few of
-them in turn, so the CPU and the SDMA engine overlap:
+Host copies are CPU copies. Every BO is shared memory that the CPU maps and the GPU
+reads and writes in place (libvgpu/bo.py): a CPU write through the map is visible to
+the GPU at once, a GPU write is visible to the CPU by the time its fence signals.
+So ``memcpy_htod`` / ``memcpy_dtoh`` are one ``np.copyto`` between the host buffer
+and a numpy view of the device block's map (made on the block's first host copy and
+kept with it, umd/memory.py), with the ordering of CUDA's synchronous cudaMemcpy:
 
-- host->device: the CPU fills staging buffer k+1 while the SDMA copies chunk k
-  (each chunk is submitted as soon as it is filled; a buffer is refilled once the
-  copy that read it is done). The call returns when the source has been read, as
-  cudaMemcpy from pageable memory does; the device copy runs in stream order.
-- device->host: chunk k+1 is copied into staging while the CPU copies chunk k out;
-  the call returns with the data.
-- device->device and memset: COPY_LINEAR / CONSTANT_FILL packets batched in the
-  stream's IB (no submission), 4 MiB per packet (the packet's count field).
+- both first wait for every command queued on the stream so far (including waits on
+  other streams' events, ``Stream.wait_event``), then copy, then return. So
+  ``memcpy_htod`` never overwrites data that earlier work in the stream still reads
+  or writes, and ``memcpy_dtoh`` returns data that includes every earlier command.
+  Later work queued on the stream sees the copied data (it is in memory before that
+  work is submitted). Work on *other* streams is not waited for (order it with
+  events), and the copy takes no place on the GPU timeline (events around it time
+  nothing).
+- the device range must lie inside one block of the device's pool (memory from
+  ``umd.empty``, ``umd.to_device``...): another address is a :class:`UMDError` at the
+  call, as is a range that runs past the end of its block.
+- GPU errors of the earlier work are raised by the copy (the wait sees them).
+
+Device-to-device copies and memset stay on the GPU: COPY_LINEAR / CONSTANT_FILL
+packets batched in the stream's IB (no submission, no wait), 4 MiB per packet (the
+packet's count field).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from vgpu import sdma as S
-from vgpu import uapi
 
 from . import debug
 from .debug import DebugFlag
-from .memory import GpuBuffer
+from .errors import UMDError
 from .stream import current_stream
 
-STAGING_CHUNK = 4 << 20
-SMALL_STAGING = 64 << 10   # transfers up to this use small buffers: the KMD pushes a
-                           # whole staging BO to the CPU after a device->host copy
-STAGING_BUFFERS = 3
 MAX_PACKET_BYTES = S.SDMA_COPY_COUNT_MASK + 1      # 4 MiB per COPY_LINEAR / CONSTANT_FILL
-
-
-class StagingBuffer:
-    def __init__(self, lv, size: int):
-        self.buf = GpuBuffer(lv, size, uapi.AMDGPU_GEM_DOMAIN_GTT, cpu=True)
-        self.array = np.frombuffer(self.buf.cpu, np.uint8)
-        self.va, self.bo = self.buf.address, self.buf.bo
-        self.user = None            # (stream, mark) of the last command that used it
-
-    def wait_idle(self) -> None:
-        if self.user is not None:
-            stream, mark = self.user
-            stream.wait_mark(mark)
-            self.user = None
-
-
-class StagingPool:
-    """The device's staging buffers, used round robin."""
-
-    def __init__(self, device, size: int = STAGING_CHUNK):
-        self.device, self.size = device, size
-        self._bufs: list[StagingBuffer] = []
-        self._next = 0
-
-    def acquire(self) -> StagingBuffer:
-        """The next staging buffer, once the work that last used it is done."""
-        if len(self._bufs) < STAGING_BUFFERS:
-            sb = StagingBuffer(self.device.lv, self.size)
-            self._bufs.append(sb)
-            debug.log(DebugFlag.MEM, f"staging buffer {len(self._bufs)}: {self.size} bytes GTT "
-                                     f"at {sb.va:#x}")
-        else:
-            sb = self._bufs[self._next]
-            self._next = (self._next + 1) % STAGING_BUFFERS
-        sb.wait_idle()
-        return sb
-
-    def free(self) -> None:
-        for sb in self._bufs:
-            sb.array = None
-            sb.buf.free()
-        self._bufs.clear()
 
 
 def _bo_at(device, ptr: int):
     block = device.pool.lookup(ptr)
     return block.buf.bo if block is not None else None
+
+
+def _device_bytes(device, ptr: int, n: int, what: str) -> np.ndarray:
+    """A uint8 view of the ``n`` bytes at device address ``ptr`` through the CPU map
+    of the pool block that holds them."""
+    block = device.pool.lookup(ptr)
+    if block is None:
+        raise UMDError(f"{what}: device address {ptr:#x} is not memory this process allocated with umd on "
+                       f"{device.mount} (umd.empty, umd.to_device...); host copies go through the CPU map "
+                       f"of such memory")
+    off = ptr - block.ptr
+    if off + n > block.size:
+        raise UMDError(f"{what}: {n} bytes at {ptr:#x} run past the end of the allocation that holds it "
+                       f"(a block of {block.size} bytes at {block.ptr:#x})")
+    return block.buf.host_array()[off:off + n]
+
+
+def _wait_queued(s) -> None:
+    """Wait until every command queued on stream ``s`` so far is done."""
+    if s._next_deps:     # wait_event() with no command after it yet: a NOP carries the dependency
+        s.sdma(lambda ib: ib.nop(), 1, "NOP (a host copy waits for the events the stream waits for)")
+    mark = s.busy_mark()
+    if mark is not None:
+        s.wait_mark(mark)
 
 
 def _host_bytes(host) -> np.ndarray:
@@ -86,59 +75,43 @@ def _host_bytes(host) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
 
+def _count(nbytes: int | None, have: int, what: str, side: str) -> int:
+    n = have if nbytes is None else nbytes
+    if n < 0 or n > have:
+        raise ValueError(f"{what}: {n} bytes {side} a host buffer of {have}")
+    return n
+
+
 def memcpy_htod(dst: int, host, nbytes: int | None = None, stream=None) -> None:
-    """Copy ``nbytes`` (default: all) of the host buffer ``host`` to device address ``dst``."""
+    """Copy ``nbytes`` (default: all) of the host buffer ``host`` to device address
+    ``dst``, after the stream's earlier work; the data is in place on return."""
     s = current_stream(stream)
     src = _host_bytes(host)
-    n = src.nbytes if nbytes is None else nbytes
-    if n > src.nbytes:
-        raise ValueError(f"memcpy_htod: {n} bytes from a host buffer of {src.nbytes}")
+    n = _count(nbytes, src.nbytes, "memcpy_htod", "from")
     debug.log(DebugFlag.API, f"memcpy_htod(dst={dst:#x}, {n} bytes, stream={s.name})")
-    staging = s.device.staging_for(n)
-    dst_bo = _bo_at(s.device, dst)
-    for off in range(0, n, staging.size):
-        k = min(staging.size, n - off)
-        sb = staging.acquire()
-        sb.array[:k] = src[off:off + k]        # CPU fills this chunk while the SDMA copies the last
-        mark = s.sdma(lambda ib, d=dst + off, v=sb.va, k=k: ib.copy_linear(d, v, k), 7,
-                      f"COPY_LINEAR {k} bytes staging {sb.va:#x} -> {dst + off:#x}", [dst_bo])
-        sb.user = (s, mark)
-        s.flush()
+    if n == 0:
+        return
+    view = _device_bytes(s.device, dst, n, "memcpy_htod")
+    _wait_queued(s)
+    np.copyto(view, src[:n])
 
 
 def memcpy_dtoh(host, src: int, nbytes: int | None = None, stream=None):
     """Copy ``nbytes`` from device address ``src`` into the writable host buffer
-    ``host`` (default size: all of it); waits for the stream's earlier work."""
+    ``host`` (default size: all of it), after the stream's earlier work; returns ``host``."""
     s = current_stream(stream)
+    if isinstance(host, np.ndarray) and not host.flags.c_contiguous:
+        raise ValueError("memcpy_dtoh: the host array is not C-contiguous")   # would fill a copy
     out = _host_bytes(host)
     if not out.flags.writeable:
         raise ValueError("memcpy_dtoh: the host buffer is read-only")
-    n = out.nbytes if nbytes is None else nbytes
-    if n > out.nbytes:
-        raise ValueError(f"memcpy_dtoh: {n} bytes into a host buffer of {out.nbytes}")
+    n = _count(nbytes, out.nbytes, "memcpy_dtoh", "into")
     debug.log(DebugFlag.API, f"memcpy_dtoh(src={src:#x}, {n} bytes, stream={s.name})")
-    staging = s.device.staging_for(n)
-    src_bo = _bo_at(s.device, src)
-    previous = None
-
-    def drain(chunk):
-        sb, off, k, mark = chunk
-        s.wait_mark(mark)
-        out[off:off + k] = sb.array[:k]
-        sb.user = None
-
-    for off in range(0, n, staging.size):
-        k = min(staging.size, n - off)
-        sb = staging.acquire()
-        mark = s.sdma(lambda ib, d=sb.va, v=src + off, k=k: ib.copy_linear(d, v, k), 7,
-                      f"COPY_LINEAR {k} bytes {src + off:#x} -> staging {sb.va:#x}", [src_bo, sb.bo])
-        sb.user = (s, mark)
-        s.flush()
-        if previous is not None:
-            drain(previous)                    # the SDMA copies this chunk meanwhile
-        previous = (sb, off, k, mark)
-    if previous is not None:
-        drain(previous)
+    if n == 0:
+        return host
+    view = _device_bytes(s.device, src, n, "memcpy_dtoh")
+    _wait_queued(s)
+    np.copyto(out[:n], view)
     return host
 
 

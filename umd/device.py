@@ -1,6 +1,6 @@
 """The umd Device: one open render node of a vgpu mount, checked for a KMD this
 runtime can drive, and everything the runtime keeps per device (memory pool,
-staging buffers, IB buffers, loaded kernels, streams).
+IB buffers, loaded kernels, streams).
 
 The mount is ``VGPU_MOUNT`` or ``/tmp/vgpu``; :func:`get_device` opens it on first
 use and makes it current, as CUDA's primary context is made on the first call.
@@ -81,7 +81,6 @@ class Device:
     everything in reverse order."""
 
     def __init__(self, mount: str | os.PathLike | None = None):
-        from .copy import SMALL_STAGING, StagingPool
         from .memory import MemoryPool
         from .stream import IbPool
 
@@ -100,8 +99,6 @@ class Device:
         v = self.lv.version
         self.name = f"{v.name} {v.major}.{v.minor}.{v.patchlevel} ({v.desc})"
         self.pool = MemoryPool(self)
-        self.staging = StagingPool(self)
-        self.staging_small = StagingPool(self, SMALL_STAGING)
         self.ib_pool = IbPool(self)
         self.kernels: dict[bytes, object] = {}    # code object bytes -> LoadedKernel
         self.programs: dict[int, object] = {}     # program VA -> compiled kernel (fault reports)
@@ -116,9 +113,6 @@ class Device:
             from .stream import Stream
             self._default_stream = Stream(self, name="default")
         return self._default_stream
-
-    def staging_for(self, nbytes: int):
-        return self.staging_small if nbytes <= self.staging_small.size else self.staging
 
     def synchronize(self) -> None:
         """Wait for every stream of the device; raises the first GPU error."""
@@ -148,8 +142,6 @@ class Device:
             for k in self.kernels.values():
                 k.free()
             self.kernels.clear()
-            self.staging.free()
-            self.staging_small.free()
             self.ib_pool.free()
             if self._event_slots is not None:
                 self._event_slots.free()

@@ -1,9 +1,10 @@
 """Device memory: GPU buffers and the caching allocator.
 
-Every device allocation is a VRAM BO mapped at a VA from libvgpu's VA manager. The
-pool hands out blocks of a few size classes and keeps freed blocks for reuse, as
-PyTorch's CUDA caching allocator does, because GEM_CREATE + GEM_VA are two ioctls
-and a fresh BO is zeroed by the KMD:
+Every device allocation is a VRAM BO mapped at a VA from libvgpu's VA manager, and
+mapped for the CPU too the first time a host copy touches it (GpuBuffer.host_array;
+the map lives as long as the block's BO). The pool hands out blocks of a few size
+classes and keeps freed blocks for reuse, as PyTorch's CUDA caching allocator does,
+because GEM_CREATE + GEM_VA are two ioctls and a fresh BO is zeroed by the KMD:
 
 - up to 2 MiB: powers of two from 4 KiB (4K, 8K, ... 1M, 2M);
 - above: the request rounded up to a multiple of 2 MiB (BO and VA 2 MiB aligned).
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+
+import numpy as np
 
 import libvgpu
 from vgpu import uapi
@@ -38,14 +41,16 @@ def size_class(nbytes: int) -> int:
 
 
 class GpuBuffer:
-    """A BO with a VA mapping and, for GTT buffers the CPU fills or reads, a CPU map.
+    """A BO with a VA mapping and a CPU map: made at once with ``cpu=True`` (IB and
+    event buffers), or on the first :meth:`host_array` (pool blocks, for host copies).
+    The map is the BO's shared pages (libvgpu/bo.py), kept until :meth:`free`.
     Half-done allocation is undone."""
 
     def __init__(self, dev: libvgpu.Device, size: int, domain: int, *, cpu: bool = False,
                  alignment: int = PAGE, flags: int = 0):
         self.size = size
         self.bo = libvgpu.bo_alloc(dev, size, alignment, domain)
-        self.va = self.cpu = None
+        self.va = self.cpu = self._array = None
         try:
             self.va = libvgpu.va_range_alloc(dev, size, alignment)
             libvgpu.bo_va_op(self.bo, 0, size, self.va.address, flags)
@@ -57,13 +62,25 @@ class GpuBuffer:
             raise
         self.address = self.va.address
 
+    def host_array(self) -> np.ndarray:
+        """A flat uint8 numpy view of the whole BO through its CPU map, mapped on the
+        first call and kept until :meth:`free`."""
+        if self._array is None:
+            if self.bo is None:
+                raise ValueError(f"{self!r} was freed")
+            if self.cpu is None:
+                self.cpu = self.bo.cpu_map()
+                debug.log(DebugFlag.MEM, f"CPU map of the {self.size:#x} BO at {self.address:#x}")
+            self._array = np.frombuffer(self.cpu, np.uint8)
+        return self._array
+
     def free(self) -> None:
         if self.bo is None:
             return
         bo, self.bo = self.bo, None
         try:
             if self.cpu is not None:
-                self.cpu = None
+                self._array = self.cpu = None    # no view left, so the unmap is immediate
                 bo.cpu_unmap()
             if bo.dev.fd >= 0:
                 libvgpu.bo_va_op(bo, 0, self.size, self.address, 0, uapi.AMDGPU_VA_OP_UNMAP)
@@ -77,7 +94,8 @@ class GpuBuffer:
 
 @dataclass(eq=False)
 class Block:
-    """One pool block: a VRAM buffer of a size class."""
+    """One pool block: a VRAM buffer of a size class (with its CPU map once a host
+    copy used it: ``buf.host_array()``)."""
     buf: GpuBuffer
     size: int
     release_marks: list = field(default_factory=list)   # [(stream, mark)] at the last free

@@ -71,9 +71,8 @@ def test_size_classes():
 
 def test_memcpy_round_trips_d2d_and_memset(vgpu_mount):
     r = ok(client("""
-        from umd.copy import STAGING_CHUNK
         rng = np.random.default_rng(0)
-        for n in (1, 3, 4096, 65537, STAGING_CHUNK + 5, 2 * STAGING_CHUNK + 4099):
+        for n in (1, 3, 4096, 65537, (4 << 20) + 5, (8 << 20) + 4099):
             h = rng.integers(0, 256, n, dtype=np.uint8)
             d = umd.to_device(h)
             assert (d.copy_to_host() == h).all(), n
@@ -96,6 +95,81 @@ def test_memcpy_round_trips_d2d_and_memset(vgpu_mount):
         print("OK")
     """, vgpu_mount))
     assert r.stdout.strip() == "OK"
+
+
+def test_host_copies_keep_stream_order(vgpu_mount):
+    r = ok(client("""
+        n = 1 << 18
+        k = hand_kernel("vector_add")
+        grid = (n + 63) // 64
+        a, b, c = (umd.empty(n, np.float32) for _ in range(3))
+        one, two = np.full(n, 1.0, np.float32), np.full(n, 2.0, np.float32)
+        # a memset queued (not even submitted yet), then H2D of other data: the copy lands last
+        umd.memset_d32(a.ptr, np.float32(5.0).view(np.uint32), n)
+        umd.memcpy_htod(a.ptr, one)
+        assert (a.copy_to_host() == 1.0).all()
+        # H2D, then a queued kernel that writes the same buffer: D2H shows the kernel's result
+        umd.memcpy_htod(b.ptr, two)
+        umd.launch_kernel(k, grid, 64, [a, b, b, n])
+        assert (b.copy_to_host() == 3.0).all()
+        # a queued kernel that reads a, then H2D into a: the kernel saw the old a
+        umd.launch_kernel(k, grid, 64, [a, a, c, n])
+        umd.memcpy_htod(a.ptr, two)
+        assert (c.copy_to_host() == 2.0).all() and (a.copy_to_host() == 2.0).all()
+        # D2H on a stream that waits for another stream's event, with nothing queued after
+        # the wait: the copy waits for that event (the kernels are still running on s)
+        s, t = umd.Stream(), umd.Stream()
+        m = 1 << 20
+        x, y = umd.full(m, 1.0, np.float32, stream=s), umd.full(m, 2.0, np.float32, stream=s)
+        for _ in range(4):
+            umd.launch_kernel(k, m // 64, 64, [x, y, y, m], stream=s)
+        t.wait_event(umd.Event().record(s))
+        assert (y.copy_to_host(stream=t) == 6.0).all()
+        print("OK")
+    """, vgpu_mount))
+    assert r.stdout.strip() == "OK"
+
+
+def test_host_copy_of_a_non_pool_address_is_an_error(vgpu_mount):
+    r = ok(client("""
+        import libvgpu
+        hole = libvgpu.va_range_alloc(umd.get_device().lv, 1 << 20)   # reserved, never mapped
+        a = umd.empty(1024, np.float32)                               # a 4 KiB block
+        for what, call in (("memcpy_htod", lambda: umd.memcpy_htod(hole.address, np.ones(16, np.uint8))),
+                           ("memcpy_dtoh", lambda: umd.memcpy_dtoh(np.zeros(16, np.uint8), hole.address)),
+                           ("memcpy_htod", lambda: umd.memcpy_htod(a.ptr + 8, np.ones(4096, np.uint8))),
+                           ("memcpy_dtoh", lambda: umd.memcpy_dtoh(np.zeros(4096, np.uint8), a.ptr + 8))):
+            try:
+                call()
+                print("no error")
+            except umd.UMDError as e:
+                assert str(e).startswith(what), e
+                print(e)
+        umd.memcpy_htod(a.ptr, np.arange(1024, dtype=np.float32))     # the device carries on
+        assert (a.copy_to_host() == np.arange(1024)).all()
+        try:                                                          # would fill a copy of it
+            umd.memcpy_dtoh(np.zeros((64, 2), np.uint8)[:, 0], a.ptr)
+            raise AssertionError("a non-contiguous host array was accepted")
+        except ValueError as e:
+            assert "not C-contiguous" in str(e), e
+        # the CPU map of a block is kept with it and goes away with its BO
+        def bo_maps():
+            with open("/proc/self/maps") as f:
+                return sum("/vgpu-" in line for line in f)
+        before = bo_maps()
+        del a
+        umd.empty_cache()
+        assert bo_maps() == before - 1, (before, bo_maps())
+        print("OK")
+    """, vgpu_mount))
+    lines = r.stdout.strip().splitlines()
+    assert lines[-1] == "OK" and len(lines) == 5, r.stdout
+    hole_msgs, past_msgs = lines[:2], lines[2:4]
+    for m in hole_msgs:
+        assert re.search(r"device address 0x[0-9a-f]+ is not memory this process allocated with umd", m), m
+    for m in past_msgs:
+        assert re.search(r"4096 bytes at 0x[0-9a-f]+ run past the end of the allocation that holds it "
+                         r"\(a block of 4096 bytes at 0x[0-9a-f]+\)", m), m
 
 
 def test_stream_ordering_across_rings_and_streams(vgpu_mount):
@@ -230,11 +304,11 @@ def test_debug_switches(vgpu_mount):
     assert "vgpu[api] launch vector_add grid=(1, 1, 1) block=(64, 1, 1)" in err
     assert re.search(r"vgpu\[mem\] alloc 256 -> new 0x1000 block", err) and "vgpu[mem] free 0x1000" in err
     assert re.search(r"vgpu\[cmd\] IB comp_0\.0 .*\n(.*\n)*.*DISPATCH_DIRECT groups=1x1x1", err), err
-    assert "COPY_LINEAR 256 bytes staging" in err
+    assert re.search(r"vgpu\[mem\] CPU map of the 0x1000 BO at 0x[0-9a-f]+", err), err
     assert re.search(r"vgpu\[sync\] default: submitted sdma0 seq \d+", err) and "vgpu[sync] event" in err
     quiet = ok(client("umd.to_device(np.ones(4)).copy_to_host()", vgpu_mount, {"VGPU_DEBUG": ""}))
     assert "vgpu[" not in quiet.stderr
-    every = ok(client("umd.to_device(np.ones(4)).copy_to_host()", vgpu_mount, {"VGPU_DEBUG": "all"}))
+    every = ok(client("umd.zeros(4).copy_to_host()", vgpu_mount, {"VGPU_DEBUG": "all"}))   # GPU work too
     assert all(f"vgpu[{n}]" in every.stderr for n in ("api", "mem", "cmd", "sync")), every.stderr
 
 
