@@ -55,53 +55,58 @@ COMPILED_DEFS = {
     "PTE_EXEC": C_PTE_EXEC,
 }
 
-# Large copies and fills are split over two host threads: an SDMA engine moves data
-# at its own bandwidth, not at one CPU core's. Only for non-overlapping ranges of at
-# least PAR_BYTES (a thread costs tens of microseconds); a failed thread start falls
-# back to one thread. The dword store loop is what numpy's fill compiles to.
+# Large copies bypass the cache with streaming (non-temporal) stores, as glibc's
+# memmove does past its own threshold, which a 64 MiB numpy copy reaches but a 4 MiB
+# SDMA packet does not: stores that overwrite whole cache lines then cost no
+# read-for-ownership (64 MiB in 3.5 ms instead of 4.6 ms here). Overlapping copies
+# stay one memmove. The dword fill is a 64-bit store loop, as numpy's fill is.
 cdef extern from *:
     """
     #include <cstdint>
     #include <cstring>
-    #include <thread>
-    static const uint64_t VGPU_PAR_BYTES = 1u << 20;
+    #if defined(__x86_64__)
+    #include <emmintrin.h>
+    #endif
+    static uint64_t VGPU_STREAM_BYTES = 1u << 20;
 
+    /* n is a multiple of 8, p 8-byte aligned. (Streaming stores were measured
+       slower than this for fills: 2.5 ms against 2.3 ms for 64 MiB.) */
     static void vgpu_fill64(uint8_t* p, uint64_t n, uint64_t v) {
         uint64_t* q = (uint64_t*)p;
-        uint64_t i = 0, words = n / 8;
-        for (; i < words; i++) q[i] = v;
+        for (uint64_t i = 0; i < n / 8; i++) q[i] = v;
     }
 
-    template <typename F>
-    static void vgpu_split(uint64_t n, F work) {
-        if (n >= VGPU_PAR_BYTES) {
-            uint64_t half = (n / 2) & ~(uint64_t)4095;
-            try {
-                std::thread t([=] { work(half, n - half); });
-                work(0, half);
-                t.join();
-                return;
-            } catch (...) {
+    static void vgpu_move(uint8_t* d, const uint8_t* s, uint64_t n) {
+    #if defined(__x86_64__)
+        if (n >= VGPU_STREAM_BYTES && (d + n <= s || s + n <= d)) {
+            while (n && ((uintptr_t)d & 15)) { *d++ = *s++; n--; }
+            for (; n >= 64; n -= 64, d += 64, s += 64) {
+                __m128i a = _mm_loadu_si128((const __m128i*)s);
+                __m128i b = _mm_loadu_si128((const __m128i*)(s + 16));
+                __m128i c = _mm_loadu_si128((const __m128i*)(s + 32));
+                __m128i e = _mm_loadu_si128((const __m128i*)(s + 48));
+                _mm_stream_si128((__m128i*)d, a);
+                _mm_stream_si128((__m128i*)(d + 16), b);
+                _mm_stream_si128((__m128i*)(d + 32), c);
+                _mm_stream_si128((__m128i*)(d + 48), e);
             }
-        }
-        work(0, n);
-    }
-
-    /* n is a multiple of 8, p 8-byte aligned. */
-    static void vgpu_par_fill(uint8_t* p, uint64_t n, uint64_t v) {
-        vgpu_split(n, [=](uint64_t off, uint64_t len) { vgpu_fill64(p + off, len, v); });
-    }
-
-    static void vgpu_par_move(uint8_t* d, const uint8_t* s, uint64_t n) {
-        if (d < s + n && s < d + n) {   /* overlapping: one memmove keeps its semantics */
-            memmove(d, s, n);
+            _mm_sfence();
+            memcpy(d, s, n);
             return;
         }
-        vgpu_split(n, [=](uint64_t off, uint64_t len) { memcpy(d + off, s + off, len); });
+    #endif
+        memmove(d, s, n);
     }
     """
-    void vgpu_par_fill(uint8_t* p, uint64_t n, uint64_t v) noexcept nogil
-    void vgpu_par_move(uint8_t* d, const uint8_t* s, uint64_t n) noexcept nogil
+    void vgpu_fill64(uint8_t* p, uint64_t n, uint64_t v) noexcept nogil
+    void vgpu_move(uint8_t* d, const uint8_t* s, uint64_t n) noexcept nogil
+    uint64_t VGPU_STREAM_BYTES
+
+
+def set_stream_bytes(uint64_t n):
+    """Copies of at least `n` bytes use streaming stores (tests, benchmarks)."""
+    global VGPU_STREAM_BYTES
+    VGPU_STREAM_BYTES = n
 
 DEF PAGE_SHIFT = 12
 DEF PAGE_SIZE = 4096
@@ -159,7 +164,7 @@ cdef void fill_run(uint8_t* p, uint64_t n, uint32_t value, uint64_t phase,
     shift = 8 * (phase & 3)
     rot = (value >> shift) | (value << ((32 - shift) & 31)) if shift else value
     v64 = <uint64_t>rot | (<uint64_t>rot << 32)
-    vgpu_par_fill(p, n & ~(<uint64_t>7), v64)
+    vgpu_fill64(p, n & ~(<uint64_t>7), v64)
     p += n & ~(<uint64_t>7)
     phase += n & ~(<uint64_t>7)
     n &= 7
@@ -339,7 +344,7 @@ cdef class PageTable:
                 c = sruns[j].length - soff
             if limit - done < c:
                 c = limit - done
-            vgpu_par_move(druns[i].host + doff, sruns[j].host + soff, c)
+            vgpu_move(druns[i].host + doff, sruns[j].host + soff, c)
             done += c
             doff += c
             soff += c

@@ -258,9 +258,10 @@ def test_two_engines_in_parallel(hw, ih):
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-def test_large_copies_split_over_threads_keep_memmove_semantics(hw, ih, overlap):
-    # Copies of 1 MiB and more run on two host threads in the core; an overlapping
-    # copy must still behave as one memmove, a disjoint one must land byte for byte.
+def test_large_copies_keep_memmove_semantics(hw, ih, overlap):
+    # Copies of 1 MiB and more use streaming stores in the core (from any alignment);
+    # an overlapping copy must still behave as one memmove, a disjoint one must land
+    # byte for byte.
     size, pt = 12 << 20, hw.PageTable()
     mem = arena(size, 3)
     want = mem.copy()
