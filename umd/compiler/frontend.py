@@ -29,6 +29,8 @@ from umd.types import PtrType, ScalarType, bool_, f32, i32, u32
 
 from . import ir
 from .errors import KernelCompileError
+from .ir import const
+from .opt import fold
 
 DIMS = ("x", "y", "z")
 _PY_MATH = {getattr(pymath, n): n for n in ("exp", "log", "sqrt", "sin", "cos", "tanh",
@@ -57,25 +59,6 @@ class _Widen(Exception):
 
     def __init__(self, name: str, type_: ScalarType) -> None:
         self.name, self.type = name, type_
-
-
-def wrap32(value: int, t: ScalarType) -> int:
-    value &= 0xFFFFFFFF
-    if t == i32 and value & 0x80000000:
-        value -= 1 << 32
-    return value
-
-
-def to_f32(value: float) -> float:
-    return float(np.float32(value))
-
-
-def const(value, t: ScalarType) -> ir.Const:
-    if t == f32:
-        return ir.Const(to_f32(float(value)), f32)
-    if t == bool_:
-        return ir.Const(int(bool(value)), bool_)
-    return ir.Const(wrap32(int(value), t), t)
 
 
 class FunctionLowering:
@@ -572,7 +555,6 @@ class FunctionLowering:
 
     def fold_or_emit(self, op, t, args, node, cmp_type=None):
         if all(isinstance(a, ir.Const) for a in args):
-            from .opt import fold
             r = fold(op, t, args)
             if r is not None:
                 return r

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import struct
 
+import numpy as np
+
 from umd.types import PtrType, ScalarType, bool_, f32, i32, u32
 
 # Operations.  Pure ones may be folded or deleted when their result is unused.
@@ -84,6 +86,31 @@ class SharedArray:
 
 
 Operand = Var | Const | Special
+
+
+def wrap32(value: int, t: ScalarType) -> int:
+    """``value`` as the 32-bit register holds it: two's complement for i32, modulo 2^32
+    otherwise."""
+    value &= 0xFFFFFFFF
+    if t == i32 and value & 0x80000000:
+        value -= 1 << 32
+    return value
+
+
+def to_f32(value: float) -> float:
+    """``value`` rounded to binary32 (round to nearest even), as a Python float."""
+    return float(np.float32(value))
+
+
+def const(value, t: ScalarType) -> Const:
+    """The IR constant of type ``t`` for a Python number: f32 rounded to binary32,
+    bool as 0/1, integers wrapped to 32 bits (:func:`wrap32`). The frontend makes
+    literals with it and the optimiser the results it folds, so both agree bit for bit."""
+    if t == f32:
+        return Const(to_f32(float(value)), f32)
+    if t == bool_:
+        return Const(int(bool(value)), bool_)
+    return Const(wrap32(int(value), t), t)
 
 
 @dataclasses.dataclass

@@ -16,15 +16,6 @@ from umd.types import bool_, f32, i32, u32
 from . import ir
 
 
-def _f(x: float) -> float:
-    return float(np.float32(x))
-
-
-def _s32(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v & 0x80000000 else v
-
-
 def fold(op: str, t, args, src_type=None):
     """The constant result of `op` on Const args, or None when it is not folded."""
     vals = [a.value for a in args]
@@ -36,8 +27,7 @@ def fold(op: str, t, args, src_type=None):
         return None
     if r is None:
         return None
-    from .frontend import const
-    return const(r, t)
+    return ir.const(r, t)
 
 
 def _fold(op, t, at, v):
@@ -75,9 +65,9 @@ def _fold_float(op, v):
     if len(v) == 2:
         b = np.float32(v[1])
         if op in ("add", "sub", "mul", "div"):
-            return _f({"add": float(a) + float(b), "sub": float(a) - float(b),
-                       "mul": float(a) * float(b),
-                       "div": float(a / b)}[op])
+            return ir.to_f32({"add": float(a) + float(b), "sub": float(a) - float(b),
+                              "mul": float(a) * float(b),
+                              "div": float(a / b)}[op])
         if op in ("min", "max"):
             if math.isnan(a):
                 return float(b)
@@ -97,7 +87,7 @@ def _fold_float(op, v):
     fn = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "sin": math.sin,
           "cos": math.cos, "tanh": math.tanh,
           "rsqrt": lambda y: 1.0 / math.sqrt(y)}.get(op)
-    return _f(fn(x)) if fn else None
+    return ir.to_f32(fn(x)) if fn else None
 
 
 def _fold_int(op, t, v):
@@ -118,16 +108,16 @@ def _fold_int(op, t, v):
     if op == "shl":
         return ua << (ub & 31)
     if op == "shr":
-        return (_s32(a) if signed else ua) >> (ub & 31)
+        return (ir.wrap32(a, i32) if signed else ua) >> (ub & 31)
     if op in ("min", "max"):
-        x, y = (_s32(a), _s32(b)) if signed else (ua, ub)
+        x, y = (ir.wrap32(a, i32), ir.wrap32(b, i32)) if signed else (ua, ub)
         return min(x, y) if op == "min" else max(x, y)
     if op in ("idiv", "rem"):
         if not signed:
             if ub == 0:
                 return 0xFFFFFFFF if op == "idiv" else ua
             return ua // ub if op == "idiv" else ua % ub
-        x, y = _s32(a), _s32(b)
+        x, y = ir.wrap32(a, i32), ir.wrap32(b, i32)
         if y == 0:
             return -1 if op == "idiv" else x
         q = abs(x) // abs(y) * (1 if (x >= 0) == (y >= 0) else -1)
