@@ -34,57 +34,24 @@ from __future__ import annotations
 
 import errno
 import functools
-import inspect
 import itertools
 import logging
-import os
 import queue
 import re
-import select
 import threading
 import time
 
 import pyfuse3
-import trio
 
 from kmd.errors import KmdError
-from kmd.ioctl import PendingReply
 
-from .control import FrameError, encode_reply, parse_request
-from .nodes import (BoFile, ControlFile, ControlHandle, Dir, GeneratedFile, Node, SnapshotHandle,
-                    SyncFile, SyncHandle)
+from .control import FrameError
+from .nodes import ALWAYS_READY, BoFile, ControlFile, Dir, GeneratedFile, Handle, Node, SyncFile
 
 log = logging.getLogger(__name__)
 
-# A cancelled read (the client was interrupted) must not wait for the GPU: trio 0.23
-# renamed run_sync's `cancellable` to `abandon_on_cancel` and later dropped the old name.
-_ABANDON_ON_CANCEL = ({"abandon_on_cancel": True}
-                      if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters
-                      else {"cancellable": True})
-
-# Generated files change under the reader: cache their attributes briefly.
-GENERATED_TIMEOUT = 1.0
-# A BO symlink's target never changes and its name is a capability that stays valid
-# while the BO lives (readlink() rechecks that), so the kernel may cache both for long.
-BO_TIMEOUT = 3600.0
 BO_INODE_BASE = 1 << 32
 _HEX_NAME = re.compile(r"[0-9a-f]{1,16}")
-
-
-def _to_bytes(value) -> bytes:
-    if callable(value):
-        value = value()
-    if isinstance(value, str):
-        return value.encode()
-    return bytes(value or b"")
-
-
-def _proc_comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip() or "?"
-    except OSError:
-        return "?"
 
 
 def _guard(fn):
@@ -116,13 +83,12 @@ class VgpuFs(pyfuse3.Operations):
     def __init__(self, dev):
         super().__init__()
         self.dev = dev
-        self.uid = os.getuid()
         self.time_ns = time.time_ns()
         self._inodes: dict[int, Node] = {}
         self._next_inode = itertools.count(pyfuse3.ROOT_INODE + 1)
         self._next_bo_inode = itertools.count(BO_INODE_BASE)
         self._bo_files: dict[int, BoFile] = {}  # mmap offset -> newest BoFile the kernel knows
-        self._handles: dict[int, object] = {}
+        self._handles: dict[int, Handle] = {}
         self._next_fh = itertools.count(1)
         self._dir_listings: dict[int, list] = {}
         # PollHandle.notify runs here, never in a request handler or a fence
@@ -198,7 +164,7 @@ class VgpuFs(pyfuse3.Operations):
         a.st_ino = node.inode
         a.generation = 0
         a.st_mode = node.mode
-        a.st_nlink = 2 if isinstance(node, Dir) else 1
+        a.st_nlink = node.nlink
         a.st_uid = node.uid
         a.st_gid = 0
         a.st_rdev = 0
@@ -206,8 +172,7 @@ class VgpuFs(pyfuse3.Operations):
         a.st_blksize = 4096
         a.st_blocks = (node.size + 511) // 512
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = self.time_ns
-        timeout = BO_TIMEOUT if isinstance(node, (BoFile, ControlFile)) else GENERATED_TIMEOUT
-        a.entry_timeout = a.attr_timeout = timeout
+        a.entry_timeout = a.attr_timeout = node.cache_timeout
         return a
 
     def _node(self, inode: int) -> Node:
@@ -223,9 +188,9 @@ class VgpuFs(pyfuse3.Operations):
     @_guard
     async def setattr(self, inode, attr, fields, fh, ctx):
         node = self._node(inode)
-        # `echo 1 > gpu_reset` opens with O_TRUNC, which arrives as a size change
-        # first: accept it on writable generated files, refuse resizing a BO.
-        if fields.update_size and not isinstance(node, (GeneratedFile, ControlFile)):
+        # An O_TRUNC open (`echo 1 > gpu_reset`) arrives as a size change first:
+        # the node says whether it accepts one (it is then ignored).
+        if fields.update_size and not node.truncatable:
             raise pyfuse3.FUSEError(errno.EPERM)
         if fields.update_mode or fields.update_uid or fields.update_gid:
             raise pyfuse3.FUSEError(errno.EPERM)
@@ -278,38 +243,20 @@ class VgpuFs(pyfuse3.Operations):
 
     @_guard
     async def readlink(self, inode, ctx):
-        """A BO symlink's target, for the BO's uid or root; ENOENT once it is freed."""
-        node = self._node(inode)
-        if not isinstance(node, BoFile):
-            raise pyfuse3.FUSEError(errno.EINVAL)
-        if self.dev.bo_by_offset(node.offset) is not node.bo:
-            raise pyfuse3.FUSEError(errno.ENOENT)  # freed since the kernel looked it up
-        if ctx.uid not in (0, node.bo.uid):
-            self.dev.kmsg.log(f"bo/{node.offset:x}: access by uid {ctx.uid} (pid {ctx.pid}) denied, "
-                              f"owner uid {node.bo.uid}")
-            raise pyfuse3.FUSEError(errno.EACCES)
-        return node.target
+        return self._node(inode).readlink(self.dev, ctx)
 
     async def forget(self, inode_list):
         for inode, nlookup in inode_list:
             node = self._inodes.get(inode)
-            if isinstance(node, SyncFile):
-                del self._inodes[inode]
-                continue
-            if not isinstance(node, BoFile):
+            if node is None or not node.forget(nlookup):
                 continue  # the static tree and generated files live as long as the mount
-            node.nlookup -= nlookup
-            if node.nlookup <= 0:
-                del self._inodes[inode]
-                if self._bo_files.get(node.offset) is node:
-                    del self._bo_files[node.offset]
+            del self._inodes[inode]
+            if isinstance(node, BoFile) and self._bo_files.get(node.offset) is node:
+                del self._bo_files[node.offset]
 
     @_guard
     async def access(self, inode, mode, ctx):
-        node = self._node(inode)
-        if isinstance(node, (BoFile, SyncFile)) and ctx.uid not in (0, node.uid):
-            return False
-        return True
+        return self._node(inode).may_access(ctx.uid)
 
     @_guard
     async def statfs(self, ctx):
@@ -342,39 +289,19 @@ class VgpuFs(pyfuse3.Operations):
         self._dir_listings.pop(fh, None)
 
     # -- files ----------------------------------------------------------------------
+    # Each open() makes a Handle (vdev.nodes) that answers the file's own calls.
     @_guard
     async def open(self, inode, flags, ctx):
-        node = self._node(inode)
-        acc = flags & os.O_ACCMODE
-        if isinstance(node, Dir):
-            raise pyfuse3.FUSEError(errno.EISDIR)
-        if isinstance(node, ControlFile):
-            f = self.dev.open_file(pid=ctx.pid, uid=ctx.uid, comm=_proc_comm(ctx.pid),
-                                   render=node.render)
-            return self._new_handle(ControlHandle(f))
-        if isinstance(node, GeneratedFile):
-            if acc != os.O_RDONLY and node.write_fn is None:
-                raise pyfuse3.FUSEError(errno.EACCES)
-            data = _to_bytes(node.read_fn) if acc != os.O_WRONLY else b""
-            return self._new_handle(SnapshotHandle(node, data))
-        if isinstance(node, SyncFile):
-            if self.dev.sync_file_by_token(node.export.token) is not node.export:
-                raise pyfuse3.FUSEError(errno.ENOENT)  # its exporter has closed since
-            if ctx.uid not in (0, node.uid) or acc != os.O_RDONLY:
-                self.dev.kmsg.log(f"sync/{node.export.token:x}: open by uid {ctx.uid} (pid {ctx.pid}) "
-                                  f"denied, exporter uid {node.uid}")
-                raise pyfuse3.FUSEError(errno.EACCES)
-            return self._new_handle(SyncHandle(node))
-        raise pyfuse3.FUSEError(errno.EACCES)
+        return self._new_handle(self._node(inode).open(self.dev, flags, ctx))
 
-    def _new_handle(self, handle) -> pyfuse3.FileInfo:
+    def _new_handle(self, handle: Handle) -> pyfuse3.FileInfo:
         """Every file vdev itself serves is direct_io (no page cache): its data is
         made per request. BO data never passes through here (symlinks)."""
         fh = next(self._next_fh)
         self._handles[fh] = handle
         return pyfuse3.FileInfo(fh=fh, direct_io=True)
 
-    def _handle(self, fh: int):
+    def _handle(self, fh: int) -> Handle:
         handle = self._handles.get(fh)
         if handle is None:
             raise pyfuse3.FUSEError(errno.EBADF)
@@ -382,77 +309,26 @@ class VgpuFs(pyfuse3.Operations):
 
     @_guard
     async def read(self, fh, off, size):
-        h = self._handle(fh)
-        if isinstance(h, ControlHandle):
-            return await self._read_reply(h, size)
-        if isinstance(h, SnapshotHandle):
-            return h.data[off: off + size]
-        if isinstance(h, SyncHandle):
-            if h.data is None or off == 0:  # the status as of the first read
-                h.data = h.export.status().encode()
-            return h.data[off: off + size]
-        raise pyfuse3.FUSEError(errno.EBADF)
-
-    async def _read_reply(self, h: ControlHandle, size: int) -> bytes:
-        """The reply of the last request: EINVAL if none is waiting or ``size`` is too
-        small (the reply stays); a PendingReply blocks here, off the FUSE loop."""
-        reply = h.reply
-        if reply is None:
-            raise pyfuse3.FUSEError(errno.EINVAL)
-        if isinstance(reply, PendingReply):
-            try:
-                done = await trio.to_thread.run_sync(reply.wait, **_ABANDON_ON_CANCEL)
-            except KmdError:
-                if h.reply is reply:
-                    h.reply = None
-                raise
-            if h.reply is reply:  # a newer write() replaced it meanwhile: keep that one
-                h.reply = done
-            reply = done
-        data = encode_reply(reply.result, reply.arg, reply.extra)
-        if size < len(data):
-            raise pyfuse3.FUSEError(errno.EINVAL)
-        if h.reply is reply:
-            h.reply = None
-        return data
+        return await self._handle(fh).read(off, size)
 
     @_guard
     async def write(self, fh, off, buf):
-        h = self._handle(fh)
-        if isinstance(h, ControlHandle):
-            # Never blocks: the KMD answers at once or returns a PendingReply that
-            # the read() waits for. A new request replaces an unread reply.
-            req = parse_request(buf)
-            h.reply = None
-            h.reply = self.dev.ioctl(h.file, req.request, req.arg, req.extra)
-            return len(buf)
-        if isinstance(h, SnapshotHandle):
-            if h.node.write_fn is None:
-                raise pyfuse3.FUSEError(errno.EBADF)
-            # Run in a worker: a debugfs action (gpu_reset) may wait for engines.
-            await trio.to_thread.run_sync(h.node.write_fn, bytes(buf))
-            return len(buf)
-        raise pyfuse3.FUSEError(errno.EBADF)
+        return await self._handle(fh).write(off, buf)
 
     @_guard
     async def poll(self, inode, fh, poll_handle, ctx):
-        """Sync files: POLLIN once the fence has signalled; until then the kernel's
-        handle is kept and notified (from a worker thread) when it may have.
-        Everything else is always ready, as without a poll handler: raising ENOSYS
-        would switch poll off for the whole mount."""
+        """The handle's ready events (vdev.nodes.Handle.poll). A file without a
+        handle is always ready, as without a poll handler: raising ENOSYS would
+        switch poll off for the whole mount."""
         h = self._handles.get(fh)
-        if not isinstance(h, SyncHandle):
-            return select.POLLIN | select.POLLOUT | select.POLLRDNORM | select.POLLWRNORM
-        if h.export.signaled():
-            h.poll_handle = None
-            return select.POLLIN | select.POLLRDNORM
-        if poll_handle is not None:
-            h.poll_handle = poll_handle  # a newer handle replaces the old one
-            if not h.armed:
-                h.armed = True
-                h.export.notify_on_change(lambda: self._poll_notices.put(h))
-                self._start_poll_thread()
-        return 0
+        if h is None:
+            return ALWAYS_READY
+        return h.poll(poll_handle, self._notify_later)
+
+    def _notify_later(self, h: Handle) -> None:
+        # Called from a fence callback: any thread, maybe under the device lock.
+        self._poll_notices.put(h)
+        self._start_poll_thread()
 
     def _start_poll_thread(self) -> None:
         if self._poll_thread is None:
@@ -462,14 +338,7 @@ class VgpuFs(pyfuse3.Operations):
     def _poll_notifier(self) -> None:
         """Wake poll()ers of sync files whose state changed; the kernel then polls again."""
         while True:
-            h = self._poll_notices.get()
-            h.armed = False
-            ph, h.poll_handle = h.poll_handle, None
-            if ph is not None:
-                try:
-                    ph.notify()
-                except OSError:
-                    pass  # the poller went away
+            self._poll_notices.get().notify()
 
     async def flush(self, fh):
         pass
@@ -480,8 +349,5 @@ class VgpuFs(pyfuse3.Operations):
     @_guard
     async def release(self, fh):
         h = self._handles.pop(fh, None)
-        if isinstance(h, ControlHandle):
-            h.reply = None
-            # The last close of a DRM file frees its handles, VAs and contexts; a
-            # worker thread keeps the loop free if the KMD waits for jobs.
-            await trio.to_thread.run_sync(self.dev.close_file, h.file)
+        if h is not None:
+            await h.release()

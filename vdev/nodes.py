@@ -1,17 +1,85 @@
-"""The nodes of the vgpu tree and the state of their open files (used by vdev.fs).
+"""The nodes of the vgpu tree and their open files (docs/vdev.md; used by vdev.fs).
 
-A Node is what an inode number names (directory, control file, generated file, BO
-file, sync file); a handle is what one open() of it holds until release().
+A :class:`Node` is what an inode number names (directory, control file, generated
+file, BO symlink, sync file); it knows its attributes, who may reach it and how to
+open itself. ``Node.open()`` returns a :class:`Handle`, the state of one open()
+until release(), which answers that file's read(), write(), poll() and release().
+``vdev.fs.VgpuFs`` keeps the FUSE plumbing (inode and handle tables, directory
+listings, errno mapping) and calls these methods; it never asks what kind of node
+or handle it holds.
+
+Everything here runs on the trio loop of the daemon (docs/vdev.md, "Threads"),
+except what is explicitly handed to ``trio.to_thread``: a call that may wait for the
+GPU never runs on the loop, because the loop serves every client.
 """
 from __future__ import annotations
 
+import errno
+import inspect
+import os
+import select
 import stat
 from typing import Callable
+
+import pyfuse3
+import trio
+
+from kmd.errors import KmdError
+from kmd.ioctl import PendingReply
+
+from .control import encode_reply, parse_request
+
+# A cancelled read (the client was interrupted) must not wait for the GPU: trio 0.23
+# renamed run_sync's `cancellable` to `abandon_on_cancel` and later dropped the old name.
+_ABANDON_ON_CANCEL = ({"abandon_on_cancel": True}
+                      if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters
+                      else {"cancellable": True})
+
+# Generated files change under the reader: the kernel caches their attributes briefly.
+GENERATED_TIMEOUT = 1.0
+# A BO symlink's target never changes and its name is a capability that stays valid
+# while the BO lives (readlink() rechecks that), so the kernel may cache both for long;
+# the control files never change either.
+LONG_TIMEOUT = 3600.0
+
+# What poll() answers for a file that is always ready (everything but sync files).
+ALWAYS_READY = select.POLLIN | select.POLLOUT | select.POLLRDNORM | select.POLLWRNORM
+
+
+def _fail(err: int):
+    raise pyfuse3.FUSEError(err)
+
+
+def _to_bytes(value) -> bytes:
+    if callable(value):
+        value = value()
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value or b"")
+
+
+def _proc_comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() or "?"
+    except OSError:
+        return "?"
+
 
 # ---------------------------------------------------------------------------
 # Nodes of the tree
 # ---------------------------------------------------------------------------
 class Node:
+    """An inode. The defaults describe a node that cannot be opened, written,
+    truncated or read as a link, that every uid may reach, and that lives as long
+    as the mount."""
+
+    #: entry and attribute timeout the kernel is given for this node, in seconds
+    cache_timeout = GENERATED_TIMEOUT
+    #: an O_TRUNC open (a size change in setattr) is accepted and ignored
+    truncatable = False
+    nlink = 1
+
     def __init__(self, inode: int, mode: int, uid: int = 0):
         self.inode = inode
         self.mode = mode
@@ -21,10 +89,29 @@ class Node:
     def size(self) -> int:
         return 0
 
+    def may_access(self, uid: int) -> bool:
+        """access(2) for ``uid``: True unless the node is private to its owner."""
+        return True
+
+    def open(self, dev, flags: int, ctx) -> "Handle":
+        """A new Handle for one open() with ``flags`` by ``ctx`` (pid, uid); raises
+        FUSEError (EACCES here: the node has no open files)."""
+        _fail(errno.EACCES)
+
+    def readlink(self, dev, ctx) -> bytes:
+        """The target of a symlink; EINVAL for anything else, as readlink(2) says."""
+        _fail(errno.EINVAL)
+
+    def forget(self, nlookup: int) -> bool:
+        """The kernel dropped ``nlookup`` references; True when the inode may go."""
+        return False
+
 
 class Dir(Node):
     """A directory: fixed children, or children computed by ``provider`` each time
     the directory is listed or searched (sysfs, debugfs, devcoredump)."""
+
+    nlink = 2
 
     def __init__(self, inode: int, parent: "Dir | None", provider: Callable[[], dict] | None = None):
         super().__init__(inode, stat.S_IFDIR | 0o755)
@@ -32,33 +119,49 @@ class Dir(Node):
         self.children: dict[str, Node] = {}
         self.provider = provider
 
-
-class SyncFile(Node):
-    """MOUNT/sync/<token-hex>: a kmd.syncobj.SyncExport (syncobj or sync file)."""
-
-    def __init__(self, inode: int, export):
-        super().__init__(inode, stat.S_IFREG | 0o400, export.uid)
-        self.export = export
+    def open(self, dev, flags, ctx):
+        _fail(errno.EISDIR)
 
 
 class ControlFile(Node):
+    """dev/dri/card0 or renderD128: each open() is one DRM file of the KMD."""
+
+    cache_timeout = LONG_TIMEOUT
+    truncatable = True  # `> card0` in a shell opens with O_TRUNC
+
     def __init__(self, inode: int, render: bool):
         super().__init__(inode, stat.S_IFREG | 0o666)
         self.render = render
 
+    def open(self, dev, flags, ctx) -> "ControlHandle":
+        f = dev.open_file(pid=ctx.pid, uid=ctx.uid, comm=_proc_comm(ctx.pid), render=self.render)
+        return ControlHandle(dev, f)
+
 
 class GeneratedFile(Node):
     """Text made on open by ``read_fn``; ``write_fn(bytes)`` takes writes if set."""
+
+    truncatable = True  # `echo 1 > gpu_reset` opens with O_TRUNC
 
     def __init__(self, inode: int, read_fn: Callable, write_fn: Callable | None = None):
         super().__init__(inode, stat.S_IFREG | (0o644 if write_fn else 0o444))
         self.read_fn = read_fn
         self.write_fn = write_fn
 
+    def open(self, dev, flags, ctx) -> "SnapshotHandle":
+        """The text is taken here, once, so every read() of this open sees one
+        snapshot (docs/vdev.md). A write-only open takes none."""
+        acc = flags & os.O_ACCMODE
+        if acc != os.O_RDONLY and self.write_fn is None:
+            _fail(errno.EACCES)
+        return SnapshotHandle(self, _to_bytes(self.read_fn) if acc != os.O_WRONLY else b"")
+
 
 class BoFile(Node):
-    """MOUNT/bo/<offset-hex>: a symlink to the BO's shared-memory file. Opening it
-    opens that tmpfs file directly (FUSE is not involved in the mapping at all)."""
+    """MOUNT/bo/<offset-hex>: a symlink to the BO's shared-memory file. The kernel
+    follows it, so open(), mmap() and I/O reach the tmpfs file and never this node."""
+
+    cache_timeout = LONG_TIMEOUT
 
     def __init__(self, inode: int, bo):
         super().__init__(inode, stat.S_IFLNK | 0o777, bo.uid)
@@ -71,25 +174,149 @@ class BoFile(Node):
     def size(self) -> int:
         return len(self.target)
 
+    def may_access(self, uid: int) -> bool:
+        return uid in (0, self.uid)
+
+    def readlink(self, dev, ctx) -> bytes:
+        """The target, for the BO's uid or root (EACCES, logged to kmsg, for any
+        other); ENOENT once the BO is freed, even if the kernel still caches the name."""
+        if dev.bo_by_offset(self.offset) is not self.bo:
+            _fail(errno.ENOENT)
+        if ctx.uid not in (0, self.bo.uid):
+            dev.kmsg.log(f"bo/{self.offset:x}: access by uid {ctx.uid} (pid {ctx.pid}) denied, "
+                         f"owner uid {self.bo.uid}")
+            _fail(errno.EACCES)
+        return self.target
+
+    def forget(self, nlookup: int) -> bool:
+        self.nlookup -= nlookup
+        return self.nlookup <= 0
+
+
+class SyncFile(Node):
+    """MOUNT/sync/<token-hex>: a kmd.syncobj.SyncExport (syncobj or sync file).
+    Each lookup makes a new one; the KMD's token table is the truth, rechecked at open."""
+
+    def __init__(self, inode: int, export):
+        super().__init__(inode, stat.S_IFREG | 0o400, export.uid)
+        self.export = export
+
+    def may_access(self, uid: int) -> bool:
+        return uid in (0, self.uid)
+
+    def open(self, dev, flags, ctx) -> "SyncHandle":
+        """Read-only, for the exporter's uid or root (EACCES, logged); ENOENT once the
+        exporter has closed the token."""
+        if dev.sync_file_by_token(self.export.token) is not self.export:
+            _fail(errno.ENOENT)
+        if ctx.uid not in (0, self.uid) or flags & os.O_ACCMODE != os.O_RDONLY:
+            dev.kmsg.log(f"sync/{self.export.token:x}: open by uid {ctx.uid} (pid {ctx.pid}) "
+                         f"denied, exporter uid {self.uid}")
+            _fail(errno.EACCES)
+        return SyncHandle(self)
+
+    def forget(self, nlookup: int) -> bool:
+        return True
+
 
 # ---------------------------------------------------------------------------
 # Open files
 # ---------------------------------------------------------------------------
-class ControlHandle:
-    """One open of card0/renderD128 = one DRM file, plus its unread reply."""
+class Handle:
+    """One open() of a node until release(). The defaults: nothing to read or
+    write (EBADF), always ready for poll(), nothing to free."""
 
-    def __init__(self, file):
+    async def read(self, off: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``off``; b"" is end of file."""
+        _fail(errno.EBADF)
+
+    async def write(self, off: int, buf: bytes) -> int:
+        """Take ``buf``; returns the bytes taken."""
+        _fail(errno.EBADF)
+
+    def poll(self, poll_handle, notify_later: Callable[["Handle"], None]) -> int:
+        """The ready events now. A file that may become ready later keeps
+        ``poll_handle`` (a pyfuse3.PollHandle, or None) and arranges for
+        ``notify_later(self)`` to be called, from any thread, when it may have."""
+        return ALWAYS_READY
+
+    def notify(self) -> None:
+        """Wake the poller kept by poll(), if any (never from a request handler)."""
+
+    async def release(self) -> None:
+        """The last reference to the open file is gone (all fds, dups, forks)."""
+
+
+class ControlHandle(Handle):
+    """One open of card0/renderD128 = one DRM file, plus its unread reply
+    (docs/vdev.md, "Control-file protocol choices")."""
+
+    def __init__(self, dev, file):
+        self.dev = dev
         self.file = file
         self.reply = None  # kmd Reply | PendingReply | None
 
+    async def write(self, off, buf) -> int:
+        """One request frame. Never blocks: the KMD answers at once or returns a
+        PendingReply that read() waits for. A new request replaces an unread reply,
+        also when it fails (FrameError or KmdError: the write fails with its errno)."""
+        req = parse_request(buf)
+        self.reply = None
+        self.reply = self.dev.ioctl(self.file, req.request, req.arg, req.extra)
+        return len(buf)
 
-class SnapshotHandle:
+    async def read(self, off, size) -> bytes:
+        """The reply of the last request: EINVAL if none is waiting or ``size`` is too
+        small (the reply stays for a retry). A PendingReply is waited for here, in a
+        worker thread, so the loop serves other clients meanwhile; a KmdError from it
+        fails the read and drops the reply."""
+        reply = self.reply
+        if reply is None:
+            _fail(errno.EINVAL)
+        if isinstance(reply, PendingReply):
+            try:
+                done = await trio.to_thread.run_sync(reply.wait, **_ABANDON_ON_CANCEL)
+            except KmdError:
+                if self.reply is reply:
+                    self.reply = None
+                raise
+            if self.reply is reply:  # a newer write() replaced it meanwhile: keep that one
+                self.reply = done
+            reply = done
+        data = encode_reply(reply.result, reply.arg, reply.extra)
+        if size < len(data):
+            _fail(errno.EINVAL)
+        if self.reply is reply:
+            self.reply = None
+        return data
+
+    async def release(self) -> None:
+        """The last close of a DRM file frees its handles, VAs and contexts; in a
+        worker thread, so the loop stays free if the KMD waits for jobs."""
+        self.reply = None
+        await trio.to_thread.run_sync(self.dev.close_file, self.file)
+
+
+class SnapshotHandle(Handle):
+    """An open generated file: the text taken at open()."""
+
     def __init__(self, node: GeneratedFile, data: bytes):
         self.node = node
         self.data = data
 
+    async def read(self, off, size) -> bytes:
+        return self.data[off: off + size]
 
-class SyncHandle:
+    async def write(self, off, buf) -> int:
+        """Runs the entry's ``write_fn(bytes)`` in a worker thread: a debugfs action
+        (gpu_reset) may wait for engines."""
+        if self.node.write_fn is None:
+            _fail(errno.EBADF)
+        await trio.to_thread.run_sync(self.node.write_fn, bytes(buf))
+        return len(buf)
+
+
+class SyncHandle(Handle):
     """An open sync file: the status text of its first read, and the poll handle the
     kernel gave us while the fence is busy (armed: a notification is arranged)."""
 
@@ -98,3 +325,30 @@ class SyncHandle:
         self.data: bytes | None = None
         self.poll_handle = None
         self.armed = False
+
+    async def read(self, off, size) -> bytes:
+        if self.data is None or off == 0:  # the status as of the first read
+            self.data = self.export.status().encode()
+        return self.data[off: off + size]
+
+    def poll(self, poll_handle, notify_later) -> int:
+        """POLLIN once the fence has signalled; until then the kernel's handle is
+        kept (a newer one replaces it) and woken once the export changes."""
+        if self.export.signaled():
+            self.poll_handle = None
+            return select.POLLIN | select.POLLRDNORM
+        if poll_handle is not None:
+            self.poll_handle = poll_handle
+            if not self.armed:
+                self.armed = True
+                self.export.notify_on_change(lambda: notify_later(self))
+        return 0
+
+    def notify(self) -> None:
+        self.armed = False
+        ph, self.poll_handle = self.poll_handle, None
+        if ph is not None:
+            try:
+                ph.notify()
+            except OSError:
+                pass  # the poller went away
