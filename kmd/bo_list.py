@@ -11,7 +11,6 @@ from vgpu import uapi
 
 from .errors import KmdError, check
 from .gem import lookup_bo
-from .ioctl import ioctl
 
 MAX_BOS = 1 << 16
 ENTRY = uapi.drm_amdgpu_bo_list_entry
@@ -34,7 +33,6 @@ def parse_entries(file, data: bytes, count: int, entry_size: int) -> list:
     return bos
 
 
-@ioctl("AMDGPU_BO_LIST")
 def bo_list(dev, file, args, extra):
     """CREATE a list (returns its handle), DESTROY it, or UPDATE its BOs.
 

@@ -14,7 +14,7 @@ from .bo_list import parse_entries
 from .errors import KmdError, check
 from .fence import abs_timeout_to_relative, wait_any
 from .gem import lookup_bo
-from .ioctl import PendingReply, ioctl
+from .ioctl import PendingReply
 from .job import Job
 from .syncobj import lookup as lookup_syncobj
 
@@ -60,7 +60,6 @@ def lookup_fence(dev, file, ctx_id: int, ip_type: int, ip_instance: int, ring: i
     return r.fence(seq)
 
 
-@ioctl("AMDGPU_CS")
 def cs(dev, file, args, extra):
     """Queue the IBs of one submission on one ring.
 
@@ -156,7 +155,6 @@ def syncobj_fence(s, handle: int, point: int):
     return fence
 
 
-@ioctl("AMDGPU_WAIT_CS")
 def wait_cs(dev, file, args, extra):
     """Wait for one submission; `timeout` is absolute CLOCK_MONOTONIC ns (top bit set:
     forever). `status` is 0 once it signaled, 1 on timeout. A job that failed makes
@@ -179,7 +177,6 @@ def wait_cs(dev, file, args, extra):
     return PendingReply(complete)
 
 
-@ioctl("AMDGPU_WAIT_FENCES")
 def wait_fences(dev, file, args, extra):
     """Wait for all or any of `fence_count` drm_amdgpu_fence entries (flattened in the
     extra data). status 0 = done, 1 = timed out; first_signaled is the index of the

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from vgpu import uapi
 
 from .errors import KmdError, check
-from .ioctl import ioctl
 
 PRIORITIES = {
     uapi.AMDGPU_CTX_PRIORITY_UNSET: "NORMAL",
@@ -44,7 +43,6 @@ def check_priority(file, priority: int) -> None:
           f"priority {PRIORITIES[priority]} needs root")
 
 
-@ioctl("AMDGPU_CTX")
 def ctx_ioctl(dev, file, args, extra):
     """ALLOC (priority checked), FREE, QUERY_STATE and QUERY_STATE2.
 

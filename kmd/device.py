@@ -10,13 +10,13 @@ import time
 
 from vgpu import uapi
 
-from . import bo_list as _bo_list, cs as _cs, ctx as _ctx, gem as _gem, info as _info, sched as _sched, vm as _vm  # noqa: F401
-from . import debugfs as _debugfs, hw, syncobj as _syncobj, sysfs as _sysfs
-from . import cp as _cp, devcoredump as _devcoredump
+from . import cp as _cp, debugfs as _debugfs, devcoredump as _devcoredump, hw, info as _info
+from . import sched as _sched, syncobj as _syncobj, sysfs as _sysfs
 from .drm_file import DrmFile
 from .errors import KmdError
 from .gem import DOMAIN_NAMES, BufferObject
 from .ioctl import dispatch, request_name
+from .ioctl_table import TABLE as IOCTL_TABLE
 from .irq import InterruptHandler
 from .job import Job
 from .kmsg import KernelLog
@@ -93,14 +93,15 @@ class Device:
 
     # -- ioctl ---------------------------------------------------------------
     def ioctl(self, f: DrmFile, request: int, arg: bytes, extra: bytes = b""):
-        """Run one request for file `f`; see kmd.ioctl.dispatch. Refusals are logged."""
+        """Run one request for file `f` through the ioctl table (kmd/ioctl_table.py,
+        dispatched by kmd.ioctl.dispatch). Refusals are logged."""
         try:
             with self.lock:
                 if f.closed:
                     raise KmdError(errno.EBADF, "file is closed")
-                return dispatch(self, f, request, arg, extra)
+                return dispatch(IOCTL_TABLE, self, f, request, arg, extra)
         except KmdError as e:
-            self.kmsg.log(f"{request_name(request)} refused for client {f.id} (pid {f.pid}): {e}")
+            self.kmsg.log(f"{request_name(IOCTL_TABLE, request)} refused for client {f.id} (pid {f.pid}): {e}")
             raise
 
     # -- GEM -----------------------------------------------------------------

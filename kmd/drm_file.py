@@ -13,6 +13,10 @@ class DrmFile:
         self.id = next(self._ids)
         self.pid, self.uid, self.comm, self.render = pid, uid, comm, render
         self.node = "renderD128" if render else "card0"
+        # drm_ioctl_permit()'s notions (kmd/ioctl_table.py). vgpu has no SET_MASTER and
+        # no drmAuthMagic, so every card0 file is the master and authenticated, and a
+        # render file is neither, as on Linux.
+        self.master = self.authenticated = not render
         self.bos: dict = {}            # GEM handle -> BufferObject
         self.handles_of: dict[int, int] = {}  # id(BufferObject) -> handles to it here
         self.contexts: dict[int, Context] = {}

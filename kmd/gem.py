@@ -17,7 +17,7 @@ from vgpu import uapi
 
 from .errors import KmdError, check
 from .fence import abs_timeout_to_relative
-from .ioctl import PendingReply, ioctl
+from .ioctl import PendingReply
 from .memory import Placement
 from .vram import PAGE_SIZE, VramAllocation
 
@@ -98,7 +98,6 @@ def lookup_bo(file, handle: int) -> BufferObject:
     return bo
 
 
-@ioctl("AMDGPU_GEM_CREATE")
 def gem_create(dev, file, args, extra):
     """Create a BO in VRAM or GTT (VRAM is tried first when both are allowed).
 
@@ -120,7 +119,6 @@ def gem_create(dev, file, args, extra):
     args.out._pad = 0
 
 
-@ioctl("AMDGPU_GEM_MMAP")
 def gem_mmap(dev, file, args, extra):
     """Return the fake offset naming MOUNT/bo/<offset-hex>.
 
@@ -132,7 +130,6 @@ def gem_mmap(dev, file, args, extra):
     args.out.addr_ptr = bo.mmap_offset
 
 
-@ioctl("GEM_CLOSE")
 def gem_close(dev, file, args, extra):
     """Drop a handle; the BO goes when its last handle (and job) goes.
 
@@ -142,7 +139,6 @@ def gem_close(dev, file, args, extra):
     dev.close_handle(file, args.handle)
 
 
-@ioctl("AMDGPU_GEM_WAIT_IDLE")
 def gem_wait_idle(dev, file, args, extra):
     """Report whether the BO is idle (status 0) or still used by a job (status 1),
     waiting up to the absolute CLOCK_MONOTONIC timeout (in read(), as a
@@ -161,7 +157,6 @@ def gem_wait_idle(dev, file, args, extra):
     return PendingReply(complete)
 
 
-@ioctl("AMDGPU_GEM_OP")
 def gem_op(dev, file, args, extra):
     """GET_GEM_CREATE_INFO returns the creation parameters as out-data (the struct
     the `value` pointer names); SET_PLACEMENT changes the preferred domains.

@@ -10,7 +10,6 @@ import errno
 from vgpu import uapi
 
 from .errors import KmdError, check
-from .ioctl import ioctl
 from .vm import VA_END, VA_START
 from .vram import PAGE_SIZE
 
@@ -42,7 +41,6 @@ def _fill_version(args, extra_fields):
     return out
 
 
-@ioctl("VERSION")
 def version(dev, file, args, extra):
     """Driver name, date and description as out-data, each `*_len` bytes as asked
     (cut or zero-padded); the `*_len` fields come back holding the full lengths.
@@ -53,7 +51,6 @@ def version(dev, file, args, extra):
     return _fill_version(args, [("name", DRIVER_NAME), ("date", DRIVER_DATE), ("desc", DRIVER_DESC)])
 
 
-@ioctl("GET_CAP")
 def get_cap(dev, file, args, extra):
     """Value of one DRM_CAP_*. EINVAL: unknown capability."""
     if args.capability not in CAPS:
@@ -150,7 +147,6 @@ def _answer(dev, file, a) -> bytes:
     raise KmdError(errno.EINVAL, f"unsupported INFO query {q:#x}")
 
 
-@ioctl("AMDGPU_INFO")
 def info(dev, file, args, extra):
     """Answer one AMDGPU_INFO_* query. The answer comes back as out-data of exactly
     `return_size` bytes (cut, or zero-padded), as the kernel's copy_to_user would

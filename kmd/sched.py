@@ -22,7 +22,6 @@ from vgpu import uapi
 
 from .ctx import PRIORITIES, check_priority
 from .errors import KmdError, check
-from .ioctl import ioctl
 
 KERNEL, HIGH, NORMAL, LOW = 0, 1, 2, 3
 LEVEL_NAMES = {KERNEL: "KERNEL", HIGH: "HIGH", NORMAL: "NORMAL", LOW: "LOW"}
@@ -106,7 +105,6 @@ class RingScheduler:
                 for e in self.order]
 
 
-@ioctl("AMDGPU_SCHED")
 def sched_ioctl(dev, file, args, extra):
     """Override scheduling priority (amdgpu_sched.c), root only.
 

@@ -28,7 +28,7 @@ from vgpu import uapi
 
 from .errors import KmdError, check
 from .fence import Fence
-from .ioctl import PendingReply, ioctl
+from .ioctl import PendingReply
 
 WAIT_ALL = uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL
 WAIT_FOR_SUBMIT = uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT
@@ -338,7 +338,6 @@ def _start_wait(file, args, syncobjs, points, flags, timeout_nsec):
 
 # -- ioctls ------------------------------------------------------------------------------
 
-@ioctl("SYNCOBJ_CREATE")
 def syncobj_create(dev, file, args, extra):
     """Create a syncobj, without a fence or (CREATE_SIGNALED) with a signalled one.
     EINVAL: unknown flags."""
@@ -347,7 +346,6 @@ def syncobj_create(dev, file, args, extra):
     args.handle = file.add_syncobj(Syncobj(fence))
 
 
-@ioctl("SYNCOBJ_DESTROY")
 def syncobj_destroy(dev, file, args, extra):
     """Drop a handle (the object lives while other handles or tokens name it).
     EINVAL: nonzero pad. ENOENT: bad handle (Linux says EINVAL here)."""
@@ -356,7 +354,6 @@ def syncobj_destroy(dev, file, args, extra):
     del file.syncobjs[args.handle]
 
 
-@ioctl("SYNCOBJ_HANDLE_TO_FD")
 def syncobj_handle_to_fd(dev, file, args, extra):
     """Export a syncobj as a token (`fd`) naming MOUNT/sync/<token-hex>; with
     EXPORT_SYNC_FILE, a sync file of its current fence instead.
@@ -373,7 +370,6 @@ def syncobj_handle_to_fd(dev, file, args, extra):
         args.fd = dev.sync_tokens.export(file, syncobj=s)
 
 
-@ioctl("SYNCOBJ_FD_TO_HANDLE")
 def syncobj_fd_to_handle(dev, file, args, extra):
     """Import a token from any file of the device: a syncobj token gives a new handle
     to the same syncobj; with IMPORT_SYNC_FILE, a sync-file token's fence replaces
@@ -393,7 +389,6 @@ def syncobj_fd_to_handle(dev, file, args, extra):
         args.handle = file.add_syncobj(ex.syncobj)
 
 
-@ioctl("SYNCOBJ_WAIT")
 def syncobj_wait(dev, file, args, extra):
     """Wait for all (WAIT_ALL) or any of the syncobjs' current fences; the read()
     blocks until then or `timeout_nsec` (absolute CLOCK_MONOTONIC; 0 polls).
@@ -407,7 +402,6 @@ def syncobj_wait(dev, file, args, extra):
     return _start_wait(file, args, syncobjs, points, args.flags, args.timeout_nsec)
 
 
-@ioctl("SYNCOBJ_TIMELINE_WAIT")
 def syncobj_timeline_wait(dev, file, args, extra):
     """SYNCOBJ_WAIT for one point per syncobj (point 0: the current fence). With
     WAIT_AVAILABLE a point counts once it is submitted, signalled or not.
@@ -421,7 +415,6 @@ def syncobj_timeline_wait(dev, file, args, extra):
     return _start_wait(file, args, syncobjs, points, args.flags, args.timeout_nsec)
 
 
-@ioctl("SYNCOBJ_RESET")
 def syncobj_reset(dev, file, args, extra):
     """Remove the fence of each syncobj. EINVAL: nonzero pad, count 0, extra of the
     wrong length. ENOENT: bad handle (then none is reset)."""
@@ -431,7 +424,6 @@ def syncobj_reset(dev, file, args, extra):
         s.replace_fence(None)
 
 
-@ioctl("SYNCOBJ_SIGNAL")
 def syncobj_signal(dev, file, args, extra):
     """Give each syncobj a signalled fence (binary signal). EINVAL: nonzero pad,
     count 0, extra of the wrong length. ENOENT: bad handle (then none is signalled)."""
@@ -441,7 +433,6 @@ def syncobj_signal(dev, file, args, extra):
         s.replace_fence(signaled_stub())
 
 
-@ioctl("SYNCOBJ_TIMELINE_SIGNAL")
 def syncobj_timeline_signal(dev, file, args, extra):
     """Signal one point per syncobj from the CPU: point 0 replaces the fence with a
     signalled one (binary rules), any other point is appended signalled.
@@ -452,7 +443,6 @@ def syncobj_timeline_signal(dev, file, args, extra):
         s.signal_point(signaled_stub(), p)
 
 
-@ioctl("SYNCOBJ_QUERY")
 def syncobj_query(dev, file, args, extra):
     """Each syncobj's timeline point: the highest point up to which everything has
     signalled, or with LAST_SUBMITTED the last point submitted (0 for a binary
@@ -465,7 +455,6 @@ def syncobj_query(dev, file, args, extra):
     return struct.pack(f"<{len(syncobjs)}Q", *(s.query(last) for s in syncobjs))
 
 
-@ioctl("SYNCOBJ_TRANSFER")
 def syncobj_transfer(dev, file, args, extra):
     """Copy the fence of `src_point` of one syncobj to `dst_point` of another
     (dst_point 0: replace its fence, binary; else append a timeline point). With
@@ -492,7 +481,6 @@ def syncobj_transfer(dev, file, args, extra):
     return PendingReply(complete)
 
 
-@ioctl("AMDGPU_FENCE_TO_HANDLE")
 def fence_to_handle(dev, file, args, extra):
     """Turn a CS fence into a new syncobj handle (GET_SYNCOBJ), a syncobj token
     (GET_SYNCOBJ_FD) or a sync-file token (GET_SYNC_FILE_FD), in `out.handle`. A

@@ -13,7 +13,6 @@ from vgpu import uapi
 from . import hw
 from .errors import KmdError, check
 from .gem import lookup_bo
-from .ioctl import ioctl
 from .vram import PAGE_SIZE
 
 # amdgpu_vm.h keeps the bottom of the address space reserved; vgpu reserves 2 MiB
@@ -117,7 +116,6 @@ class VirtualMemory:
         self._starts = [m.va for m in self._maps]
 
 
-@ioctl("AMDGPU_GEM_VA")
 def gem_va(dev, file, args, extra):
     """MAP, UNMAP, CLEAR or REPLACE a VA range of the file's VM.
 

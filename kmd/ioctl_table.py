@@ -1,0 +1,74 @@
+"""Every ioctl vgpu knows: its handler and its permission flags, in one literal table.
+
+Two lists, as Linux has them: DRM_IOCTLS, the core ioctls vgpu answers (a subset of
+drm_ioctls[] in drm_ioctl.c), and AMDGPU_IOCTLS_KMS, the driver's (amdgpu_ioctls_kms[]
+in amdgpu_drv.c, in that file's order). Each entry carries the flags Linux gives the
+same ioctl; dispatch (kmd/ioctl.py) enforces them as drm_ioctl_permit() does, so the
+render node renderD128 refuses an ioctl without DRM_RENDER_ALLOW (only AMDGPU_SCHED
+among vgpu's) with EACCES.
+
+vgpu has no DRM master and no drmAuthMagic: every open of card0 counts as the master
+and as authenticated (the rights of a process that opened the primary node first on
+Linux), so card0 accepts every ioctl here; handlers still apply their own uid
+checks (SCHED, priorities above NORMAL: root).
+
+An ioctl that vgpu/uapi.py defines but vgpu does not implement yet is listed with
+`not_implemented(why)`: dispatch answers ENOTTY and logs "not implemented", and the
+table says what is intended. tests/kmd/test_dispatch.py checks that the table covers
+every request of uapi.IOCTLS.
+"""
+from . import bo_list, cs, ctx, gem, info, sched, syncobj, vm
+from .ioctl import (DRM_AUTH, DRM_IOCTL_DEF, DRM_IOCTL_DEF_DRV, DRM_MASTER, DRM_RENDER_ALLOW, IoctlDesc,
+                    index, not_implemented)
+
+# drm_ioctl.c, drm_ioctls[]: the core ioctls of vgpu's uapi, in number order.
+DRM_IOCTLS: list[IoctlDesc] = [
+    DRM_IOCTL_DEF("VERSION", info.version, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("GEM_CLOSE", gem.gem_close, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("GET_CAP", info.get_cap, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("PRIME_HANDLE_TO_FD",
+                  not_implemented("PRIME export (MOUNT/prime/<token-hex>) is not written yet"),
+                  DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("PRIME_FD_TO_HANDLE",
+                  not_implemented("PRIME import is not written yet"), DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_CREATE", syncobj.syncobj_create, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_DESTROY", syncobj.syncobj_destroy, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_HANDLE_TO_FD", syncobj.syncobj_handle_to_fd, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_FD_TO_HANDLE", syncobj.syncobj_fd_to_handle, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_WAIT", syncobj.syncobj_wait, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_RESET", syncobj.syncobj_reset, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_SIGNAL", syncobj.syncobj_signal, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_TIMELINE_WAIT", syncobj.syncobj_timeline_wait, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_QUERY", syncobj.syncobj_query, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_TRANSFER", syncobj.syncobj_transfer, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SYNCOBJ_TIMELINE_SIGNAL", syncobj.syncobj_timeline_signal, DRM_RENDER_ALLOW),
+]
+
+# amdgpu_drv.c, amdgpu_ioctls_kms[], in that file's order.
+AMDGPU_IOCTLS_KMS: list[IoctlDesc] = [
+    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_CREATE", gem.gem_create, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_CTX", ctx.ctx_ioctl, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_VM",
+                      not_implemented("VMID reservation: vgpu's engines have no VMIDs to reserve"),
+                      DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_SCHED", sched.sched_ioctl, DRM_MASTER),
+    DRM_IOCTL_DEF_DRV("AMDGPU_BO_LIST", bo_list.bo_list, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_FENCE_TO_HANDLE", syncobj.fence_to_handle, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_MMAP", gem.gem_mmap, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_WAIT_IDLE", gem.gem_wait_idle, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_CS", cs.cs, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_INFO", info.info, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_WAIT_CS", cs.wait_cs, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_WAIT_FENCES", cs.wait_fences, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_METADATA",
+                      not_implemented("BO metadata (tiling info, opaque UMD data) is not stored yet"),
+                      DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_VA", vm.gem_va, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_OP", gem.gem_op, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_USERPTR",
+                      not_implemented("a client's own memory cannot back a BO across FUSE"),
+                      DRM_AUTH | DRM_RENDER_ALLOW),
+]
+
+#: `_IOC_NR` -> entry, what kmd.ioctl.dispatch reads (drm_ioctl's two array lookups in one).
+TABLE: dict[int, IoctlDesc] = index(DRM_IOCTLS, AMDGPU_IOCTLS_KMS)
