@@ -27,7 +27,7 @@ test: build
 	$(PYTHON) -m pytest -q tests
 
 demo: build
-	$(PYTHON) -m vgpu.demo $(DEMO_MOUNT)
+	$(PYTHON) -m vgpu_tools.demo $(DEMO_MOUNT)
 
 bench: build bench/c_echo/echo_fuse
 	$(PYTHON) -m bench

@@ -20,5 +20,5 @@ setup(
                           compiler_directives={"boundscheck": False, "wraparound": False}),
     python_requires=">=3.10",
     install_requires=["pyfuse3>=3.2", "trio>=0.22", "numpy>=1.24"],
-    entry_points={"console_scripts": ["vgpu = vgpu.cli:main"]},
+    entry_points={"console_scripts": ["vgpu = vgpu_tools.cli:main"]},
 )

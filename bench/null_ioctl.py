@@ -30,7 +30,7 @@ READ_SIZE = 4096  # read() buffer: the same for all three, larger than any reply
 
 
 def version_frame() -> bytes:
-    from vdev.control import encode_request
+    from vgpu.frame import encode_request
     from vgpu import uapi
     return encode_request(uapi.DRM_IOCTL_VERSION, bytes(uapi.drm_version()))
 

@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 
 from vgpu import uapi
+from vgpu.timeout import S64_MAX, deadline_ns
 
 from .errors import error_for, from_oserror
-from .ioctl import AMDGPU_TIMEOUT_INFINITE, absolute_timeout
+from .ioctl import AMDGPU_TIMEOUT_INFINITE
 
 
 class Syncobj:
@@ -58,9 +59,8 @@ def _same_dev(syncobjs, what: str):
 
 def _abs_s64(timeout_ns: int) -> int:
     """Relative ns -> the absolute CLOCK_MONOTONIC s64 the syncobj waits take
-    (INT64_MAX for AMDGPU_TIMEOUT_INFINITE, as Mesa passes it)."""
-    t = absolute_timeout(timeout_ns)
-    return (1 << 63) - 1 if timeout_ns == AMDGPU_TIMEOUT_INFINITE or t >= 1 << 63 else t
+    (INT64_MAX for AMDGPU_TIMEOUT_INFINITE, as Mesa passes it: vgpu.timeout)."""
+    return deadline_ns(timeout_ns, forever=S64_MAX)
 
 
 def syncobj_create(dev, signaled: bool = False) -> Syncobj:

@@ -31,8 +31,8 @@ def _env(mount: str | None = None) -> dict:
 
 
 def vgpu_cli(*args, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess:
-    """Run ``python3 -m vgpu ARGS`` and capture its output."""
-    return subprocess.run([sys.executable, "-m", "vgpu", *map(str, args)], env=_env(),
+    """Run ``python3 -m vgpu_tools ARGS`` (the `vgpu` command) and capture its output."""
+    return subprocess.run([sys.executable, "-m", "vgpu_tools", *map(str, args)], env=_env(),
                           capture_output=True, text=True, timeout=timeout, check=check, cwd=ROOT)
 
 
@@ -59,7 +59,7 @@ def unmount(path: str) -> None:
 
 
 def daemon_log(path: str) -> str:
-    from vgpu.cli import state_paths
+    from vgpu_tools.cli import state_paths
     try:
         return state_paths(path)[0].read_text(errors="replace")
     except OSError:
@@ -161,11 +161,11 @@ class Drm:
         self.close()
 
     def send(self, request: int, arg: bytes, extra: bytes = b"") -> None:
-        from vdev.control import encode_request
+        from vgpu.frame import encode_request
         os.write(self.fd, encode_request(request, arg, extra))
 
     def recv(self, size: int | None = None):
-        from vdev.control import parse_reply
+        from vgpu.frame import parse_reply
         from vgpu.uapi import VGPU_MAX_FRAME
         return parse_reply(os.read(self.fd, VGPU_MAX_FRAME if size is None else size))
 

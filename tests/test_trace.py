@@ -1,4 +1,4 @@
-"""vgpu trace: decoding strace text built from real frames (vdev.control encoders).
+"""vgpu trace: decoding strace text built from real frames (vgpu.frame encoders).
 
 No FUSE here; tests/e2e/test_trace_e2e.py traces real clients.
 """
@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from vdev.control import encode_reply, encode_request
-from vgpu import cli, uapi
-from vgpu.trace import decode_lines, run
-from vgpu.trace_strace import parse_log, split_call, unescape
+from vgpu.frame import encode_reply, encode_request
+from vgpu import uapi
+from vgpu_tools import cli
+from vgpu_tools.trace import decode_lines, run
+from vgpu_tools.trace_strace import parse_log, split_call, unescape
 
 M = "/tmp/vgpu-x"
 RENDER = f"{M}/dev/dri/renderD128"

@@ -1,8 +1,13 @@
-"""vgpu: a DRM-style virtual GPU emulated through FUSE.
+"""vgpu's wire contract, the bottom of the house: it imports nothing else of vgpu.
 
-The uapi (request numbers, structs, framing) lives in :mod:`vgpu.uapi`; the
-command-line tool in :mod:`vgpu.cli`. This package stays import-light so that
-``libvgpu`` can import ``vgpu.uapi`` without pulling in the driver or FUSE.
+- :mod:`vgpu.uapi`: every request number and struct (amdgpu_drm.h / drm.h layouts);
+- :mod:`vgpu.frame`: the one codec of the control-file protocol (request/reply frames);
+- :mod:`vgpu.timeout`: wait deadlines with Linux's semantics, the "infinite" constant;
+- :mod:`vgpu.sdma`, :mod:`vgpu.pm4`, :mod:`vgpu.isa`, :mod:`vgpu.asm`: the packet and
+  instruction encodings (and the vISA assembler).
+
+The KMD, the daemon, libvgpu and umd all build on it; the `vgpu` command lives
+above everything in :mod:`vgpu_tools`.
 """
 
 __version__ = "0.1.0"

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import (daemon_log, make_mount_dir, mount, read_text, run_client, unmount,
                            vgpu_cli, wait_for)
-from vgpu.cli import _alive, state_paths
+from vgpu_tools.cli import _alive, state_paths
 
 SYSFS = "sys/class/drm/card0/device"
 SYSFS_NAMES = ["vendor", "device", "uevent", "mem_info_vram_total", "mem_info_vram_used",
@@ -18,7 +18,7 @@ SYSFS_NAMES = ["vendor", "device", "uevent", "mem_info_vram_total", "mem_info_vr
 PRELUDE = """
 import ctypes, errno, os, sys
 from vgpu import uapi
-from vdev.control import encode_request
+from vgpu.frame import encode_request
 from tests.helpers import Drm
 M = sys.argv[1]
 """
@@ -320,7 +320,7 @@ print(d.version()[1].split(b"\\0")[0].decode())
 
 def test_dmesg_follow_prints_new_lines(vgpu_mount):
     from tests.helpers import _env
-    p = subprocess.Popen([sys.executable, "-m", "vgpu", "dmesg", "-w", "--mount", vgpu_mount],
+    p = subprocess.Popen([sys.executable, "-m", "vgpu_tools", "dmesg", "-w", "--mount", vgpu_mount],
                          stdout=subprocess.PIPE, text=True, env=_env())
     try:
         assert "initialized" in p.stdout.readline()

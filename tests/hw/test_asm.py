@@ -131,7 +131,7 @@ def test_samples_round_trip_as_code_objects(path):
 def test_cli_asm_disasm(tmp_path):
     src = tmp_path / "k.s"
     src.write_text(".kernel k\n    v_mov_b32 v1, 2.0\n    s_endpgm\n")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "vgpu", *a], capture_output=True,
+    run = lambda *a: subprocess.run([sys.executable, "-m", "vgpu_tools", *a], capture_output=True,
                                     text=True, cwd=Path(__file__).resolve().parents[2])
     p = run("asm", str(src), "-o", str(tmp_path / "k.vco"))
     assert p.returncode == 0, p.stderr

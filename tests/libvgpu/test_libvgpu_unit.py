@@ -20,39 +20,43 @@ from vgpu import uapi
 HDR = ctypes.sizeof(uapi.vgpu_request_header)
 
 
-# -- frames -----------------------------------------------------------------------
-
-def test_encode_request_layout():
-    arg = uapi.drm_gem_close(handle=7)
-    frame = lio.encode_request(uapi.DRM_IOCTL_GEM_CLOSE, bytes(arg), b"xyz")
-    hdr = uapi.vgpu_request_header.from_buffer_copy(frame[:HDR])
-    assert frame[:4] == b"VGPU"
-    assert (hdr.magic, hdr.request, hdr.arg_size, hdr.extra_size) == (
-        uapi.VGPU_MAGIC, uapi.DRM_IOCTL_GEM_CLOSE, 8, 3)
-    assert frame[HDR:] == bytes(arg) + b"xyz"
-
-
-def test_encode_request_refuses_bad_frames():
-    with pytest.raises(libvgpu.VgpuInvalidArgument, match="GEM_CLOSE"):
-        lio.encode_request(uapi.DRM_IOCTL_GEM_CLOSE, b"\0" * 4)
-    with pytest.raises(libvgpu.VgpuInvalidArgument, match="VGPU_MAX_FRAME") as e:
-        lio.encode_request(uapi.DRM_IOCTL_GEM_CLOSE, b"\0" * 8, b"\0" * uapi.VGPU_MAX_FRAME)
-    assert e.value.errno == errno.EINVAL
-
+# -- frames (the codec itself is vgpu.frame, tests/test_frame.py) ------------------
 
 def _reply(arg: bytes, extra: bytes = b"", result: int = 0) -> bytes:
     hdr = uapi.vgpu_reply_header(result=result, arg_size=len(arg), extra_size=len(extra))
     return bytes(hdr) + arg + extra
 
 
-def test_decode_reply():
-    assert lio.decode_reply(_reply(b"A" * 8, b"BC")) == (b"A" * 8, b"BC")
+def _ioctl_with_reply(reply: bytes, extra: bytes = b""):
+    """drm_ioctl(GEM_CLOSE) on one end of a SOCK_SEQPACKET pair whose other end has
+    queued ``reply``; returns (its result, the request frame it wrote)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        theirs.send(reply)
+        try:
+            return lio.drm_ioctl(ours.fileno(), uapi.DRM_IOCTL_GEM_CLOSE, uapi.drm_gem_close(handle=7),
+                                 extra), theirs.recv(1 << 20)
+        finally:
+            theirs.setblocking(False)
+
+
+def test_drm_ioctl_frames_the_request_and_updates_the_struct():
+    (struct, out_extra), sent = _ioctl_with_reply(_reply(bytes(uapi.drm_gem_close(handle=9)), b"BC"),
+                                                  b"xyz")
+    assert sent[:4] == b"VGPU" and sent[HDR:] == bytes(uapi.drm_gem_close(handle=7)) + b"xyz"
+    assert (struct.handle, out_extra) == (9, b"BC")
+
+
+def test_drm_ioctl_maps_frame_errors():
+    with pytest.raises(libvgpu.VgpuInvalidArgument, match="GEM_CLOSE.*VGPU_MAX_FRAME") as e:
+        _ioctl_with_reply(_reply(b""), b"\0" * uapi.VGPU_MAX_FRAME)
+    assert e.value.errno == errno.EINVAL
     with pytest.raises(libvgpu.VgpuProtocolError):
-        lio.decode_reply(b"\0" * 5)
+        _ioctl_with_reply(b"\0" * 5)
     with pytest.raises(libvgpu.VgpuProtocolError):
-        lio.decode_reply(_reply(b"A" * 8)[:-1])
+        _ioctl_with_reply(_reply(b"A" * 8)[:-1])
     with pytest.raises(libvgpu.VgpuNoSuchObject):
-        lio.decode_reply(_reply(b"", result=-errno.ENOENT))
+        _ioctl_with_reply(_reply(b"", result=-errno.ENOENT))
 
 
 # -- errors -----------------------------------------------------------------------

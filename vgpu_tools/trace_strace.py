@@ -3,7 +3,7 @@
 Accepts what ``strace -o LOG`` writes with or without ``-f`` (pid prefixes,
 ``<unfinished ...>`` / ``<... NAME resumed>`` pairs), ``-y`` (``3</path>``),
 ``-xx`` or strace's default C escapes, and ``-t``/``-tt``/``-ttt``/``-T``
-timestamps. Nothing here knows about vgpu: :mod:`vgpu.trace` decodes the calls.
+timestamps. Nothing here knows about vgpu: :mod:`vgpu_tools.trace` decodes the calls.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ next read on that fd by the same pid, decodes both frames with the
 It also shows opens and closes of the device nodes and BO files (symlinks to
 shared memory: strace shows the MOUNT/bo/<offset-hex> path), and mmap/munmap of BO
 files. libvgpu never calls msync (there is nothing to flush); a program that does
-gets its msync lines decoded too. Reading strace's text is :mod:`vgpu.trace_strace`.
+gets its msync lines decoded too. Reading strace's text is :mod:`vgpu_tools.trace_strace`.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from vgpu import uapi
-from vgpu.trace_ioctls import DecodedRequest, decode_reply, decode_request  # noqa: F401  (re-exported)
-from vgpu.trace_strace import ProcessTable, Syscall, parse_log, parse_string
+from vgpu_tools.trace_ioctls import DecodedRequest, decode_reply, decode_request  # noqa: F401  (re-exported)
+from vgpu_tools.trace_strace import ProcessTable, Syscall, parse_log, parse_string
 
 #: What `vgpu trace` asks strace for: fd life cycle (open/dup/fork), the frames,
 #: and BO mappings. fcntl catches F_DUPFD_CLOEXEC (Python's mmap dups the fd).

@@ -244,7 +244,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_trace(args) -> int:
-    from vgpu.trace import main as trace_main
+    from vgpu_tools.trace import main as trace_main
     return trace_main(args)
 
 
@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
     t.set_defaults(func=cmd_trace)
 
-    from vgpu.asm import add_parsers as add_asm_parsers   # asm, disasm
+    from vgpu_tools.asm_cli import add_parsers as add_asm_parsers   # asm, disasm
     add_asm_parsers(sub)
     return p
 

@@ -1,12 +1,13 @@
-"""Control-file framing (vdev.control), without FUSE."""
+"""The frame codec (vgpu.frame): requests as the daemon parses them, replies as
+clients decode them, the lenient mode of the tracer. No FUSE."""
 import ctypes
 import errno
 
 import pytest
 
-from vdev.control import (REPLY_HEADER_SIZE, REQUEST_HEADER_SIZE, FrameError, encode_reply,
-                          encode_request, parse_reply, parse_request)
 from vgpu import uapi
+from vgpu.frame import (REPLY_HEADER_SIZE, REQUEST_HEADER_SIZE, FrameError, check_request, encode_reply,
+                        encode_request, parse_reply, parse_request, reply_errno)
 
 
 def frame(request, arg=b"", extra=b"", magic=uapi.VGPU_MAGIC, arg_size=None, extra_size=None):
@@ -98,3 +99,32 @@ def test_encode_reply_layout():
     assert (hdr.result, hdr.arg_size, hdr.extra_size, hdr.reserved) == (-5, 4, 5, 0)
     assert buf[REPLY_HEADER_SIZE:] == b"ARGSextra"
     assert parse_reply(buf) == (-5, b"ARGS", b"extra")
+
+
+def test_check_request_refuses_what_the_device_would():
+    check_request(VERSION, bytes(VERSION_SIZE), b"ok")
+    for arg, extra in ((bytes(VERSION_SIZE - 1), b""), (bytes(VERSION_SIZE), bytes(uapi.VGPU_MAX_FRAME))):
+        with pytest.raises(FrameError) as e:
+            check_request(VERSION, arg, extra)
+        assert e.value.errno == errno.EINVAL
+        assert errno_of(encode_request(VERSION, arg, extra)) in (errno.EINVAL, errno.E2BIG)
+
+
+@pytest.mark.parametrize("buf", [b"", bytes(REPLY_HEADER_SIZE - 1),
+                                 encode_reply(0, b"ARGS", b"extra")[:-1]])
+def test_a_reply_a_client_cannot_decode_is_eproto(buf):
+    with pytest.raises(FrameError) as e:
+        parse_reply(buf)
+    assert e.value.errno == errno.EPROTO
+
+
+def test_lenient_parsing_shows_truncated_frames_as_far_as_they_go():
+    arg = bytes(range(VERSION_SIZE))
+    cut = encode_request(VERSION, arg, b"xyz")[:-2]
+    assert parse_request(cut, strict=False) == (VERSION, arg, b"x")
+    assert parse_reply(encode_reply(0, b"ARGS", b"extra")[:-3], strict=False) == (0, b"ARGS", b"ex")
+    assert errno_of(cut) == errno.EINVAL       # the daemon refuses it
+
+
+def test_reply_errno_takes_both_signs():
+    assert reply_errno(-errno.ETIME) == reply_errno(errno.ETIME) == errno.ETIME

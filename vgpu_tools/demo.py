@@ -1,6 +1,6 @@
 """`make demo`: mount a fresh device, exercise memory and the SDMA engine, unmount.
 
-    python3 -m vgpu.demo [MOUNT]
+    python3 -m vgpu_tools.demo [MOUNT]
 
 1. `vgpu mount MOUNT` (a fresh temporary directory when MOUNT is not given);
 2. libvgpu: allocate a VRAM and a GTT BO, map them, write a pattern, unmap, map
@@ -21,7 +21,7 @@ SYSFS = "sys/class/drm/card0/device"
 
 
 def vgpu(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "vgpu", *args], check=True)
+    subprocess.run([sys.executable, "-m", "vgpu_tools", *args], check=True)
 
 
 def mem_numbers(mount: str) -> str:

@@ -9,12 +9,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from vgpu import uapi
-
-_REQ_HDR = ctypes.sizeof(uapi.vgpu_request_header)
-_REPLY_HDR = ctypes.sizeof(uapi.vgpu_reply_header)
-_INFINITE = 0xFFFFFFFFFFFFFFFF
-_S64_MAX = (1 << 63) - 1
+from vgpu import frame as vframe, uapi
+from vgpu.timeout import INFINITE, S64_MAX
 
 
 # ---------------------------------------------------------------------------
@@ -77,7 +73,7 @@ def flags_of(value: int, table: dict[int, str]) -> str:
 
 
 def _timeout(value: int) -> str:
-    return "inf" if value in (_INFINITE, _S64_MAX) else str(value)
+    return "inf" if value in (INFINITE, S64_MAX) else str(value)
 
 
 def _ip(ip_type: int, instance: int, ring: int) -> str:
@@ -557,19 +553,18 @@ class DecodedRequest:
 
 def decode_request(frame: bytes, truncated: bool = False) -> DecodedRequest:
     """``NAME {fields}`` of one request frame (whatever its state)."""
-    if len(frame) < _REQ_HDR:
+    if len(frame) < vframe.REQUEST_HEADER_SIZE:
         return DecodedRequest("?", None, f"<short frame: {len(frame)} bytes>")
-    hdr = uapi.vgpu_request_header.from_buffer_copy(frame[:_REQ_HDR])
-    if hdr.magic != uapi.VGPU_MAGIC:
-        return DecodedRequest("?", None, f"<not a vgpu frame: magic {hdr.magic:#010x}>")
-    arg = frame[_REQ_HDR:_REQ_HDR + hdr.arg_size]
-    extra = frame[_REQ_HDR + hdr.arg_size:_REQ_HDR + hdr.arg_size + hdr.extra_size]
-    known = uapi.IOCTLS.get(uapi._IOC_NR(hdr.request)) \
-        if uapi._IOC_TYPE(hdr.request) == uapi.DRM_IOCTL_BASE else None
+    try:
+        request, arg, extra = vframe.parse_request(frame, strict=False)
+    except vframe.FrameError as e:
+        return DecodedRequest("?", None, f"<not a vgpu frame: {e.strerror}>")
+    known = uapi.IOCTLS.get(uapi._IOC_NR(request)) \
+        if uapi._IOC_TYPE(request) == uapi.DRM_IOCTL_BASE else None
     if known is None:
-        return DecodedRequest(f"{hdr.request:#010x}", None,
-                              f"{hdr.request:#010x} {{arg_size={hdr.arg_size}, "
-                              f"extra_size={hdr.extra_size}}}")
+        arg_size, extra_size = vframe.payload_sizes(frame)
+        return DecodedRequest(f"{request:#010x}", None,
+                              f"{request:#010x} {{arg_size={arg_size}, extra_size={extra_size}}}")
     struct = known.struct.from_bytes(arg)
     fmt = _REQUEST_FMT.get(known.name)
     try:
@@ -582,17 +577,17 @@ def decode_request(frame: bytes, truncated: bool = False) -> DecodedRequest:
 
 def decode_reply(req: DecodedRequest, frame: bytes) -> str:
     """``= 0 {fields}`` of one reply frame to ``req``."""
-    if len(frame) < _REPLY_HDR:
+    try:
+        result, arg, extra = vframe.parse_reply(frame, strict=False)
+    except vframe.FrameError:
         return f"= ? <short reply: {len(frame)} bytes>"
-    hdr = uapi.vgpu_reply_header.from_buffer_copy(frame[:_REPLY_HDR])
-    arg = frame[_REPLY_HDR:_REPLY_HDR + hdr.arg_size]
-    extra = frame[_REPLY_HDR + hdr.arg_size:_REPLY_HDR + hdr.arg_size + hdr.extra_size]
     if req.struct is None:
-        return f"= {hdr.result} {{arg_size={hdr.arg_size}, extra_size={hdr.extra_size}}}"
+        arg_size, extra_size = vframe.payload_sizes(frame)
+        return f"= {result} {{arg_size={arg_size}, extra_size={extra_size}}}"
     struct = type(req.struct).from_bytes(arg)
     fmt = _REPLY_FMT.get(req.name)
     try:
         body = fmt(req.struct, struct, extra) if fmt else generic(_side(struct, "out"))
     except Exception as e:
         body = f"<undecodable: {e}>"
-    return f"= {hdr.result}" + (f" {body}" if body else "")
+    return f"= {result}" + (f" {body}" if body else "")
