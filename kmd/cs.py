@@ -1,4 +1,5 @@
-"""Command submission and fence waits: CS, WAIT_CS, WAIT_FENCES (amdgpu_cs.c).
+"""Command submission and fence waits: CS, WAIT_CS, WAIT_FENCES, FENCE_TO_HANDLE
+(amdgpu_cs.c, which keeps all four).
 
 CS takes its chunks flattened (docs/design.md 3): for each chunk, its drm_amdgpu_cs_chunk
 header immediately followed by `length_dw` dwords of chunk data. It checks every
@@ -16,6 +17,7 @@ from .fence import abs_timeout_to_relative, wait_any
 from .gem import lookup_bo
 from .ioctl import PendingReply
 from .job import Job
+from .syncobj import Syncobj, signaled_stub
 from .syncobj import lookup as lookup_syncobj
 
 CHUNK = uapi.drm_amdgpu_cs_chunk
@@ -208,3 +210,25 @@ def wait_fences(dev, file, args, extra):
         complete()
         return None
     return PendingReply(complete)
+
+
+def fence_to_handle(dev, file, args, extra):
+    """Turn a CS fence into a new syncobj handle (GET_SYNCOBJ), a syncobj token
+    (GET_SYNCOBJ_FD) or a sync-file token (GET_SYNC_FILE_FD), in `out.handle`. A
+    long-signalled seq gives a signalled fence.
+    EINVAL: unknown `what`, nonzero pad, unknown context or ring, seq never emitted.
+    EMFILE: too many tokens held by the file."""
+    a = args.in_
+    check(a.pad == 0, errno.EINVAL, "nonzero pad")
+    check(a.what in (uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ, uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ_FD,
+                     uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNC_FILE_FD), errno.EINVAL, f"unknown what {a.what}")
+    f = a.fence
+    fence = lookup_fence(dev, file, f.ctx_id, f.ip_type, f.ip_instance, f.ring, f.seq_no) or signaled_stub()
+    if a.what == uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ:
+        out = file.add_syncobj(Syncobj(fence))
+    elif a.what == uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ_FD:
+        out = dev.sync_tokens.export(file, syncobj=Syncobj(fence))
+    else:
+        out = dev.sync_tokens.export(file, fence=fence)
+    ctypes.memset(ctypes.addressof(args), 0, ctypes.sizeof(args))
+    args.out.handle = out

@@ -16,7 +16,6 @@ struct has one. Waits that must block are PendingReply: they wait in the client'
 read(), outside the device lock, on a condition that fence callbacks and syncobj
 fence changes poke.
 """
-import ctypes
 import errno
 import itertools
 import secrets
@@ -479,27 +478,3 @@ def syncobj_transfer(dev, file, args, extra):
             dst.signal_point(src.find(args.src_point), args.dst_point)
 
     return PendingReply(complete)
-
-
-def fence_to_handle(dev, file, args, extra):
-    """Turn a CS fence into a new syncobj handle (GET_SYNCOBJ), a syncobj token
-    (GET_SYNCOBJ_FD) or a sync-file token (GET_SYNC_FILE_FD), in `out.handle`. A
-    long-signalled seq gives a signalled fence.
-    EINVAL: unknown `what`, nonzero pad, unknown context or ring, seq never emitted.
-    EMFILE: too many tokens held by the file."""
-    from .cs import lookup_fence  # cs imports this module for its chunks
-
-    a = args.in_
-    check(a.pad == 0, errno.EINVAL, "nonzero pad")
-    check(a.what in (uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ, uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ_FD,
-                     uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNC_FILE_FD), errno.EINVAL, f"unknown what {a.what}")
-    f = a.fence
-    fence = lookup_fence(dev, file, f.ctx_id, f.ip_type, f.ip_instance, f.ring, f.seq_no) or signaled_stub()
-    if a.what == uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ:
-        out = file.add_syncobj(Syncobj(fence))
-    elif a.what == uapi.AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ_FD:
-        out = dev.sync_tokens.export(file, syncobj=Syncobj(fence))
-    else:
-        out = dev.sync_tokens.export(file, fence=fence)
-    ctypes.memset(ctypes.addressof(args), 0, ctypes.sizeof(args))
-    args.out.handle = out
