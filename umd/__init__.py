@@ -19,21 +19,19 @@ from .errors import (GPUError, GPUFault, GPUHang, KernelCompileError, LaunchErro
                      VersionMismatch)
 from .event import Event, elapsed_time
 from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
-from .stream import Stream
+from .stream import Stream, default_stream
 
 
 def memory_stats(device: Device | None = None) -> dict:
-    """The current device's pool statistics: bytes in_use, cached, peak, and counters."""
+    """The pool statistics of ``device`` (default: the current device): bytes in_use,
+    cached, peak, and counters."""
     return (device or get_device()).pool.stats()
 
 
 def empty_cache(device: Device | None = None) -> None:
-    """Free the pool's cached blocks (after the work that used them)."""
+    """Free the cached blocks of ``device``'s pool (default: the current device), after
+    the work that used them."""
     (device or get_device()).pool.empty_cache()
-
-
-def default_stream(device: Device | None = None) -> Stream:
-    return (device or get_device()).default_stream
 
 
 # ---------------------------------------------------------------------------------

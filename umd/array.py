@@ -15,6 +15,8 @@ import numpy as np
 from . import copy as _copy
 from . import debug
 from .debug import DebugFlag
+from .device import Device, get_device
+from .stream import Stream, default_stream
 
 #: dtypes kernels know (umd.types): float32, int32, uint32; others copy fine too.
 KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32))
@@ -29,11 +31,16 @@ def _shape(shape) -> tuple[int, ...]:
 
 class DeviceArray:
     """A C-contiguous array in device memory. Make one with :func:`empty`,
-    :func:`zeros`, :func:`full` or :func:`to_device`."""
+    :func:`zeros`, :func:`full` or :func:`to_device`.
 
-    def __init__(self, shape, dtype=np.float32, device=None, stream=None):
-        from .device import get_device
-        self.device = device or get_device()
+    The array keeps its device: ``device``, else ``stream``'s, else the current one.
+    Its copies and fills run on ``stream`` when given (here or per call), else on
+    that device's default stream."""
+
+    def __init__(self, shape, dtype=np.float32, device: Device | None = None, stream: Stream | None = None):
+        if device is None:
+            device = stream.device if stream is not None else get_device()
+        self.device = device
         self.shape = _shape(shape)
         self.dtype = np.dtype(dtype)
         self.size = int(np.prod(self.shape, dtype=np.int64))
@@ -63,13 +70,19 @@ class DeviceArray:
         return self.shape[0]
 
     # -- data movement ------------------------------------------------------------------
+    def _stream(self, stream: Stream | None) -> Stream:
+        """The stream a copy or fill of this array runs on (see the class docstring)."""
+        if stream is not None:
+            return stream
+        return self.stream if self.stream is not None else default_stream(self.device)
+
     def copy_from_host(self, host, stream=None) -> "DeviceArray":
         """Upload ``host`` (same number of bytes) into this array."""
         src = np.ascontiguousarray(host, dtype=self.dtype)
         if src.nbytes != self.nbytes:
             raise ValueError(f"copy_from_host: {src.nbytes} bytes into an array of {self.nbytes}")
         if self.nbytes:
-            _copy.memcpy_htod(self.ptr, src, self.nbytes, stream or self.stream)
+            _copy.memcpy_htod(self.ptr, src, self.nbytes, self._stream(stream))
         return self
 
     def copy_to_host(self, out: np.ndarray | None = None, stream=None) -> np.ndarray:
@@ -80,20 +93,20 @@ class DeviceArray:
         elif out.nbytes != self.nbytes or not out.flags.c_contiguous:
             raise ValueError(f"copy_to_host: out must be C-contiguous with {self.nbytes} bytes")
         if self.nbytes:
-            _copy.memcpy_dtoh(out, self.ptr, self.nbytes, stream or self.stream)
+            _copy.memcpy_dtoh(out, self.ptr, self.nbytes, self._stream(stream))
         return out
 
     def copy_to_device(self, other: "DeviceArray", stream=None) -> "DeviceArray":
         """Copy this array into ``other`` (device to device)."""
         if other.nbytes != self.nbytes:
             raise ValueError(f"copy_to_device: {self.nbytes} bytes into an array of {other.nbytes}")
-        _copy.memcpy_dtod(other.ptr, self.ptr, self.nbytes, stream or self.stream)
+        _copy.memcpy_dtod(other.ptr, self.ptr, self.nbytes, self._stream(stream))
         return other
 
     def fill(self, value, stream=None) -> "DeviceArray":
         """Set every element to ``value`` (SDMA CONSTANT_FILL)."""
         cell = np.array(value, dtype=self.dtype)
-        s = stream or self.stream
+        s = self._stream(stream)
         if self.nbytes == 0:
             return self
         raw = cell.tobytes()

@@ -1,15 +1,19 @@
 """The umd Device: one open render node of a vgpu mount, checked for a KMD this
 runtime can drive, and everything the runtime keeps per device (memory pool,
-IB buffers, loaded kernels, streams).
+IB buffers, event cells, loaded kernels, streams); and the current device.
 
 The mount is ``VGPU_MOUNT`` or ``/tmp/vgpu``; :func:`get_device` opens it on first
 use and makes it current, as CUDA's primary context is made on the first call.
+
+This module is the bottom of the runtime's objects: streams, events and arrays are
+made for a Device and keep it (``.device``); they import this module for the
+current device when they are given none, and it imports none of them (docs/umd.md,
+"Device").
 """
 from __future__ import annotations
 
 import os
 import weakref
-from typing import TYPE_CHECKING
 
 import libvgpu
 from vgpu import uapi
@@ -17,9 +21,7 @@ from vgpu import uapi
 from . import debug
 from .debug import DebugFlag
 from .errors import UMDError, VersionMismatch
-
-if TYPE_CHECKING:
-    from .stream import Stream
+from .memory import EventSlots, IbPool, MemoryPool
 
 DEFAULT_MOUNT = "/tmp/vgpu"
 
@@ -81,9 +83,6 @@ class Device:
     everything in reverse order."""
 
     def __init__(self, mount: str | os.PathLike | None = None):
-        from .memory import MemoryPool
-        from .stream import IbPool
-
         self.mount = str(mount or os.environ.get("VGPU_MOUNT") or DEFAULT_MOUNT)
         debug.log(DebugFlag.API, f"Device({self.mount!r})")
         try:
@@ -99,20 +98,13 @@ class Device:
         v = self.lv.version
         self.name = f"{v.name} {v.major}.{v.minor}.{v.patchlevel} ({v.desc})"
         self.pool = MemoryPool(self)
-        self.ib_pool = IbPool(self)
+        self.ib_pool = IbPool(self.lv)
         self.kernels: dict[bytes, object] = {}    # code object bytes -> LoadedKernel
         self.programs: dict[int, object] = {}     # program VA -> compiled kernel (fault reports)
-        self.streams: weakref.WeakSet = weakref.WeakSet()
-        self._default_stream: Stream | None = None
-        self._event_slots = None
+        self.streams: weakref.WeakSet = weakref.WeakSet()   # every live Stream adds itself
+        self._default_stream = None    # made on first use by umd.stream.default_stream(device)
+        self._event_slots: EventSlots | None = None
         self.closed = False
-
-    @property
-    def default_stream(self) -> "Stream":
-        if self._default_stream is None:
-            from .stream import Stream
-            self._default_stream = Stream(self, name="default")
-        return self._default_stream
 
     def synchronize(self) -> None:
         """Wait for every stream of the device; raises the first GPU error."""
@@ -120,10 +112,10 @@ class Device:
         for s in list(self.streams):
             s.synchronize()
 
-    def event_slots(self):
+    def event_slots(self) -> EventSlots:
+        """The device's event timestamp cells (a GTT page is mapped on first use)."""
         if self._event_slots is None:
-            from .event import EventSlots
-            self._event_slots = EventSlots(self)
+            self._event_slots = EventSlots(self.lv)
         return self._event_slots
 
     def close(self) -> None:

@@ -4,72 +4,26 @@
 last command: PM4 RELEASE_MEM with DATA_SEL 3 (the device clock, after every
 earlier dispatch has finished) on the compute ring, SDMA TIMESTAMP on the DMA
 ring (docs/pm4.md, docs/hw.md). Both write the 64-bit ns of the device clock. The
-slots are 8-byte cells of one GTT page per device that the CPU reads once the
-submission that wrote them has signalled.
+slots are 8-byte cells of one GTT page per device (umd/memory.py EventSlots) that
+the CPU reads once the submission that wrote them has signalled.
 """
 from __future__ import annotations
 
 import struct
 
-from vgpu import uapi
-
 from . import debug
 from .debug import DebugFlag
+from .device import Device, get_device
 from .errors import UMDError
-from .memory import GpuBuffer
-from .stream import current_stream
-
-SLOT_BYTES = 8
-SLOTS_PAGE = 4096
-
-
-class EventSlots:
-    """8-byte timestamp cells in GTT pages (grown a page at a time). A cell whose
-    timestamp write may still be queued is reused only once its stream passed it."""
-
-    def __init__(self, device):
-        self.device = device
-        self._pages: list[GpuBuffer] = []
-        self._free: list[tuple[GpuBuffer, int]] = []
-        self._deferred: list[tuple[tuple[GpuBuffer, int], object, int]] = []   # (slot, stream, mark)
-
-    def acquire(self) -> tuple[GpuBuffer, int]:
-        if not self._free and self._deferred:
-            still = []
-            for slot, stream, mark in self._deferred:
-                if stream.completed_mark >= mark:
-                    self._free.append(slot)
-                else:
-                    still.append((slot, stream, mark))
-            self._deferred = still
-        if not self._free:
-            page = GpuBuffer(self.device.lv, SLOTS_PAGE, uapi.AMDGPU_GEM_DOMAIN_GTT, cpu=True)
-            self._pages.append(page)
-            self._free = [(page, off) for off in range(SLOTS_PAGE - SLOT_BYTES, -1, -SLOT_BYTES)]
-        return self._free.pop()
-
-    def release(self, slot, stream=None, mark: int = 0) -> None:
-        """Give a cell back; with (stream, mark), once the stream is past mark.
-        Never waits: it runs from Event.__del__, i.e. at any allocation."""
-        if stream is not None and stream.completed_mark < mark:
-            self._deferred.append((slot, stream, mark))
-        else:
-            self._free.append(slot)
-
-    def free(self) -> None:
-        for page in self._pages:
-            page.free()
-        self._pages.clear()
-        self._free.clear()
+from .stream import Stream, default_stream
 
 
 class Event:
-    """A point in a stream (cudaEvent_t). Timing is always on: every record takes a
-    GPU timestamp."""
+    """A point in a stream of ``device`` (the current device if None), as cudaEvent_t.
+    Timing is always on: every record takes a GPU timestamp."""
 
-    def __init__(self, device=None):
-        from .device import get_device
-        self.device = device or get_device()
+    def __init__(self, device: Device | None = None):
+        self.device = device if device is not None else get_device()
         self._slot = self.device.event_slots().acquire()
         self.stream = None
         self.mark = 0
@@ -79,9 +33,13 @@ class Event:
         page, off = self._slot
         return page.address + off
 
-    def record(self, stream=None) -> "Event":
-        """Record the event at the current end of ``stream`` (default stream)."""
-        s = current_stream(stream)
+    def record(self, stream: Stream | None = None) -> "Event":
+        """Record the event at the current end of ``stream`` (a stream of the event's
+        device; default: that device's default stream)."""
+        s = stream if stream is not None else default_stream(self.device)
+        if s.device is not self.device:
+            raise UMDError(f"Event.record: the stream is on {s.device.mount}, the event on "
+                           f"{self.device.mount}")
         page, off = self._slot
         self.stream = s
         self.mark = s.timestamp(self._va, page.bo, f"TIMESTAMP -> {self._va:#x}")

@@ -1,4 +1,5 @@
-"""Device memory: GPU buffers and the caching allocator.
+"""Device memory: GPU buffers, the caching allocator, and the runtime's own GTT
+buffers (IB buffers for streams, timestamp cells for events).
 
 Every device allocation is a VRAM BO mapped at a VA from libvgpu's VA manager, and
 mapped for the CPU too the first time a host copy touches it (GpuBuffer.host_array;
@@ -11,6 +12,12 @@ because GEM_CREATE + GEM_VA are two ioctls and a fresh BO is zeroed by the KMD:
 
 A freed block may still be in use by work queued on a stream; it remembers each
 stream's position at the free, and is reused only after that work is done.
+
+The runtime's GTT buffers are CPU-mapped at once and recycled the same way: an IB
+buffer once the submission that used it retired (umd/stream.py), an event's cell
+once its stream passed the timestamp write (umd/event.py). They live here, with the
+Device that owns them (umd/device.py), so that the device needs neither the stream
+nor the event module.
 """
 from __future__ import annotations
 
@@ -252,3 +259,83 @@ class MemoryPool:
 
     def reset_peak(self) -> None:
         self.peak = self.in_use
+
+
+# -- the runtime's GTT buffers ----------------------------------------------------------
+IB_BYTES = 64 * 1024       # one IB buffer: packets from the bottom, kernargs from the top
+SLOT_BYTES = 8             # one event timestamp (u64 ns)
+SLOTS_PAGE = 4096
+
+
+class IbBuffer:
+    """A GTT buffer the CPU writes IBs (from the bottom) and kernargs (from the top) into."""
+
+    def __init__(self, lv: libvgpu.Device):
+        self.buf = GpuBuffer(lv, IB_BYTES, uapi.AMDGPU_GEM_DOMAIN_GTT, cpu=True,
+                             flags=uapi.AMDGPU_VM_PAGE_READABLE)
+        self.va, self.cpu, self.bo = self.buf.address, self.buf.cpu, self.buf.bo
+
+
+class IbPool:
+    """The IB buffers of a device. The stream gives one back when the submission that
+    used it retired; it is reused from then on."""
+
+    def __init__(self, lv: libvgpu.Device):
+        self.lv, self._free, self._all = lv, [], []
+
+    def acquire(self) -> IbBuffer:
+        if self._free:
+            return self._free.pop()
+        ib = IbBuffer(self.lv)
+        self._all.append(ib)
+        return ib
+
+    def release(self, ib: IbBuffer) -> None:
+        self._free.append(ib)
+
+    def free(self) -> None:
+        for ib in self._all:
+            ib.buf.free()
+        self._all.clear()
+        self._free.clear()
+
+
+class EventSlots:
+    """8-byte timestamp cells in GTT pages (grown a page at a time). A cell whose
+    timestamp write may still be queued is reused only once its stream passed it."""
+
+    def __init__(self, lv: libvgpu.Device):
+        self.lv = lv
+        self._pages: list[GpuBuffer] = []
+        self._free: list[tuple[GpuBuffer, int]] = []
+        self._deferred: list[tuple[tuple[GpuBuffer, int], object, int]] = []   # (slot, stream, mark)
+
+    def acquire(self) -> tuple[GpuBuffer, int]:
+        """A free cell: (its page, its byte offset in the page)."""
+        if not self._free and self._deferred:
+            still = []
+            for slot, stream, mark in self._deferred:
+                if stream.completed_mark >= mark:
+                    self._free.append(slot)
+                else:
+                    still.append((slot, stream, mark))
+            self._deferred = still
+        if not self._free:
+            page = GpuBuffer(self.lv, SLOTS_PAGE, uapi.AMDGPU_GEM_DOMAIN_GTT, cpu=True)
+            self._pages.append(page)
+            self._free = [(page, off) for off in range(SLOTS_PAGE - SLOT_BYTES, -1, -SLOT_BYTES)]
+        return self._free.pop()
+
+    def release(self, slot, stream=None, mark: int = 0) -> None:
+        """Give a cell back; with (stream, mark), once the stream is past mark.
+        Never waits: it runs from Event.__del__, i.e. at any allocation."""
+        if stream is not None and stream.completed_mark < mark:
+            self._deferred.append((slot, stream, mark))
+        else:
+            self._free.append(slot)
+
+    def free(self) -> None:
+        for page in self._pages:
+            page.free()
+        self._pages.clear()
+        self._free.clear()

@@ -1,10 +1,12 @@
 """Streams: in-order queues of GPU work, batched into IBs.
 
-A stream owns a context (its priority is the stream's) and appends commands to an
-open *segment*: one IB on one ring, SDMA packets for sdma0, PM4 for comp_0.0.
-A command for the other ring opens a new segment; a full IB (IB_BYTES) closes its
-segment. Segments are submitted, in order, at sync points (synchronize, a D2H copy,
-an event query, a pipelined H2D chunk) or when an IB fills: each is one CS with a
+A stream belongs to one Device, given when it is made (else the current device),
+and owns a context on it (its priority is the stream's). It appends commands to an
+open *segment*: one IB on one ring, SDMA packets for sdma0, PM4 for comp_0.0, in an
+IB buffer of the device's IbPool (umd/memory.py). A command for the other ring opens
+a new segment; a full IB (IB_BYTES) closes its segment. Segments are submitted, in
+order, at sync points (synchronize, a host copy in either direction, an event query
+or synchronize, wait_event) or when an IB fills: each is one CS with a
 BO list of the buffers it touches, and a DEPENDENCIES chunk on the stream's
 previous submission when that ran on the other ring (same ring, same context: the
 scheduler's entity keeps the order already). Kernel arguments live at the top of the
@@ -25,10 +27,11 @@ from vgpu import uapi
 
 from . import debug
 from .debug import DebugFlag
+from .device import Device, get_device
 from .errors import GPUError, UMDError
-from .memory import GpuBuffer
+from .fault import gpu_error
+from .memory import IB_BYTES, IbBuffer
 
-IB_BYTES = 64 * 1024
 MAX_INFLIGHT = 32          # the KMD refuses a 65th job per context (EBUSY); stay well below
 DMA, COMPUTE = "sdma0", "comp_0.0"
 _IP = {DMA: uapi.AMDGPU_HW_IP_DMA, COMPUTE: uapi.AMDGPU_HW_IP_COMPUTE}
@@ -48,38 +51,6 @@ def context_priority(priority) -> int:
     if name not in PRIORITIES:
         raise ValueError(f"stream priority {priority!r}: use 'high' (-1), 'normal' (0) or 'low' (1)")
     return PRIORITIES[name]
-
-
-class IbBuffer:
-    """A GTT buffer the CPU writes IBs (from the bottom) and kernargs (from the top) into."""
-
-    def __init__(self, lv):
-        self.buf = GpuBuffer(lv, IB_BYTES, uapi.AMDGPU_GEM_DOMAIN_GTT, cpu=True,
-                             flags=uapi.AMDGPU_VM_PAGE_READABLE)
-        self.va, self.cpu, self.bo = self.buf.address, self.buf.cpu, self.buf.bo
-
-
-class IbPool:
-    """IB buffers of a device: reused once the submission that used them retired."""
-
-    def __init__(self, device):
-        self.device, self._free, self._all = device, [], []
-
-    def acquire(self) -> IbBuffer:
-        if self._free:
-            return self._free.pop()
-        ib = IbBuffer(self.device.lv)
-        self._all.append(ib)
-        return ib
-
-    def release(self, ib: IbBuffer) -> None:
-        self._free.append(ib)
-
-    def free(self) -> None:
-        for ib in self._all:
-            ib.buf.free()
-        self._all.clear()
-        self._free.clear()
 
 
 @dataclass(eq=False)
@@ -109,11 +80,12 @@ class Submission:
 
 
 class Stream:
-    """An in-order queue of GPU work on the device (see the module docstring)."""
+    """An in-order queue of GPU work on ``device`` (the current device if None; see
+    the module docstring). The stream keeps its device: every command, wait and
+    buffer it uses is that device's."""
 
-    def __init__(self, device=None, priority="normal", name: str | None = None):
-        from .device import get_device
-        self.device = device or get_device()
+    def __init__(self, device: Device | None = None, priority="normal", name: str | None = None):
+        self.device = device if device is not None else get_device()
         self.priority = priority
         self.ctx_priority = context_priority(priority)
         self.name = name or f"stream{id(self):x}"
@@ -269,7 +241,6 @@ class Stream:
             except libvgpu.VgpuError as e:
                 culprit, cause = s, e
                 break
-        from .fault import gpu_error
         exc = gpu_error(self, culprit, cause)
         self._pending.clear()
         self._inflight.clear()    # the guilty context's jobs are done or cancelled
@@ -351,9 +322,17 @@ class Stream:
         return f"<Stream {self.name} ctx {self.ctx.id} priority {self.priority!r} mark {self.mark}>"
 
 
+def default_stream(device: Device | None = None) -> Stream:
+    """The default stream of ``device`` (default: the current device), as CUDA's
+    legacy default stream; made on first use and kept by the device."""
+    if device is None:
+        device = get_device()
+    if device._default_stream is None:
+        device._default_stream = Stream(device, name="default")
+    return device._default_stream
+
+
 def current_stream(stream: Stream | None = None) -> Stream:
-    """``stream``, or the current device's default stream."""
-    if stream is not None:
-        return stream
-    from .device import get_device
-    return get_device().default_stream
+    """``stream``, or the current device's default stream: what a call without a
+    stream (memcpy_*, memset, launch_kernel) runs on."""
+    return stream if stream is not None else default_stream()

@@ -232,6 +232,36 @@ def test_events_elapsed_time(vgpu_mount):
     assert r.stdout.startswith("OK")
 
 
+def test_objects_keep_their_device(vgpu_mount):
+    # A second Device on the mount is a second DRM file (its own VM and pool) and is not
+    # current: its arrays, streams and events use it, never the current device.
+    r = ok(client("""
+        other = umd.Device(os.environ["VGPU_MOUNT"])
+        assert umd.get_device() is not other
+        a = umd.to_device(np.arange(1024, dtype=np.float32), device=other)
+        assert a.device is other and umd.memory_stats(other)["in_use"] == 4096
+        assert umd.memory_stats()["in_use"] == 0
+        b = umd.empty_like(a, device=other)
+        a.copy_to_device(b)
+        b.fill(2.0)
+        ev = umd.Event(other).record()
+        assert ev.stream is umd.default_stream(other) is not umd.default_stream()
+        ev.synchronize()
+        assert (b.copy_to_host() == 2.0).all()
+        s = umd.Stream(other)
+        c = umd.empty(16, np.float32, stream=s)
+        assert c.device is other and s.device is other
+        try:
+            umd.Event(other).record(umd.default_stream())
+            raise SystemExit("recorded an event on another device's stream")
+        except umd.UMDError as e:
+            print("refused:", e)
+        other.close()
+        print("OK")
+    """, vgpu_mount))
+    assert r.stdout.strip().endswith("OK") and "refused: Event.record: the stream is on" in r.stdout
+
+
 def test_priority_maps_to_the_context(vgpu_mount):
     r = ok(client("""
         from vgpu import uapi
