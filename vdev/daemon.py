@@ -81,9 +81,7 @@ def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | N
         trio.run(_serve)
     finally:
         pyfuse3.close(unmount=True)
-        shutdown = getattr(dev, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
+        dev.shutdown()
         log.info("unmounted %s", mountpoint)
     return 0
 

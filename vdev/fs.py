@@ -11,7 +11,7 @@
                                         poll() gives POLLIN once signalled, read() a status
     sys/class/drm/card0/device/*        sysfs numbers, from Device.sysfs_files()
     sys/kernel/debug/dri/0/*            debugfs views, from Device.debugfs_files()
-    sys/class/devcoredump/devcd<N>/data crash dumps, from Device.devcoredumps() if present
+    sys/class/devcoredump/devcd<N>/data crash dumps, from Device.devcoredumps()
 
 Generated files (sysfs, debugfs, kmsg, dumps) are ``direct_io``: their text is taken
 once at open() so a reader sees one consistent snapshot across read() calls, and
@@ -43,9 +43,8 @@ import time
 
 import pyfuse3
 
-from kmd.errors import KmdError
-
 from .control import FrameError
+from .kmd_interface import KmdDevice, KmdError
 from .nodes import ALWAYS_READY, BoFile, ControlFile, Dir, GeneratedFile, Handle, Node, SyncFile
 
 log = logging.getLogger(__name__)
@@ -74,13 +73,13 @@ def _guard(fn):
 
 
 class VgpuFs(pyfuse3.Operations):
-    """MOUNT/ for one ``kmd.device.Device``."""
+    """MOUNT/ for one KMD device (the contract: vdev.kmd_interface.KmdDevice)."""
 
     supports_dot_lookup = False
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, dev):
+    def __init__(self, dev: KmdDevice):
         super().__init__()
         self.dev = dev
         self.time_ns = time.time_ns()
@@ -129,15 +128,8 @@ class VgpuFs(pyfuse3.Operations):
         return self._link(parent, name, Dir(self._ino(), parent, provider))
 
     def _devcoredumps(self) -> dict:
-        """{devcd<N>: {data: ...}} from Device.devcoredumps() when the KMD has it."""
-        dumps = getattr(self.dev, "devcoredumps", None)
-        if dumps is None:
-            return {}
-        out = {}
-        for key, data in dumps().items():
-            name = f"devcd{key}" if isinstance(key, int) else str(key)
-            out[name] = data if isinstance(data, dict) else {"data": data}
-        return out
+        """The provider of sys/class/devcoredump/: {devcd<N>: {data: text}}."""
+        return {f"devcd{n}": {"data": (lambda text=text: text)} for n, text in self.dev.devcoredumps().items()}
 
     def _refresh(self, d: Dir) -> dict[str, Node]:
         """The current children of ``d``; provider entries keep their inode by name."""

@@ -24,10 +24,8 @@ from typing import Callable
 import pyfuse3
 import trio
 
-from kmd.errors import KmdError
-from kmd.ioctl import PendingReply
-
 from .control import encode_reply, parse_request
+from .kmd_interface import BufferObject, KmdDevice, KmdError, PendingReply, SyncExport
 
 # A cancelled read (the client was interrupted) must not wait for the GPU: trio 0.23
 # renamed run_sync's `cancellable` to `abandon_on_cancel` and later dropped the old name.
@@ -93,12 +91,12 @@ class Node:
         """access(2) for ``uid``: True unless the node is private to its owner."""
         return True
 
-    def open(self, dev, flags: int, ctx) -> "Handle":
+    def open(self, dev: KmdDevice, flags: int, ctx) -> "Handle":
         """A new Handle for one open() with ``flags`` by ``ctx`` (pid, uid); raises
         FUSEError (EACCES here: the node has no open files)."""
         _fail(errno.EACCES)
 
-    def readlink(self, dev, ctx) -> bytes:
+    def readlink(self, dev: KmdDevice, ctx) -> bytes:
         """The target of a symlink; EINVAL for anything else, as readlink(2) says."""
         _fail(errno.EINVAL)
 
@@ -163,7 +161,7 @@ class BoFile(Node):
 
     cache_timeout = LONG_TIMEOUT
 
-    def __init__(self, inode: int, bo):
+    def __init__(self, inode: int, bo: BufferObject):
         super().__init__(inode, stat.S_IFLNK | 0o777, bo.uid)
         self.bo = bo
         self.offset = bo.mmap_offset
@@ -194,10 +192,10 @@ class BoFile(Node):
 
 
 class SyncFile(Node):
-    """MOUNT/sync/<token-hex>: a kmd.syncobj.SyncExport (syncobj or sync file).
+    """MOUNT/sync/<token-hex>: a SyncExport (syncobj or sync file).
     Each lookup makes a new one; the KMD's token table is the truth, rechecked at open."""
 
-    def __init__(self, inode: int, export):
+    def __init__(self, inode: int, export: SyncExport):
         super().__init__(inode, stat.S_IFREG | 0o400, export.uid)
         self.export = export
 
@@ -251,7 +249,7 @@ class ControlHandle(Handle):
     """One open of card0/renderD128 = one DRM file, plus its unread reply
     (docs/vdev.md, "Control-file protocol choices")."""
 
-    def __init__(self, dev, file):
+    def __init__(self, dev: KmdDevice, file):
         self.dev = dev
         self.file = file
         self.reply = None  # kmd Reply | PendingReply | None

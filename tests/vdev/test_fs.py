@@ -121,15 +121,15 @@ async def test_kmd_errors_keep_their_errno_and_bugs_become_eio(fs):
 
 async def test_devcoredump_directories_follow_the_provider(fs):
     assert await listdir(fs, "sys/class/devcoredump") == []
-    fs.dev.dumps[0] = lambda: "dump zero"
-    fs.dev.dumps[3] = b"dump three"
+    fs.dev.dumps[0] = "dump zero"
+    fs.dev.dumps[3] = "dump three"
     assert await listdir(fs, "sys/class/devcoredump") == ["devcd0", "devcd3"]
     assert await listdir(fs, "sys/class/devcoredump/devcd3") == ["data"]
     assert await cat(fs, "sys/class/devcoredump/devcd0/data") == b"dump zero"
     inode = await walk(fs, "sys/class/devcoredump/devcd3")
     del fs.dev.dumps[3]
     await fails(errno.ENOENT, walk(fs, "sys/class/devcoredump/devcd3"))
-    fs.dev.dumps[3] = b"again"
+    fs.dev.dumps[3] = "again"
     assert await walk(fs, "sys/class/devcoredump/devcd3") == inode  # a name keeps its inode
 
 

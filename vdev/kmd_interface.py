@@ -1,0 +1,124 @@
+"""What vdev needs from the KMD: the whole vdev-to-kmd contract (docs/internals.md,
+"vdev and the KMD").
+
+vdev reaches the driver only through the members listed here, and imports kmd only
+through this module, except where ``vdev.daemon`` builds the device it serves:
+``kmd.device.Device(vram_size=, gtt_size=, timeout=, shm_dir=)``, which raises
+``kmd.shmem.StoreError`` (an OSError whose ``strerror`` says what to do) when the BO
+store cannot be set up. ``kmd.device.Device`` is the implementation;
+tests/vdev/test_kmd_interface.py checks that it has every member with a compatible
+signature, so a change on the KMD side that would break vdev fails there first.
+
+Threads (docs/vdev.md, "Threads"). vdev calls the KMD from the trio loop that
+serves every client, so a method called there must answer without waiting for GPU
+work; what may wait (``close_file``, ``PendingReply.wait``, the write of a writable
+debugfs entry) vdev runs in a ``trio.to_thread`` worker. The KMD calls back into
+vdev only through ``SyncExport.notify_on_change``, from its own threads.
+
+Errors. A refusal is a :class:`KmdError` (its ``errno`` becomes the failing
+syscall's); any other exception from the KMD is a bug, which vdev reports as EIO
+plus a kmsg line ``vdev: internal error in <op>: ...``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol, Tuple, Union, runtime_checkable
+
+from kmd.errors import KmdError
+from kmd.ioctl import PendingReply, Reply
+
+__all__ = ["KmdError", "PendingReply", "Reply", "KernelLog", "BufferObject", "SyncExport",
+           "KmdDevice", "ProviderEntry"]
+
+#: A generated file in a provider's answer: ``read()`` -> its text, taken once per
+#: open(); or ``(read, write)`` for a writable entry, ``write(data: bytes)`` run in
+#: a worker thread (it may wait for engines; a KmdError fails the write()).
+ProviderEntry = Union[Callable[[], str], Tuple[Callable[[], str], Callable[[bytes], object]]]
+
+
+@runtime_checkable
+class KernelLog(Protocol):
+    """``Device.kmsg``, the log behind MOUNT/dev/kmsg. Thread-safe."""
+
+    def log(self, message: str) -> object:
+        """Append one dmesg-style line (the KMD adds timestamp and device name)."""
+
+    def text(self) -> str:
+        """Every line kept so far, each ending in a newline."""
+
+
+@runtime_checkable
+class BufferObject(Protocol):
+    """What ``bo/<offset-hex>`` shows of a BO. ``mmap_offset`` and ``path`` never
+    change while the BO lives."""
+
+    uid: int            # the creator's uid: the only one (with root) that may readlink
+    mmap_offset: int    # GEM_MMAP's fake offset, the name under bo/
+    path: str           # its shared-memory file, the symlink's target (docs/memory.md)
+
+
+@runtime_checkable
+class SyncExport(Protocol):
+    """What ``sync/<token-hex>`` names: an exported syncobj or sync file
+    (docs/syncobj.md)."""
+
+    token: int          # the name under sync/
+    uid: int            # the exporter's uid: the only one (with root) that may open it
+
+    def signaled(self) -> bool:
+        """True once its fence has signalled (poll() then answers POLLIN)."""
+
+    def status(self) -> str:
+        """The text a read() returns ("active\\n", "signaled\\n", ...)."""
+
+    def notify_on_change(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once, when the export may have become signalled (at once if
+        it may be already). ``fn`` runs in the signalling thread, possibly under the
+        device lock: it must only hand work off and never raise."""
+
+
+@runtime_checkable
+class KmdDevice(Protocol):
+    """The KMD of one mounted device, as vdev uses it."""
+
+    kmsg: KernelLog
+
+    def open_file(self, pid: int, uid: int, comm: str = "?", render: bool = True) -> object:
+        """A new DRM file for one open() of card0 (``render=False``) or renderD128
+        (``render=True``) by process ``pid`` of ``uid`` named ``comm``. The file is
+        opaque to vdev: it is only passed back to ioctl() and close_file(). Does not
+        wait."""
+
+    def close_file(self, f: object) -> None:
+        """The last close of ``f``: free every handle, VA, context, job and token it
+        held. May wait for the file's jobs: vdev calls it in a worker thread. Called
+        once per file."""
+
+    def ioctl(self, f: object, request: int, arg: bytes, extra: bytes = b"") -> Union[Reply, PendingReply]:
+        """Run one request (a parsed frame, docs/design.md section 3) for file ``f``.
+        Never waits for GPU work (it runs on the loop): the answer is a ``Reply``
+        (result, arg: the updated struct, extra: the out-data) or a ``PendingReply``
+        whose blocking ``wait() -> Reply`` vdev runs in a worker thread. Raises
+        KmdError for a refused request (also from ``wait()``)."""
+
+    def bo_by_offset(self, offset: int) -> BufferObject | None:
+        """The live BO whose mmap offset is ``offset``, or None (never created, or
+        freed). Does not wait."""
+
+    def sync_file_by_token(self, token: int) -> SyncExport | None:
+        """The export behind ``sync/<token-hex>``, or None once its exporter closed
+        it. Does not wait."""
+
+    def sysfs_files(self) -> dict[str, ProviderEntry]:
+        """The entries of sys/class/drm/card0/device/, asked at each lookup and
+        listing. The read functions run on the loop: they must not wait."""
+
+    def debugfs_files(self) -> dict[str, ProviderEntry]:
+        """The entries of sys/kernel/debug/dri/0/, as sysfs_files()."""
+
+    def devcoredumps(self) -> dict[int, str]:
+        """The crash dumps kept now, {N: text}: sys/class/devcoredump/devcd<N>/data
+        (docs/crash-dumps.md). Asked at each lookup and listing; does not wait."""
+
+    def shutdown(self) -> None:
+        """Stop the engines and remove the BO store; the daemon calls it once, after
+        the file system is unmounted."""
