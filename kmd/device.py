@@ -10,11 +10,12 @@ import time
 
 from vgpu import uapi
 
-from . import cp as _cp, debugfs as _debugfs, devcoredump as _devcoredump, hw, info as _info
+from . import debugfs as _debugfs, devcoredump as _devcoredump, hw, info as _info
 from . import sched as _sched, syncobj as _syncobj, sysfs as _sysfs
 from .drm_file import DrmFile
 from .errors import KmdError
 from .gem import DOMAIN_NAMES, BufferObject
+from .hw.cp import CommandProcessor
 from .ioctl import dispatch, request_name
 from .ioctl_table import TABLE as IOCTL_TABLE
 from .irq import InterruptHandler
@@ -56,7 +57,7 @@ class Device:
             self.rings[(ring.ip_type, i)] = ring
         for i in range(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE]):
             ring = Ring(self, f"comp_0.{i}", uapi.AMDGPU_HW_IP_COMPUTE, i, len(self.rings),
-                        _cp.CommandProcessor(f"comp_0.{i}", self.ih))
+                        CommandProcessor(f"comp_0.{i}", self.ih))
             self.rings[(ring.ip_type, i)] = ring
         self.coredumps = _devcoredump.CoredumpStore()  # MOUNT/sys/class/devcoredump/
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}

@@ -16,13 +16,16 @@ IH_SRC_PAGE_FAULT = 146     # VISLANDS30_IV_SRCID_GFX_PAGE_INV_FAULT (ivsrcid/iv
 IH_SRC_PROT_FAULT = 147     # VISLANDS30_IV_SRCID_GFX_MEM_PROT_FAULT (same file)
 IH_SRC_ILLEGAL_INST = 184   # GFX_9_0__SRCID__CP_PRIV_INSTR_FAULT: SDMA v4 has no
                             # illegal-instruction source, so the CP's is borrowed.
+IH_SRC_CP_EOP = 181         # GFX_9_0__SRCID__CP_EOP_INTERRUPT (ivsrcid/gfx/irqsrcs_gfx_9_0.h):
+                            # the compute CP's RELEASE_MEM with INT_SEL raises it.
 
 
 @dataclasses.dataclass(frozen=True)
 class IhEntry:
     """One IH ring entry.
 
-    `data` is the TRAP packet's int_context for IH_SRC_TRAP, the faulting VA for
+    `data` is the TRAP packet's int_context for IH_SRC_TRAP (RELEASE_MEM's
+    int_context for IH_SRC_CP_EOP), the faulting VA for
     IH_SRC_PAGE_FAULT / IH_SRC_PROT_FAULT, and the dword offset of the bad
     packet in its IB for IH_SRC_ILLEGAL_INST.
     """

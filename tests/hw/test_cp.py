@@ -1,4 +1,4 @@
-"""The compute ring's command processor (kmd/cp.py) on a bare page table, with a
+"""The compute ring's command processor (kmd/hw/cp.py) on a bare page table, with a
 stand-in for the compute units where a dispatch's own work does not matter."""
 import dataclasses
 import struct
@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from kmd import cp as C
+from kmd.hw import cp as C
 from kmd.hw import PTE_EXEC, PTE_READ, PTE_WRITE, GpuFault, InterruptRing, PageTable
-from kmd.hw.ih import IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT
+from kmd.hw.ih import IH_SRC_CP_EOP, IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT
 from vgpu import pm4 as P
 from vgpu.pm4 import Pm4Ib
 
@@ -98,7 +98,7 @@ def test_write_release_and_nops(mem):
 
 def test_release_mem_interrupt(mem):
     r, ih, _ = run(mem, Pm4Ib().release_mem(DATA, 1, int_sel=P.INT_SEL_INT_WRITE_CONFIRM, int_ctx=9))
-    assert r.status == "ok" and [(e.src_id, e.ring_id, e.ctx_id, e.data) for e in ih] == [(C.IH_SRC_CP_EOP, 2, 3, 9)]
+    assert r.status == "ok" and [(e.src_id, e.ring_id, e.ctx_id, e.data) for e in ih] == [(IH_SRC_CP_EOP, 2, 3, 9)]
 
 
 def test_dispatch_takes_the_sh_registers(mem):

@@ -1,4 +1,5 @@
-"""The command processor of the compute ring (the MEC of a GFX9 part).
+"""The command processor of the compute ring (the MEC of a GFX9 part): hardware,
+so it lives in kmd/hw/ and imports nothing of the rest of kmd.
 
 `CommandProcessor.run(pt, ib_va, ib_size_dw, ctx_id, ring_id)` has SdmaEngine's
 interface, so kmd/ring.py's Ring drives it unchanged. It fetches the IB through the
@@ -22,12 +23,9 @@ import time
 from vgpu import isa
 from vgpu import pm4 as P
 
-from .hw.ih import IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT
-from .hw.mmu import GpuFault
-
-# GFX_9_0__SRCID__CP_EOP_INTERRUPT (ivsrcid/gfx/irqsrcs_gfx_9_0.h): RELEASE_MEM with
-# INT_SEL raises it; the IH handler then processes the ring's fences.
-IH_SRC_CP_EOP = 181
+from kmd.hw import ComputeEngine
+from kmd.hw.ih import IH_SRC_CP_EOP, IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT
+from kmd.hw.mmu import GpuFault
 
 POLL_STEP_S = 50e-6             # WAIT_REG_MEM sleeps this long between reads
 MAX_WORKGROUP_THREADS = 1024    # NUM_THREAD_X * Y * Z, as on GFX9
@@ -85,12 +83,8 @@ class _Stop(Exception):
 
 
 def default_compute_engine(name: str, ih):
-    """The compute units: kmd.hw's (Cython) ComputeEngine when it exports one, else
-    the reference executor."""
-    try:
-        from kmd.hw import ComputeEngine
-    except ImportError:
-        from kmd.hw.cu_ref import ComputeEngine
+    """The compute units kmd.hw selects: the Cython core's ComputeEngine, or the
+    reference executor's under VGPU_HW=ref (both export one)."""
     return ComputeEngine(name, ih)
 
 
