@@ -5,6 +5,11 @@ Run by ``vgpu mount`` as a detached ``python3 -m vdev.daemon MOUNT --vram N ...`
 ``init`` mounts, ``trio.run(main)`` serves until the file system is unmounted
 (``fusermount3 -u``) or SIGTERM/SIGINT ask it to stop, and ``close(unmount=True)``
 in ``finally`` leaves no mount behind.
+
+vdev runs in that one ``trio.run``: the FUSE handlers, the signal watcher, and the
+wake-ups of sync-file pollers that the KMD's threads queue on it (vdev.nodes.SyncHandle).
+vdev starts no thread of its own; what may wait for the GPU runs in
+``trio.to_thread`` workers (docs/vdev.md, "Threads").
 """
 from __future__ import annotations
 

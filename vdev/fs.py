@@ -36,9 +36,7 @@ import errno
 import functools
 import itertools
 import logging
-import queue
 import re
-import threading
 import time
 
 import pyfuse3
@@ -90,10 +88,6 @@ class VgpuFs(pyfuse3.Operations):
         self._handles: dict[int, Handle] = {}
         self._next_fh = itertools.count(1)
         self._dir_listings: dict[int, list] = {}
-        # PollHandle.notify runs here, never in a request handler or a fence
-        # callback (which may run under the device lock or on the FUSE loop).
-        self._poll_notices: queue.SimpleQueue = queue.SimpleQueue()
-        self._poll_thread: threading.Thread | None = None
 
         root = self._add(Dir(pyfuse3.ROOT_INODE, None))
         dev_dir = self._mkdir(root, "dev")
@@ -315,22 +309,7 @@ class VgpuFs(pyfuse3.Operations):
         h = self._handles.get(fh)
         if h is None:
             return ALWAYS_READY
-        return h.poll(poll_handle, self._notify_later)
-
-    def _notify_later(self, h: Handle) -> None:
-        # Called from a fence callback: any thread, maybe under the device lock.
-        self._poll_notices.put(h)
-        self._start_poll_thread()
-
-    def _start_poll_thread(self) -> None:
-        if self._poll_thread is None:
-            self._poll_thread = threading.Thread(target=self._poll_notifier, name="vdev-poll", daemon=True)
-            self._poll_thread.start()
-
-    def _poll_notifier(self) -> None:
-        """Wake poll()ers of sync files whose state changed; the kernel then polls again."""
-        while True:
-            self._poll_notices.get().notify()
+        return h.poll(poll_handle)
 
     async def flush(self, fh):
         pass

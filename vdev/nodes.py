@@ -10,12 +10,16 @@ or handle it holds.
 
 Everything here runs on the trio loop of the daemon (docs/vdev.md, "Threads"),
 except what is explicitly handed to ``trio.to_thread``: a call that may wait for the
-GPU never runs on the loop, because the loop serves every client.
+GPU never runs on the loop, because the loop serves every client. vdev starts no
+thread of its own: a KMD thread that must wake a poller hands the wake-up to the loop
+(SyncHandle).
 """
 from __future__ import annotations
 
 import errno
+import functools
 import inspect
+import logging
 import os
 import select
 import stat
@@ -26,6 +30,8 @@ import trio
 
 from .control import encode_reply, parse_request
 from .kmd_interface import BufferObject, KmdDevice, KmdError, PendingReply, SyncExport
+
+log = logging.getLogger(__name__)
 
 # A cancelled read (the client was interrupted) must not wait for the GPU: trio 0.23
 # renamed run_sync's `cancellable` to `abandon_on_cancel` and later dropped the old name.
@@ -232,14 +238,12 @@ class Handle:
         """Take ``buf``; returns the bytes taken."""
         _fail(errno.EBADF)
 
-    def poll(self, poll_handle, notify_later: Callable[["Handle"], None]) -> int:
-        """The ready events now. A file that may become ready later keeps
-        ``poll_handle`` (a pyfuse3.PollHandle, or None) and arranges for
-        ``notify_later(self)`` to be called, from any thread, when it may have."""
+    def poll(self, poll_handle) -> int:
+        """The ready events now (called on the loop). A file that may become ready
+        later keeps ``poll_handle`` (a pyfuse3.PollHandle, or None when the kernel
+        wants no notification) and calls its ``notify()`` once it may have, so the
+        kernel polls again."""
         return ALWAYS_READY
-
-    def notify(self) -> None:
-        """Wake the poller kept by poll(), if any (never from a request handler)."""
 
     async def release(self) -> None:
         """The last reference to the open file is gone (all fds, dups, forks)."""
@@ -316,7 +320,8 @@ class SnapshotHandle(Handle):
 
 class SyncHandle(Handle):
     """An open sync file: the status text of its first read, and the poll handle the
-    kernel gave us while the fence is busy (armed: a notification is arranged)."""
+    kernel gave us while the fence is busy (armed: a notification is arranged).
+    Its state is touched on the trio loop only."""
 
     def __init__(self, node: SyncFile):
         self.export = node.export
@@ -329,7 +334,7 @@ class SyncHandle(Handle):
             self.data = self.export.status().encode()
         return self.data[off: off + size]
 
-    def poll(self, poll_handle, notify_later) -> int:
+    def poll(self, poll_handle) -> int:
         """POLLIN once the fence has signalled; until then the kernel's handle is
         kept (a newer one replaces it) and woken once the export changes."""
         if self.export.signaled():
@@ -339,14 +344,37 @@ class SyncHandle(Handle):
             self.poll_handle = poll_handle
             if not self.armed:
                 self.armed = True
-                self.export.notify_on_change(lambda: notify_later(self))
+                token = trio.lowlevel.current_trio_token()
+                self.export.notify_on_change(functools.partial(self._changed, token))
         return 0
 
-    def notify(self) -> None:
+    def _changed(self, token: trio.lowlevel.TrioToken) -> None:
+        """The export may have signalled. Runs in the signalling thread (the KMD's
+        interrupt thread, or the loop itself inside an ioctl), possibly under the
+        device lock, so it only queues the wake-up on the loop: run_sync_soon neither
+        blocks nor takes a lock. trio.from_thread.run_sync would wait for the loop,
+        which may itself be waiting for the device lock this thread holds."""
+        try:
+            token.run_sync_soon(self._wake)
+        except trio.RunFinishedError:
+            pass  # the daemon is stopping: nobody is left to wake
+
+    def _wake(self) -> None:
+        """On the loop, between tasks (a run_sync_soon callback): pass the change to
+        the kernel. PollHandle.notify is one write of a notification to /dev/fuse that
+        the kernel handles at once (it wakes the poller's wait queue and waits for no
+        reply), so it does not hold up the loop. An exception escaping a run_sync_soon
+        callback would end trio.run, hence the catch-all."""
         self.armed = False
         ph, self.poll_handle = self.poll_handle, None
-        if ph is not None:
-            try:
-                ph.notify()
-            except OSError:
-                pass  # the poller went away
+        if ph is None:
+            return  # released, or answered POLLIN since
+        try:
+            ph.notify()
+        except OSError:
+            pass  # the poller went away
+        except Exception:
+            log.exception("vdev: waking a sync-file poller failed")
+
+    async def release(self) -> None:
+        self.poll_handle = None  # a wake-up still queued then has nobody to notify

@@ -180,3 +180,48 @@ async def test_bo_entries_are_symlinks_to_the_owners_shared_memory_file():
         assert not os.path.exists(target)
     finally:
         dev.shutdown()
+
+
+async def test_sync_file_poll_is_woken_on_the_trio_loop():
+    """A busy sync file answers poll() with 0 and keeps the kernel's handle; when
+    another thread signals the syncobj, the handle is notified on the trio loop (no
+    vdev thread) and the next poll() answers POLLIN (real KMD, no mount)."""
+    import select
+    import struct
+    import threading
+
+    import trio
+
+    from kmd.device import Device
+    from tests.kmd.conftest import call
+    from vgpu import uapi
+
+    class PollHandle:  # records what pyfuse3.PollHandle.notify would do
+        def __init__(self):
+            self.threads = []
+
+        def notify(self):
+            self.threads.append(threading.get_ident())
+
+    dev = Device(vram_size=1 << 20, gtt_size=1 << 20)
+    try:
+        fs = VgpuFs(dev)
+        f = dev.open_file(pid=10, uid=0, comm="t")
+        h = call(dev, f, "SYNCOBJ_CREATE", uapi.drm_syncobj_create())[0].handle
+        token = call(dev, f, "SYNCOBJ_HANDLE_TO_FD", uapi.drm_syncobj_handle(handle=h))[0].fd
+        inode = await walk(fs, f"sync/{token:x}")
+        fi = await fs.open(inode, os.O_RDONLY, Ctx())
+        ph = PollHandle()
+        assert await fs.poll(inode, fi.fh, ph, Ctx()) == 0
+        assert await fs.read(fi.fh, 0, 100) == b"unsubmitted\n"
+        await trio.to_thread.run_sync(call, dev, f, "SYNCOBJ_SIGNAL", uapi.drm_syncobj_array(count_handles=1),
+                                      struct.pack("<I", h))
+        with trio.fail_after(5):
+            while not ph.threads:
+                await trio.sleep(0.001)
+        assert ph.threads == [threading.get_ident()]
+        assert await fs.poll(inode, fi.fh, PollHandle(), Ctx()) & select.POLLIN
+        await fs.release(fi.fh)
+        dev.close_file(f)
+    finally:
+        dev.shutdown()
