@@ -1,7 +1,15 @@
 """Build vgpu: the Python packages and the Cython execution core (kmd.hw._core)
 and the memory apertures (kmd.hw._aperture)."""
+import subprocess
+import sys
+from pathlib import Path
+
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
+
+# The core's compile-time constants come from the Python definitions: generate
+# kmd/hw/_sdma_defs.pxi and _cu_defs.pxi before cythonize reads them.
+subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "kmd/hw/gen_defs.py")], check=True)
 
 core = Extension(
     "kmd.hw._core",

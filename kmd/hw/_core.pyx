@@ -20,40 +20,12 @@ from kmd.hw.mmu import (ACCESS_KINDS, FAULT_REASONS, PTE_EXEC, PTE_READ, PTE_WRI
                         PinnedBuffers, check_map_args, check_unmap_args)
 from kmd.hw.sdma import REASON_ILLEGAL_OPCODE, REASON_TRUNCATED, SdmaResult
 
+# Generated at build time from the Python definitions (kmd/hw/gen_defs.py);
+# it also defines COMPILED_DEFS, the compiled values by name.
 include "_sdma_defs.pxi"
 
 __all__ = ["PageTable", "SdmaEngine", "ComputeEngine", "InterruptRing", "GpuFault", "PTE_READ", "PTE_WRITE",
            "PTE_EXEC"]
-
-# The compiled-in numbers, for tests/hw/test_defs.py to compare with sdma.py / ih.py.
-COMPILED_DEFS = {
-    "SDMA_OP_NOP": SDMA_OP_NOP,
-    "SDMA_OP_COPY": SDMA_OP_COPY,
-    "SDMA_OP_WRITE": SDMA_OP_WRITE,
-    "SDMA_OP_FENCE": SDMA_OP_FENCE,
-    "SDMA_OP_TRAP": SDMA_OP_TRAP,
-    "SDMA_OP_POLL_REGMEM": SDMA_OP_POLL_REGMEM,
-    "SDMA_OP_CONST_FILL": SDMA_OP_CONST_FILL,
-    "SDMA_OP_TIMESTAMP": SDMA_OP_TIMESTAMP,
-    "SDMA_SUBOP_COPY_LINEAR": SDMA_SUBOP_COPY_LINEAR,
-    "SDMA_SUBOP_WRITE_LINEAR": SDMA_SUBOP_WRITE_LINEAR,
-    "SDMA_SUBOP_TIMESTAMP_GET_GLOBAL": SDMA_SUBOP_TIMESTAMP_GET_GLOBAL,
-    "SDMA_NOP_COUNT_MASK": SDMA_NOP_COUNT_MASK,
-    "SDMA_COPY_COUNT_MASK": SDMA_COPY_COUNT_MASK,
-    "SDMA_WRITE_COUNT_MASK": SDMA_WRITE_COUNT_MASK,
-    "SDMA_CONST_FILL_COUNT_MASK": SDMA_CONST_FILL_COUNT_MASK,
-    "SDMA_TRAP_INT_CONTEXT_MASK": SDMA_TRAP_INT_CONTEXT_MASK,
-    "SDMA_FILLSIZE_BYTE": SDMA_FILLSIZE_BYTE,
-    "SDMA_FILLSIZE_DWORD": SDMA_FILLSIZE_DWORD,
-    "SDMA_POLL_STEP_US": SDMA_POLL_STEP_US,
-    "IH_SRC_TRAP": IH_SRC_TRAP,
-    "IH_SRC_PAGE_FAULT": IH_SRC_PAGE_FAULT,
-    "IH_SRC_PROT_FAULT": IH_SRC_PROT_FAULT,
-    "IH_SRC_ILLEGAL_INST": IH_SRC_ILLEGAL_INST,
-    "PTE_READ": C_PTE_READ,
-    "PTE_WRITE": C_PTE_WRITE,
-    "PTE_EXEC": C_PTE_EXEC,
-}
 
 # Large copies bypass the cache with streaming (non-temporal) stores, as glibc's
 # memmove does past its own threshold, which a 64 MiB numpy copy reaches but a 4 MiB

@@ -12,7 +12,7 @@ from libc.math cimport (ceil, copysign, cos, exp, exp2, floor, log, log2, rint, 
                         tanh, trunc)
 from libc.stdlib cimport calloc, free, malloc
 
-include "_cu_defs.pxi"
+include "_cu_defs.pxi"    # generated from vgpu/isa.py by kmd/hw/gen_defs.py
 
 from kmd.hw import compute as _cu_py
 from vgpu import isa as _isa
