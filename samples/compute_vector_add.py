@@ -17,6 +17,7 @@ import numpy as np
 
 import libvgpu
 from compute_common import ComputeSession
+from session import add_device_argument
 from libvgpu import pm4
 from vgpu import uapi
 
@@ -25,7 +26,7 @@ FENCE_VALUE = 0xC0DE0000_00000001
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True, help="vgpu mount point or MOUNT/dev/dri/renderD128")
+    add_device_argument(p)
     p.add_argument("--n", type=int, default=100_000, help="elements (default 100000)")
     args = p.parse_args()
     n = args.n

@@ -17,6 +17,7 @@ import sys
 
 import libvgpu
 from compute_common import ComputeSession
+from session import add_device_argument
 from vgpu import uapi
 
 EXPLAIN = {
@@ -49,10 +50,10 @@ def sections(text: str) -> dict[str, list[str]]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True, help="vgpu mount point")
+    add_device_argument(p)
     args = p.parse_args()
-    mount = args.device
-    with ComputeSession(mount) as s:
+    with ComputeSession(args.device) as s:
+        mount = s.dev.mount     # the mount point, whichever path --device gave
         kernel = s.load_kernel("read_unmapped")
         hole = s.stack.enter_context(libvgpu.va_range_alloc(s.dev, 1 << 20, 4096))
         print(f"  src: VA {hole.address:#x}, reserved but never mapped")

@@ -16,6 +16,7 @@ import sys
 import time
 
 import libvgpu
+from session import add_device_argument
 from vgpu import uapi
 
 RESET_NAMES = {uapi.AMDGPU_CTX_NO_RESET: "NO_RESET", uapi.AMDGPU_CTX_GUILTY_RESET: "GUILTY_RESET",
@@ -44,7 +45,7 @@ def state(label: str, ctx) -> tuple[int, int]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True, help="vgpu mount point or MOUNT/dev/dri/renderD128")
+    add_device_argument(p)
     args = p.parse_args()
     with libvgpu.device_initialize(args.device) as dev:
         hung_ctx, innocent_ctx = libvgpu.cs_ctx_create(dev), libvgpu.cs_ctx_create(dev)
@@ -88,7 +89,7 @@ def main() -> int:
             print(f"  resubmitting on the hung context: {errno.errorcode[e.errno]} (a new context is needed)")
             ok_resubmit = e.errno == errno.ECANCELED
         print("4. the kernel log")
-        with open(os.path.join(args.device, "dev/kmsg")) as f:
+        with open(os.path.join(dev.mount, "dev/kmsg")) as f:    # dev.mount: whichever path --device was
             for line in f.read().splitlines():
                 if any(k in line for k in ("timeout", "reset", "Process information")):
                     print("  " + line)

@@ -8,7 +8,7 @@ import argparse
 import sys
 
 import libvgpu
-from session import MappedBo, Session
+from session import MappedBo, Session, add_device_argument
 from vgpu import uapi
 
 DOMAINS = {"GTT": uapi.AMDGPU_GEM_DOMAIN_GTT, "VRAM": uapi.AMDGPU_GEM_DOMAIN_VRAM}
@@ -16,7 +16,7 @@ DOMAINS = {"GTT": uapi.AMDGPU_GEM_DOMAIN_GTT, "VRAM": uapi.AMDGPU_GEM_DOMAIN_VRA
 
 def parse_args(description: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--device", required=True, help="vgpu mount point or MOUNT/dev/dri/renderD128")
+    add_device_argument(p)
     p.add_argument("--size", type=int, default=64 * 1024, help="bytes per buffer (default 64 KiB)")
     p.add_argument("--ring", type=int, default=0, help="SDMA ring: 0 (sdma0) or 1 (sdma1)")
     return p.parse_args()

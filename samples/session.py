@@ -1,8 +1,10 @@
-"""What every sample starts with: a device, a context, and buffers allocated, CPU-mapped
-and GPU-mapped in one call (libdrm tests' amdgpu_bo_alloc_and_map).
+"""What every sample starts with: the --device argument, a device, a context, and
+buffers allocated, CPU-mapped and GPU-mapped in one call (libdrm tests'
+amdgpu_bo_alloc_and_map).
 
 Everything a Session allocates is freed in reverse order when it closes (an ExitStack).
 """
+import argparse
 import contextlib
 from dataclasses import dataclass
 
@@ -10,6 +12,21 @@ import libvgpu
 from vgpu import uapi
 
 DOMAIN_NAMES = {uapi.AMDGPU_GEM_DOMAIN_GTT: "GTT", uapi.AMDGPU_GEM_DOMAIN_VRAM: "VRAM"}
+
+
+def add_device_argument(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    """The --device option every sample takes: the mount point or a device node under it
+    (MOUNT/dev/dri/renderD128, MOUNT/dev/dri/card0). Required unless ``default`` says
+    what an omitted --device means.
+
+    The path is only ever opened: libvgpu.device_initialize (or umd.Device, which calls
+    it) takes either form, and the opened device's ``.mount`` is the mount point, for
+    the files under it (dev/kmsg, sys/...). A sample never joins paths to --device."""
+    what = "vgpu mount point, or a device node under it (MOUNT/dev/dri/renderD128 or MOUNT/dev/dri/card0)"
+    if default is None:
+        parser.add_argument("--device", required=True, help=what)
+    else:
+        parser.add_argument("--device", help=f"{what}; default: {default}")
 
 
 @dataclass

@@ -17,6 +17,7 @@ import struct
 import sys
 
 import libvgpu
+from session import add_device_argument
 from vgpu import uapi
 
 BLOCK = 4096
@@ -31,7 +32,7 @@ def fill_value(point: int) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True, help="vgpu mount point or MOUNT/dev/dri/renderD128")
+    add_device_argument(p)
     args = p.parse_args()
     with contextlib.ExitStack() as stack:
         dev = stack.enter_context(libvgpu.device_initialize(args.device))

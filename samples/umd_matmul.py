@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 import umd
+from session import add_device_argument
 from umd import Ptr, f32, i32
 
 TILE = 16
@@ -89,7 +90,7 @@ def run_case(rng: np.random.Generator, m: int, n: int, k: int) -> bool:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", help="vgpu mount point (default: $VGPU_MOUNT or /tmp/vgpu)")
+    add_device_argument(p, default="umd's current device, $VGPU_MOUNT or /tmp/vgpu")
     args = p.parse_args()
     dev = umd.set_device(args.device) if args.device else umd.get_device()
     print(f"device {dev.mount}: {dev.name}")

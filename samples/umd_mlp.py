@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 import umd
+from session import add_device_argument
 from umd import Ptr, f32, i32
 from umd_softmax import softmax
 
@@ -84,7 +85,7 @@ def reference(x, w1, b1, w2, b2) -> np.ndarray:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", help="vgpu mount point (default: $VGPU_MOUNT or /tmp/vgpu)")
+    add_device_argument(p, default="umd's current device, $VGPU_MOUNT or /tmp/vgpu")
     args = p.parse_args()
     dev = umd.set_device(args.device) if args.device else umd.get_device()
     print(f"device {dev.mount}: {dev.name}")

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 
 import umd
+from session import add_device_argument
 from umd import Ptr, f32, i32
 
 BLOCK = 256
@@ -41,7 +42,7 @@ def check(name: str, got: np.ndarray, want: np.ndarray) -> bool:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", help="vgpu mount point (default: $VGPU_MOUNT or /tmp/vgpu)")
+    add_device_argument(p, default="umd's current device, $VGPU_MOUNT or /tmp/vgpu")
     p.add_argument("--n", type=int, default=1_000_000, help="elements (default 1000000)")
     args = p.parse_args()
     n = args.n

@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 import umd
+from session import add_device_argument
 from umd import Ptr, f32, i32
 
 BLOCK = 128
@@ -74,7 +75,7 @@ def softmax(dx: umd.DeviceArray, dy: umd.DeviceArray) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", help="vgpu mount point (default: $VGPU_MOUNT or /tmp/vgpu)")
+    add_device_argument(p, default="umd's current device, $VGPU_MOUNT or /tmp/vgpu")
     p.add_argument("--rows", type=int, default=64, help="rows (default 64)")
     p.add_argument("--cols", type=int, default=1000, help="row length (default 1000)")
     args = p.parse_args()

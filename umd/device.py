@@ -79,17 +79,23 @@ def check_kmd(dev: libvgpu.Device) -> None:
 
 class Device:
     """An open vgpu device and the runtime's state for it. Use :func:`get_device`
-    (the current device) or ``Device(mount)``; ``close()`` or ``with`` frees
-    everything in reverse order."""
+    (the current device) or ``Device(path)``; ``close()`` or ``with`` frees
+    everything in reverse order.
 
-    def __init__(self, mount: str | os.PathLike | None = None):
-        self.mount = str(mount or os.environ.get("VGPU_MOUNT") or DEFAULT_MOUNT)
-        debug.log(DebugFlag.API, f"Device({self.mount!r})")
+    ``path`` (default ``VGPU_MOUNT``, else ``/tmp/vgpu``) is the mount point or a
+    device node under it (``MOUNT/dev/dri/renderD128``, ``MOUNT/dev/dri/card0``):
+    libvgpu.device_initialize opens either, and ``mount`` is always the mount point,
+    where the runtime finds ``dev/kmsg`` and the crash dumps."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        path = str(path or os.environ.get("VGPU_MOUNT") or DEFAULT_MOUNT)
+        debug.log(DebugFlag.API, f"Device({path!r})")
         try:
-            self.lv = libvgpu.device_initialize(self.mount)
+            self.lv = libvgpu.device_initialize(path)
         except OSError as e:
-            raise UMDError(f"cannot open the vgpu device at {self.mount}: {e.strerror or e}; mount one "
-                           f"with `vgpu mount {self.mount}` or set VGPU_MOUNT") from e
+            raise UMDError(f"cannot open the vgpu device at {path}: {e.strerror or e}; mount one "
+                           f"with `vgpu mount {path}` or set VGPU_MOUNT") from e
+        self.mount = str(self.lv.mount)
         try:
             check_kmd(self.lv)
         except BaseException:
@@ -165,7 +171,7 @@ def get_device() -> Device:
 
 
 def set_device(dev: Device | str | os.PathLike) -> Device:
-    """Make ``dev`` (a Device, or a mount point to open) the current device."""
+    """Make ``dev`` (a Device, or a path to open as :class:`Device` does) the current device."""
     global _current
     _current = dev if isinstance(dev, Device) else Device(dev)
     return _current

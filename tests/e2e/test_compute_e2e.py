@@ -2,32 +2,20 @@
 with every section, and an endless kernel caught by the ring timeout."""
 import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-from tests.helpers import ROOT, read_text, run_client
+from tests.e2e.test_samples import passed, run_sample
+from tests.helpers import read_text, run_client
 
 SECTIONS = ["header", "process", "context", "ring", "fault", "ib", "waves", "kernel", "vm", "bo list"]
 
 
-
-
-def sample(name: str, path: str, *args) -> str:
-    r = subprocess.run([sys.executable, str(Path(ROOT, "samples", name)), "--device", path, *args],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.rstrip().endswith("PASS"), r.stdout
-    return r.stdout
-
-
 def test_vector_add_sample(vgpu_mount):
-    out = sample("compute_vector_add.py", vgpu_mount, "--n", "5000")
+    out = passed(run_sample("compute_vector_add", vgpu_mount, "--n", "5000"))
     assert "DISPATCH_DIRECT groups=79x1x1" in out and "all 5000 elements of c equal a + b" in out
 
 
 def test_gpu_fault_sample_and_its_dump(vgpu_mount):
-    out = sample("gpu_fault.py", vgpu_mount)
+    out = passed(run_sample("gpu_fault", vgpu_mount))
     assert "EFAULT" in out and "GUILTY" in out
     kmsg = read_text(f"{vgpu_mount}/dev/kmsg")
     m = re.search(r"\[comp_0\.0\] GPU fault .* GPU crash dump triggered \(devcd(\d+)\)", kmsg)

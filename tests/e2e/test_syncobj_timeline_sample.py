@@ -1,17 +1,11 @@
 """samples/syncobj_timeline.py through a real mount: each step it prints is checked."""
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-from tests.helpers import ROOT
+from tests.e2e.test_samples import passed, run_sample
 
 
 def test_syncobj_timeline_sample(vgpu_mount):
-    r = subprocess.run([sys.executable, str(Path(ROOT, "samples", "syncobj_timeline.py")), "--device",
-                        vgpu_mount], capture_output=True, text=True, timeout=120)
-    out = r.stdout
-    assert r.returncode == 0 and out.rstrip().endswith("PASS"), out + r.stderr
+    out = passed(run_sample("syncobj_timeline", vgpu_mount))
     # the gated producer: three points submitted, none signalled
     assert "query: signalled up to point 0, last submitted point 3" in out
     # the consumers wait on sdma1 until their points signal
