@@ -18,6 +18,7 @@ from typing import NamedTuple
 from vgpu import uapi
 
 from .errors import error_for, from_oserror
+from .handle import Handle
 from .ioctl import AMDGPU_TIMEOUT_INFINITE, absolute_timeout
 
 
@@ -29,11 +30,13 @@ class BoInfo(NamedTuple):
     alloc_flags: int
 
 
-class Bo:
+class Bo(Handle):
     """A GEM buffer object of one Device (libdrm's amdgpu_bo_handle).
 
     Use :func:`bo_alloc`; ``with bo_alloc(...) as bo:`` frees it on exit.
     """
+
+    _repr_fields = ("handle", ("size", "#x"), ("domain", "#x"))
 
     def __init__(self, dev, handle: int, size: int, alignment: int, domain: int, flags: int):
         self.dev = dev
@@ -71,15 +74,6 @@ class Bo:
 
     def free(self) -> None:
         bo_free(self)
-
-    def __enter__(self) -> "Bo":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        bo_free(self)
-
-    def __repr__(self) -> str:
-        return f"<Bo handle={self.handle} size={self.size:#x} domain={self.domain:#x}>"
 
     # -- mapping internals ------------------------------------------------------------
     def _drop_mapping(self) -> None:

@@ -20,6 +20,7 @@ from vgpu import pm4 as P
 
 from .bo import bo_alloc
 from .errors import error_for
+from .handle import Handle
 from .va import bo_va_op, va_range_alloc
 
 PAGE_SIZE = 4096
@@ -69,9 +70,11 @@ def code_object_parse(data: bytes) -> CodeObject:
                       h.sgprs, h.vgprs, h.lds_bytes, h.entry, h.kernarg_size, args, tuple(h.block))
 
 
-class LoadedKernel:
+class LoadedKernel(Handle):
     """A code object resident in GPU memory: its BO (mapped readable|executable),
     the program address and resource words. Free with free() or `with`."""
+
+    _repr_fields = ("name", ("code_va", "#x"))
 
     def __init__(self, obj: CodeObject, bo, va, code_va: int):
         self.obj, self.bo, self.va, self.code_va = obj, bo, va, code_va
@@ -100,21 +103,14 @@ class LoadedKernel:
         return bytes(out)
 
     def free(self) -> None:
+        """Unmap the code from the GPU VA, release the VA range and free the BO.
+        Idempotent."""
         if self.bo is None:
             return
         bo, self.bo = self.bo, None
         bo_va_op(bo, 0, bo.size, self.va.address, 0, uapi.AMDGPU_VA_OP_UNMAP)
         self.va.free()
         bo.free()
-
-    def __enter__(self) -> LoadedKernel:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.free()
-
-    def __repr__(self) -> str:
-        return f"<LoadedKernel {self.name} at {self.code_va:#x}>"
 
 
 def code_object_load(dev, data: bytes | CodeObject,

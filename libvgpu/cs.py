@@ -13,28 +13,25 @@ from dataclasses import dataclass, field
 from vgpu import uapi
 
 from .errors import error_for
+from .handle import Handle
 from .ioctl import AMDGPU_TIMEOUT_INFINITE, absolute_timeout
 
 AMDGPU_QUERY_FENCE_TIMEOUT_IS_ABSOLUTE = 1 << 0  # libdrm amdgpu.h
 
 
-class BoList:
-    """A kernel BO list (amdgpu_bo_list_handle). `bos` are libvgpu Bo objects."""
+class BoList(Handle):
+    """A kernel BO list (amdgpu_bo_list_handle). `bos` are libvgpu Bo objects.
+    Released by :meth:`destroy` (libdrm's verb) or :meth:`free`, the same call."""
+
+    _repr_fields = ("handle", ("bos", len))
 
     def __init__(self, dev, handle: int, bos: list):
         self.dev, self.handle, self.bos = dev, handle, list(bos)
 
-    def destroy(self) -> None:
+    def free(self) -> None:
         bo_list_destroy(self)
 
-    def __enter__(self) -> "BoList":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        bo_list_destroy(self)
-
-    def __repr__(self) -> str:
-        return f"<BoList handle={self.handle} bos={len(self.bos)}>"
+    destroy = free
 
 
 def _entries(bos: list, priorities: list[int] | None) -> bytes:

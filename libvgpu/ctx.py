@@ -7,11 +7,14 @@ import errno
 from vgpu import uapi
 
 from .errors import error_for
+from .handle import Handle
 
 
-class Context:
+class Context(Handle):
     """A GPU context of one Device (libdrm's amdgpu_context_handle): jobs are
     scheduled per (context, ring) entity, and a reset is reported per context."""
+
+    _repr_fields = ("id", "priority")
 
     def __init__(self, dev, ctx_id: int, priority: int):
         self.dev = dev
@@ -31,15 +34,6 @@ class Context:
 
     def free(self) -> None:
         cs_ctx_free(self)
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        cs_ctx_free(self)
-
-    def __repr__(self) -> str:
-        return f"<Context id={self.id} priority={self.priority}>"
 
 
 def _ctx_op(ctx: Context, op: int) -> uapi.drm_amdgpu_ctx:

@@ -19,6 +19,7 @@ from typing import NamedTuple
 from vgpu import uapi
 
 from .errors import error_for, from_oserror
+from .handle import Handle
 from .ioctl import drm_ioctl
 from .va import VaManager
 
@@ -35,8 +36,11 @@ class DrmVersion(NamedTuple):
     desc: str
 
 
-class Device:
-    """An open vgpu DRM file. Use :func:`device_initialize` to make one."""
+class Device(Handle):
+    """An open vgpu DRM file. Use :func:`device_initialize` to make one; release
+    it with :meth:`close` (or :meth:`free`, the same call, or ``with``)."""
+
+    _repr_fields = ("node", "fd")
 
     def __init__(self, fd: int, node: Path):
         self.fd = fd
@@ -65,17 +69,10 @@ class Device:
     def minor_version(self) -> int:
         return self.version.minor
 
-    def close(self) -> None:
+    def free(self) -> None:
         device_deinitialize(self)
 
-    def __enter__(self) -> "Device":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        device_deinitialize(self)
-
-    def __repr__(self) -> str:
-        return f"<Device {self.node} fd={self.fd}>"
+    close = free
 
 
 def _node_path(path: str | os.PathLike) -> Path:

@@ -18,26 +18,23 @@ from vgpu import uapi
 from vgpu.timeout import S64_MAX, deadline_ns
 
 from .errors import error_for, from_oserror
+from .handle import Handle
 from .ioctl import AMDGPU_TIMEOUT_INFINITE
 
 
-class Syncobj:
-    """A syncobj handle of `dev` (libdrm uses a bare uint32_t)."""
+class Syncobj(Handle):
+    """A syncobj handle of `dev` (libdrm uses a bare uint32_t). Released by
+    :meth:`destroy` (libdrm's verb) or :meth:`free`, the same call."""
+
+    _repr_fields = ("handle",)
 
     def __init__(self, dev, handle: int):
         self.dev, self.handle = dev, handle
 
-    def destroy(self) -> None:
+    def free(self) -> None:
         syncobj_destroy(self)
 
-    def __enter__(self) -> "Syncobj":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        syncobj_destroy(self)
-
-    def __repr__(self) -> str:
-        return f"<Syncobj handle={self.handle}>"
+    destroy = free
 
 
 def _handles(syncobjs) -> bytes:

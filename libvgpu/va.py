@@ -16,6 +16,7 @@ import threading
 from vgpu import uapi
 
 from .errors import error_for
+from .handle import Handle
 
 #: libdrm's AMDGPU_VA_RANGE_32_BIT / _HIGH (amdgpu.h), flags of va_range_alloc.
 VA_RANGE_32_BIT = 0x1
@@ -116,8 +117,10 @@ class VaManager:
             return sum(size for _, size in self._holes)
 
 
-class VaRange:
+class VaRange(Handle):
     """An allocated GPU VA range (libdrm's amdgpu_va_handle); a context manager."""
+
+    _repr_fields = (("address", "#x"), ("size", "#x"))
 
     def __init__(self, manager: VaManager, address: int, size: int):
         self._manager = manager
@@ -126,15 +129,6 @@ class VaRange:
 
     def free(self) -> None:
         va_range_free(self)
-
-    def __enter__(self) -> "VaRange":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        va_range_free(self)
-
-    def __repr__(self) -> str:
-        return f"<VaRange {self.address:#x}+{self.size:#x}>"
 
 
 def va_range_alloc(dev, size: int, alignment: int = 0, base_required: int = 0,
