@@ -1,6 +1,8 @@
-"""libvgpu without a mount: frame encoding, error mapping, the VA allocator, and
-the library's calls against a scripted fake device on a SOCK_SEQPACKET socket
-pair (one write() = one request frame, one read() = one reply, as on FUSE)."""
+"""libvgpu without a mount: frame handling, error mapping, the VA allocator, and
+the library's calls against the real KMD in process (tests/libvgpu/conftest.py:
+a SOCK_SEQPACKET socket pair keeps one write() = one request frame and one read()
+= one reply, as on FUSE). The tests look at the KMD's own state: the DRM file's
+handles, contexts and VM, the BO's pages, kmsg, and the transport's request log."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import ctypes
 import errno
 import os
 import socket
-import threading
+import struct
 
 import pytest
 
 import libvgpu
+from kmd import info as kmd_info
+from kmd.vm import VA_START
 from libvgpu import ioctl as lio
 from libvgpu.va import VaManager
 from vgpu import uapi
@@ -115,135 +119,47 @@ def test_va_managers_from_dev_info():
     assert general is low
 
 
-# -- against a fake device ----------------------------------------------------------
 
-class FakeDevice:
-    """A scripted KMD on the far end of a socket pair: ``handlers[name](arg, extra)``
-    returns (arg, extra) or raises OSError(errno) (sent as a nonzero result)."""
+# -- against the real KMD (fixtures in conftest.py) ---------------------------------
 
-    def __init__(self, tmp_path):
-        self.mount = tmp_path
-        (tmp_path / "dev" / "dri").mkdir(parents=True)
-        (tmp_path / "bo").mkdir()
-        self.client, self._server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.log: list[str] = []
-        self.handles: dict[int, tuple] = {}
-        self.va: list[uapi.drm_amdgpu_gem_va] = []
-        self.handlers = {
-            "VERSION": self.version, "AMDGPU_INFO": self.info, "GET_CAP": self.get_cap,
-            "AMDGPU_GEM_CREATE": self.gem_create, "GEM_CLOSE": self.gem_close,
-            "AMDGPU_GEM_MMAP": self.gem_mmap, "AMDGPU_GEM_OP": self.gem_op,
-            "AMDGPU_GEM_VA": self.gem_va, "AMDGPU_CTX": self.ctx,
-        }
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self):
-        while True:
-            frame = self._server.recv(1 << 20)
-            if not frame:
-                return
-            hdr = uapi.vgpu_request_header.from_buffer_copy(frame[:HDR])
-            assert hdr.magic == uapi.VGPU_MAGIC and hdr.arg_size == uapi._IOC_SIZE(hdr.request)
-            d = uapi.IOCTLS[uapi._IOC_NR(hdr.request)]
-            self.log.append(d.name)
-            arg = d.struct.from_bytes(frame[HDR:HDR + hdr.arg_size])
-            try:
-                extra = self.handlers[d.name](arg, frame[HDR + hdr.arg_size:]) or b""
-                self._server.send(_reply(bytes(arg), extra))
-            except OSError as e:
-                self._server.send(_reply(b"", result=-e.errno))
-            except Exception as e:  # a bug in the fake: fail the call, not hang it
-                self.log.append(f"fake crashed: {e!r}")
-                self._server.send(_reply(b"", result=-errno.EIO))
-
-    def version(self, a, extra):
-        a.version_major, a.version_minor = 3, 1
-        out = b"".join(s[:n].ljust(n, b"\0") for s, n in
-                       ((b"vgpu", a.name_len), (b"20240101", a.date_len), (b"virtual GPU", a.desc_len)))
-        a.name_len, a.date_len, a.desc_len = 4, 8, 11
-        return out
-
-    def info(self, a, extra):
-        if a.query == uapi.AMDGPU_INFO_DEV_INFO:
-            ans = bytes(uapi.drm_amdgpu_info_device(
-                family=uapi.AMDGPU_FAMILY_AI, virtual_address_offset=0x200000,
-                virtual_address_max=1 << 40, virtual_address_alignment=0x1000))
-        elif a.query == uapi.AMDGPU_INFO_HW_IP_INFO:
-            if a.query_hw_ip.type != uapi.AMDGPU_HW_IP_DMA:
-                raise OSError(errno.EINVAL, "ip")
-            ans = bytes(uapi.drm_amdgpu_info_hw_ip(hw_ip_version_major=4, available_rings=3))
-        else:
-            raise OSError(errno.EINVAL, "query")
-        return ans[:a.return_size].ljust(a.return_size, b"\0")
-
-    def get_cap(self, a, extra):
-        a.value = 1
-
-    def gem_create(self, a, extra):
-        handle = len(self.handles) + 1
-        self.handles[handle] = (a.in_.bo_size, a.in_.alignment, a.in_.domains, a.in_.domain_flags)
-        a.out.handle = handle
-
-    def gem_close(self, a, extra):
-        if self.handles.pop(a.handle, None) is None:
-            raise OSError(errno.ENOENT, "handle")
-
-    def gem_mmap(self, a, extra):
-        size = self.handles[a.in_.handle][0]
-        a.out.addr_ptr = 0x100000 * a.in_.handle
-        (self.mount / "bo" / f"{a.out.addr_ptr:x}").write_bytes(b"\0" * size)
-
-    def gem_op(self, a, extra):
-        size, align, dom, flags = self.handles[a.handle]
-        return bytes(uapi.drm_amdgpu_gem_create_in(bo_size=size, alignment=align, domains=dom,
-                                                   domain_flags=flags))
-
-    def gem_va(self, a, extra):
-        self.va.append(a)
-
-    def ctx(self, a, extra):
-        if a.in_.op == uapi.AMDGPU_CTX_OP_ALLOC_CTX:
-            a.out.alloc.ctx_id = 5
-        elif a.in_.op == uapi.AMDGPU_CTX_OP_QUERY_STATE2:
-            a.out.state.flags = uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY
-
-    def open(self):
-        return libvgpu.device_initialize_fd(os.dup(self.client.fileno()),
-                                            self.mount / "dev" / "dri" / "renderD128")
+RWX = uapi.AMDGPU_VM_PAGE_READABLE | uapi.AMDGPU_VM_PAGE_WRITEABLE | uapi.AMDGPU_VM_PAGE_EXECUTABLE
 
 
-@pytest.fixture
-def fake(tmp_path):
-    f = FakeDevice(tmp_path)
-    yield f
-    f.client.close()
+def _kmsg_refusals(client, name: str) -> list[str]:
+    """The kmsg lines of the KMD refusing request `name` for this client."""
+    return [line for line in client.kmd.kmsg.lines() if f"{name} refused for client {client.file.id} " in line]
 
 
-def test_device_initialize_and_queries(fake):
-    with fake.open() as dev:
-        assert dev.version == libvgpu.DrmVersion(3, 1, 0, "vgpu", "20240101", "virtual GPU")
-        assert dev.info.family == uapi.AMDGPU_FAMILY_AI
-        assert libvgpu.get_cap(dev, uapi.DRM_CAP_PRIME) == 1
+def test_device_initialize_and_queries(client):
+    dev = client.dev
+    with dev:
+        assert dev.version == libvgpu.DrmVersion(*kmd_info.VERSION, kmd_info.DRIVER_NAME.decode(),
+                                                 kmd_info.DRIVER_DATE.decode(), kmd_info.DRIVER_DESC.decode())
+        assert bytes(dev.info) == bytes(kmd_info.dev_info(client.kmd))
+        assert libvgpu.get_cap(dev, uapi.DRM_CAP_PRIME) == kmd_info.CAPS[uapi.DRM_CAP_PRIME]
         ip = libvgpu.query_hw_ip_info(dev, uapi.AMDGPU_HW_IP_DMA)
-        assert (ip.hw_ip_version_major, ip.available_rings) == (4, 3)
+        assert (ip.hw_ip_version_major, ip.available_rings) == (4, 0b11)
         with pytest.raises(libvgpu.VgpuInvalidArgument) as e:
-            libvgpu.query_hw_ip_info(dev, uapi.AMDGPU_HW_IP_GFX)
+            libvgpu.query_hw_ip_info(dev, uapi.AMDGPU_HW_IP_DMA, ip_instance=1)
         assert e.value.errno == errno.EINVAL and "AMDGPU_INFO" in str(e.value)
+        assert client.refused == [("AMDGPU_INFO", errno.EINVAL)]
+        (line,) = _kmsg_refusals(client, "AMDGPU_INFO")
+        assert "ip instance 1 does not exist" in line
     assert dev.fd == -1
-    assert fake.log[:3] == ["VERSION", "VERSION", "AMDGPU_INFO"]
+    assert client.log[:3] == ["VERSION", "VERSION", "AMDGPU_INFO"]
 
 
-def test_ioctl_retries_eintr_and_eagain(fake, monkeypatch):
-    dev = fake.open()
+def test_ioctl_retries_eintr_and_eagain(client, monkeypatch):
+    dev = client.dev
     real_write, real_read = os.write, os.read
     failures = {"write": [errno.EINTR, errno.EAGAIN], "read": [errno.EAGAIN, errno.EINTR]}
 
     def flaky(kind, real):
-        def call(*args):
-            if failures[kind]:
+        def call(fd, *args):
+            # os is shared with the KMD's threads: fail only this client's syscalls.
+            if fd == dev.fd and failures[kind]:
                 raise OSError(failures[kind].pop(0), "flaky")
-            return real(*args)
+            return real(fd, *args)
         return call
 
     monkeypatch.setattr(lio.os, "write", flaky("write", real_write))
@@ -251,35 +167,43 @@ def test_ioctl_retries_eintr_and_eagain(fake, monkeypatch):
     assert libvgpu.get_cap(dev, uapi.DRM_CAP_SYNCOBJ) == 1
     assert failures == {"write": [], "read": []}
     monkeypatch.undo()
-    dev.close()
+    assert client.log[-1] == "GET_CAP" and client.log.count("GET_CAP") == 1  # sent once
 
 
-def test_bo_alloc_map_refcount_and_free(fake):
-    dev = fake.open()
+def test_bo_alloc_map_refcount_and_free(client):
+    dev = client.dev
     bo = libvgpu.bo_alloc(dev, 8192, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    kbo = client.file.bos[bo.handle]
+    assert (kbo.size, kbo.domain) == (8192, uapi.AMDGPU_GEM_DOMAIN_GTT)
     assert bo.query_info() == libvgpu.BoInfo(8192, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT, 0)
     view = bo.cpu_map()
+    assert bo.mmap_offset == kbo.mmap_offset
+    assert os.readlink(dev.mount / "bo" / f"{bo.mmap_offset:x}") == kbo.path
     assert bo.cpu_map() is view and bo._map_count == 2
     view[:4] = b"abcd"
     arr = bo.cpu_map_array("uint32")
     arr[1] = 0x64636261
+    assert kbo.read(0, 8) == b"abcdabcd"          # the BO's own pages: nothing to flush
+    kbo.write(8, b"KMD!")                         # and the other way round
+    assert bytes(view[8:12]) == b"KMD!"
     bo.cpu_unmap()
     bo.cpu_unmap()
     del arr
-    bo.cpu_unmap()                              # last unmap: munmap
+    bo.cpu_unmap()                                # last unmap: munmap
     assert bo._map is None
-    data = (fake.mount / "bo" / f"{bo.mmap_offset:x}").read_bytes()
-    assert data[:8] == b"abcdabcd" and len(data) == 8192
     with pytest.raises(libvgpu.VgpuInvalidArgument):
         bo.cpu_unmap()
+    handle = bo.handle
     bo.free()
-    bo.free()                                   # idempotent
-    assert fake.handles == {} and fake.log.count("GEM_CLOSE") == 1
-    dev.close()
+    bo.free()                                     # idempotent
+    assert handle not in client.file.bos and kbo.freed
+    assert client.kmd.bo_by_offset(kbo.mmap_offset) is None
+    assert client.log.count("AMDGPU_GEM_MMAP") == 1 and client.log.count("GEM_CLOSE") == 1
+    client.kmd.check_invariants()
 
 
-def test_bo_alloc_undoes_gem_create_when_bookkeeping_fails(fake):
-    dev = fake.open()
+def test_bo_alloc_undoes_gem_create_when_bookkeeping_fails(client):
+    dev = client.dev
 
     class Broken(dict):
         def __setitem__(self, key, value):
@@ -288,24 +212,122 @@ def test_bo_alloc_undoes_gem_create_when_bookkeeping_fails(fake):
     dev._bos = Broken()
     with pytest.raises(MemoryError):
         libvgpu.bo_alloc(dev, 4096)
-    assert fake.handles == {} and fake.log[-1] == "GEM_CLOSE"
-    dev.close()
+    assert client.log[-2:] == ["AMDGPU_GEM_CREATE", "GEM_CLOSE"]
+    assert client.file.bos == {} and client.kmd.memory.bo_count == 0
 
 
-def test_va_and_ctx(fake):
-    with fake.open() as dev, libvgpu.bo_alloc(dev, 4096) as bo, \
+def test_va_and_ctx(client):
+    f = client.file
+    with client.dev as dev, libvgpu.bo_alloc(dev, 4096) as bo, \
             libvgpu.va_range_alloc(dev, 4096) as va, libvgpu.cs_ctx_create(dev) as ctx:
         assert va.address >= 1 << 32
-        libvgpu.bo_va_op(bo, 0, 100, va.address)
-        (req,) = fake.va
-        assert (req.handle, req.operation, req.va_address, req.map_size) == (
-            bo.handle, uapi.AMDGPU_VA_OP_MAP, va.address, 4096)
-        assert req.flags == (uapi.AMDGPU_VM_PAGE_READABLE | uapi.AMDGPU_VM_PAGE_WRITEABLE
-                             | uapi.AMDGPU_VM_PAGE_EXECUTABLE)
+        libvgpu.bo_va_op(bo, 0, 100, va.address)  # size rounded up to the page
+        (m,) = f.vm.mappings()
+        assert (m.va, m.size, m.bo, m.offset, m.flags) == (va.address, 4096, f.bos[bo.handle], 0, RWX)
         with pytest.raises(libvgpu.VgpuInvalidArgument):
             libvgpu.bo_va_op(bo, 0, 4096, va.address, op=uapi.AMDGPU_VA_OP_CLEAR)
+        libvgpu.bo_va_op(bo, 0, 4096, va.address, op=uapi.AMDGPU_VA_OP_UNMAP)
+        assert f.vm.mappings() == []
         low = libvgpu.va_range_alloc(dev, 4096, flags=libvgpu.VA_RANGE_32_BIT)
-        assert 0x200000 <= low.address < 1 << 32
+        assert VA_START <= low.address < 1 << 32
         low.free()
-        assert ctx.id == 5 and ctx.query_state() == uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY
-    assert fake.log[-2:] == ["AMDGPU_CTX", "GEM_CLOSE"]  # contexts free in reverse order
+        assert list(f.contexts) == [ctx.id]
+        assert ctx.query_state() == 0 and ctx.query_reset_state() == (uapi.AMDGPU_CTX_NO_RESET, 0)
+    assert client.log[-2:] == ["AMDGPU_CTX", "GEM_CLOSE"]  # contexts free in reverse order
+    assert (f.contexts, f.bos) == ({}, {})
+
+
+def test_device_deinitialize_is_the_last_close(client):
+    """device_deinitialize only closes the fd: the KMD frees what the file still
+    held (handles, contexts, VA mappings, syncobjs)."""
+    dev, f = client.dev, client.file
+    bo = libvgpu.bo_alloc(dev, 4096, 4096, uapi.AMDGPU_GEM_DOMAIN_VRAM)
+    va = libvgpu.va_range_alloc(dev, 4096)
+    libvgpu.bo_va_op(bo, 0, 4096, va.address)
+    libvgpu.cs_ctx_create(dev)
+    libvgpu.syncobj_create(dev)
+    bo.cpu_map()[:4] = b"live"
+    assert (len(f.bos), len(f.contexts), len(f.syncobjs), len(f.vm.mappings())) == (1, 1, 1, 1)
+    client.wait_closed()
+    assert bo._map is None and f.closed
+    assert (f.bos, f.contexts, f.syncobjs, f.vm.mappings()) == ({}, {}, {}, [])
+    assert client.kmd.memory.bo_count == 0
+    bo.free()                                     # the device is closed: nothing to send
+    assert "GEM_CLOSE" not in client.log
+
+
+def _gpu_bo(dev, size, domain):
+    """A BO mapped read/write/execute at a fresh VA: (bo, va)."""
+    bo = libvgpu.bo_alloc(dev, size, 4096, domain)
+    va = libvgpu.va_range_alloc(dev, size)
+    libvgpu.bo_va_op(bo, 0, size, va.address)
+    return bo, va
+
+
+def test_sdma_constant_fill_job(client):
+    """A real job: CONSTANT_FILL of a VRAM BO through cs_submit, its fence, and the
+    CPU mapping made before the submit showing the fill with no flush."""
+    dev = client.dev
+    ring = client.kmd.rings[(uapi.AMDGPU_HW_IP_DMA, 0)]
+    dst, dst_va = _gpu_bo(dev, 65536, uapi.AMDGPU_GEM_DOMAIN_VRAM)
+    ib, ib_va = _gpu_bo(dev, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    view = dst.cpu_map()
+    packets = libvgpu.SdmaIb().constant_fill(dst_va.address, 0xC0FFEE11, 65536)
+    ib.cpu_map()[:len(packets) * 4] = packets.tobytes()
+    with libvgpu.cs_ctx_create(dev) as ctx, libvgpu.bo_list_create(dev, [ib, dst]) as bo_list:
+        assert client.file.bo_lists[bo_list.handle] == [client.file.bos[ib.handle], client.file.bos[dst.handle]]
+        req = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA, [libvgpu.IbInfo(ib_va.address, len(packets))],
+                                resources=bo_list)
+        seq = libvgpu.cs_submit(ctx, req)
+        assert seq == req.seq_no == ring.emitted_seq
+        fence = libvgpu.fence_of(ctx, req)
+        assert libvgpu.cs_query_fence_status(fence, libvgpu.AMDGPU_TIMEOUT_INFINITE)
+        assert bytes(view) == struct.pack("<I", 0xC0FFEE11) * (65536 // 4)
+        assert dst.wait_for_idle(0)
+        assert libvgpu.cs_wait_fences([fence]) == (True, 0)
+        assert ring.jobs_done == 1 and client.file.jobs == set()
+    assert client.file.bo_lists == {}
+    assert client.log.count("AMDGPU_CS") == 1 and client.refused == []
+
+
+def test_syncobj_wait_on_a_gated_job(client):
+    """SYNCOBJ_WAIT through a PendingReply: a job that polls a flag in memory keeps
+    its out-syncobj unsignalled (the wait times out) until the CPU writes the flag
+    through its mapping; then the wait returns and the job's fill is there."""
+    dev = client.dev
+    buf, buf_va = _gpu_bo(dev, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    ib, ib_va = _gpu_bo(dev, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    view = buf.cpu_map()
+    flag_va, out_va = buf_va.address, buf_va.address + 256
+    packets = libvgpu.SdmaIb().poll_regmem(flag_va, 1).constant_fill(out_va, 0x5A5A5A5A, 64)
+    ib.cpu_map()[:len(packets) * 4] = packets.tobytes()
+    with libvgpu.cs_ctx_create(dev) as ctx, libvgpu.syncobj_create(dev) as s:
+        with pytest.raises(libvgpu.VgpuInvalidArgument):  # no fence yet, no WAIT_FOR_SUBMIT
+            libvgpu.syncobj_wait(dev, [s], timeout_ns=0)
+        req = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA, [libvgpu.IbInfo(ib_va.address, len(packets))],
+                                syncobj_out=[s])
+        libvgpu.cs_submit(ctx, req)
+        ksync = client.file.syncobjs[s.handle]
+        assert ksync.fence is not None and not ksync.fence.signaled
+        with pytest.raises(libvgpu.VgpuTimeout):
+            libvgpu.syncobj_wait(dev, [s], timeout_ns=50_000_000)
+        assert bytes(view[256:320]) == bytes(64)
+        view[:4] = struct.pack("<I", 1)           # the job sees the CPU store at once
+        assert libvgpu.syncobj_wait(dev, [s]) == 0
+        assert ksync.fence.signaled
+        assert bytes(view[256:320]) == b"\x5a" * 64
+    assert ("SYNCOBJ_WAIT", errno.ETIME) in client.refused
+    assert client.file.syncobjs == {}
+
+
+def test_kmd_refusals_raise_the_mapped_error(client):
+    dev = client.dev
+    with pytest.raises(libvgpu.VgpuNoSuchObject) as e:
+        dev.ioctl(uapi.DRM_IOCTL_GEM_CLOSE, uapi.drm_gem_close(handle=999))
+    assert e.value.errno == errno.ENOENT and "GEM_CLOSE" in str(e.value)
+    assert client.refused == [("GEM_CLOSE", errno.ENOENT)]
+    assert len(_kmsg_refusals(client, "GEM_CLOSE")) == 1
+    # AMDGPU_SCHED is DRM_MASTER without DRM_RENDER_ALLOW: refused on renderD128.
+    with libvgpu.cs_ctx_create(dev) as ctx, pytest.raises(libvgpu.VgpuPermissionDenied) as e:
+        libvgpu.cs_ctx_override_priority(ctx, uapi.AMDGPU_CTX_PRIORITY_HIGH)
+    assert e.value.errno == errno.EACCES and client.refused[-1] == ("AMDGPU_SCHED", errno.EACCES)
