@@ -1,62 +1,60 @@
-"""VgpuFs handlers called directly (no mount): generated-file providers, writable
-debugfs entries, devcoredump directories, error mapping. The end-to-end behaviour
-through the kernel is in tests/e2e/."""
+"""VgpuFs handlers called directly over the real KMD (kmd.device.Device, small VRAM
+and GTT, no mount): generated files and their providers, writable debugfs entries,
+devcoredump directories, the control-file protocol, BO symlinks, sync-file poll,
+and the errno mapping of _guard. The behaviour through the kernel is in tests/e2e/."""
+import ctypes
 import errno
 import os
+import select
+import stat
+import struct
+import threading
+import time
 
 import pyfuse3
 import pytest
+import trio
 
+from kmd.device import Device
 from kmd.errors import KmdError
+from tests.kmd.conftest import call, gem_create, gem_va
+from vdev.control import encode_request, parse_reply
 from vdev.fs import VgpuFs
+from vgpu import uapi
+from vgpu.sdma import SdmaIb
 
-
-class Log:
-    def __init__(self):
-        self.lines = []
-
-    def log(self, msg):
-        self.lines.append(msg)
-
-    def text(self):
-        return "".join(line + "\n" for line in self.lines)
-
-
-class FakeDevice:
-    """Just what VgpuFs touches, with entries the KMD may grow later."""
-
-    def __init__(self):
-        self.kmsg = Log()
-        self.written = []
-        self.dumps = {}
-
-    def sysfs_files(self):
-        return {"vendor": lambda: "0x1002\n"}
-
-    def debugfs_files(self):
-        def boom():
-            raise RuntimeError("bug in a view")
-        return {"name": lambda: "vgpu\n", "gpu_reset": (lambda: "0\n", self.written.append),
-                "broken": boom, "refuse": (lambda: "", self._refuse)}
-
-    def _refuse(self, data):
-        raise KmdError(errno.EBUSY, "busy")
-
-    def devcoredumps(self):
-        return self.dumps
-
-    def bo_by_offset(self, offset):
-        return None
+MiB = 1 << 20
 
 
 class Ctx:
-    uid = pid = gid = 0
+    """The request context pyfuse3 passes: who is calling."""
+    uid = gid = 0
+    pid = os.getpid()
     umask = 0o22
 
 
+class Owner(Ctx):
+    uid = 1000
+
+
+class Other(Ctx):
+    uid = 1001
+
+
 @pytest.fixture
-def fs():
-    return VgpuFs(FakeDevice())
+def dev(request):
+    d = Device(vram_size=2 * MiB, gtt_size=2 * MiB, timeout=1.0)
+    request.addfinalizer(d.shutdown)
+    return d
+
+
+@pytest.fixture
+def fs(dev):
+    return VgpuFs(dev)
+
+
+def ioctl(name: str) -> int:
+    return next(d.request for d in uapi.IOCTLS.values() if d.name == name)
 
 
 async def walk(fs, path):
@@ -66,11 +64,11 @@ async def walk(fs, path):
     return inode
 
 
-async def cat(fs, path):
-    fi = await fs.open(await walk(fs, path), os.O_RDONLY, Ctx())
+async def cat(fs, path, ctx=Ctx()):
+    fi = await fs.open(await walk(fs, path), os.O_RDONLY, ctx)
     assert fi.direct_io
     try:
-        return await fs.read(fi.fh, 0, 1 << 16)
+        return await fs.read(fi.fh, 0, 1 << 20)
     finally:
         await fs.release(fi.fh)
 
@@ -85,143 +83,272 @@ async def listdir(fs, path):
 async def fails(err, coro):
     with pytest.raises(pyfuse3.FUSEError) as e:
         await coro
-    assert e.value.errno == err
+    assert e.value.errno == err, f"expected {errno.errorcode[err]}, got {errno.errorcode.get(e.value.errno)}"
 
 
-async def test_generated_files(fs):
-    assert await cat(fs, "sys/class/drm/card0/device/vendor") == b"0x1002\n"
-    assert await cat(fs, "sys/kernel/debug/dri/0/name") == b"vgpu\n"
-    assert b"" == await cat(fs, "dev/kmsg")
-    fs.dev.kmsg.log("hello")
-    assert await cat(fs, "dev/kmsg") == b"hello\n"
+# -- generated files ---------------------------------------------------------------
+async def test_generated_files_are_the_providers_text(fs, dev):
+    assert await cat(fs, "sys/class/drm/card0/device/vendor") == dev.sysfs_files()["vendor"]().encode()
+    assert await cat(fs, "sys/kernel/debug/dri/0/name") == dev.debugfs_files()["name"]().encode()
+    assert sorted(await listdir(fs, "sys/kernel/debug/dri/0")) == sorted(dev.debugfs_files())
+    assert b"vgpu: initialized" in await cat(fs, "dev/kmsg")
+    dev.kmsg.log("hello from the test")
+    assert (await cat(fs, "dev/kmsg")).endswith(b"hello from the test\n")
 
 
-async def test_snapshot_is_taken_at_open(fs):
+async def test_snapshot_is_taken_at_open(fs, dev):
     fi = await fs.open(await walk(fs, "dev/kmsg"), os.O_RDONLY, Ctx())
-    fs.dev.kmsg.log("later")
-    assert await fs.read(fi.fh, 0, 100) == b""
+    dev.kmsg.log("later")
+    first = await fs.read(fi.fh, 0, 1 << 20)
+    assert b"later" not in first
+    assert await fs.read(fi.fh, len(first), 100) == b""  # end of file, no new text
+    await fs.release(fi.fh)
+    assert b"later" in await cat(fs, "dev/kmsg")
 
 
-async def test_writable_debugfs_entry(fs):
+async def test_writable_debugfs_entry(fs, dev):
     inode = await walk(fs, "sys/kernel/debug/dri/0/gpu_reset")
     assert (await fs.getattr(inode, Ctx())).st_mode & 0o777 == 0o644
+    before = await cat(fs, "sys/kernel/debug/dri/0/gpu_reset")
     fi = await fs.open(inode, os.O_WRONLY, Ctx())
     assert await fs.write(fi.fh, 0, b"1\n") == 2
-    assert fs.dev.written == [b"1\n"]
+    await fs.release(fi.fh)
+    assert await cat(fs, "sys/kernel/debug/dri/0/gpu_reset") != before
+    assert "GPU reset succeeded" in dev.kmsg.text()
     ro = await walk(fs, "sys/kernel/debug/dri/0/name")
+    assert (await fs.getattr(ro, Ctx())).st_mode & 0o777 == 0o444
     await fails(errno.EACCES, fs.open(ro, os.O_WRONLY, Ctx()))
 
 
-async def test_kmd_errors_keep_their_errno_and_bugs_become_eio(fs):
-    fi = await fs.open(await walk(fs, "sys/kernel/debug/dri/0/refuse"), os.O_WRONLY, Ctx())
-    await fails(errno.EBUSY, fs.write(fi.fh, 0, b"x"))
-    await fails(errno.EIO, fs.open(await walk(fs, "sys/kernel/debug/dri/0/broken"), os.O_RDONLY, Ctx()))
-    assert "internal error in open" in fs.dev.kmsg.text()
+async def test_an_internal_error_in_a_provider_becomes_eio_with_a_kmsg_line(dev, monkeypatch):
+    """A bug in one debugfs view fails that open() with EIO and says so in kmsg; the
+    daemon and the other entries go on."""
+    real = dev.debugfs_files
+
+    def broken():
+        raise RuntimeError("bug in a view")
+
+    monkeypatch.setattr(dev, "debugfs_files", lambda: {**real(), "fence_info": broken})
+    fs = VgpuFs(dev)
+    await fails(errno.EIO, cat(fs, "sys/kernel/debug/dri/0/fence_info"))
+    assert "vdev: internal error in open: RuntimeError('bug in a view')" in dev.kmsg.text()
+    assert (await cat(fs, "sys/kernel/debug/dri/0/name")).startswith(b"vgpu")
 
 
-async def test_devcoredump_directories_follow_the_provider(fs):
+def bo_path(dev, f, handle: int) -> str:
+    """The shared-memory file behind a GEM handle (what bo/<offset-hex> leads to)."""
+    m = uapi.drm_amdgpu_gem_mmap()
+    m.in_.handle = handle
+    return dev.bo_by_offset(call(dev, f, "AMDGPU_GEM_MMAP", m)[0].out.addr_ptr).path
+
+
+# -- devcoredump ---------------------------------------------------------------------
+VA_IB, VA_UNMAPPED = 0x100000000, 0x200000000
+
+
+def faulting_job(dev, f, ib_path: str) -> None:
+    """Submit an SDMA write to an unmapped VA and wait for it: one GPU fault, one dump.
+    A fresh context each time: the fault makes the context guilty."""
+    a = uapi.drm_amdgpu_ctx()
+    a.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
+    ctx_id = call(dev, f, "AMDGPU_CTX", a)[0].out.alloc.ctx_id
+    packets = SdmaIb().write_linear(VA_UNMAPPED, [0xDEAD]).tobytes()
+    with open(ib_path, "r+b") as bo:  # the IB BO's shared-memory file, as a client writes it
+        bo.write(packets)
+    ib = uapi.drm_amdgpu_cs_chunk_ib()
+    ib.va_start, ib.ib_bytes, ib.ip_type = VA_IB, len(packets), uapi.AMDGPU_HW_IP_DMA
+    head = uapi.drm_amdgpu_cs_chunk()
+    head.chunk_id, head.length_dw = uapi.AMDGPU_CHUNK_ID_IB, len(bytes(ib)) // 4
+    cs = uapi.drm_amdgpu_cs()
+    cs.in_.ctx_id, cs.in_.num_chunks = ctx_id, 1
+    seq = call(dev, f, "AMDGPU_CS", cs, bytes(head) + bytes(ib))[0].out.handle
+    w = uapi.drm_amdgpu_wait_cs()
+    w.in_.handle, w.in_.ip_type, w.in_.ctx_id, w.in_.timeout = seq, uapi.AMDGPU_HW_IP_DMA, ctx_id, (1 << 64) - 1
+    with pytest.raises(KmdError) as e:
+        call(dev, f, "AMDGPU_WAIT_CS", w)
+    assert e.value.errno == errno.EFAULT
+
+
+async def test_devcoredump_directories_follow_the_provider(fs, dev):
     assert await listdir(fs, "sys/class/devcoredump") == []
-    fs.dev.dumps[0] = "dump zero"
-    fs.dev.dumps[3] = "dump three"
-    assert await listdir(fs, "sys/class/devcoredump") == ["devcd0", "devcd3"]
-    assert await listdir(fs, "sys/class/devcoredump/devcd3") == ["data"]
-    assert await cat(fs, "sys/class/devcoredump/devcd0/data") == b"dump zero"
-    inode = await walk(fs, "sys/class/devcoredump/devcd3")
-    del fs.dev.dumps[3]
-    await fails(errno.ENOENT, walk(fs, "sys/class/devcoredump/devcd3"))
-    fs.dev.dumps[3] = "again"
-    assert await walk(fs, "sys/class/devcoredump/devcd3") == inode  # a name keeps its inode
+    f = dev.open_file(pid=10, uid=0, comm="faulty")
+    handle = gem_create(dev, f, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    call(dev, f, "AMDGPU_GEM_VA", gem_va(dev, f, handle, VA_IB, 4096))
+    ib = bo_path(dev, f, handle)
+
+    faulting_job(dev, f, ib)
+    assert await listdir(fs, "sys/class/devcoredump") == ["devcd0"]
+    assert await listdir(fs, "sys/class/devcoredump/devcd0") == ["data"]
+    data = await cat(fs, "sys/class/devcoredump/devcd0/data")
+    assert data == dev.devcoredumps()[0].encode() and b"faulty" in data
+    inode = await walk(fs, "sys/class/devcoredump/devcd0")
+    faulting_job(dev, f, ib)
+    assert await listdir(fs, "sys/class/devcoredump") == ["devcd0", "devcd1"]
+    assert await walk(fs, "sys/class/devcoredump/devcd0") == inode  # a name keeps its inode
+    for _ in range(64):  # the KMD keeps the last few dumps: devcd0 goes at some point
+        if 0 not in dev.devcoredumps():
+            break
+        faulting_job(dev, f, ib)
+    await fails(errno.ENOENT, walk(fs, "sys/class/devcoredump/devcd0"))
+    dev.close_file(f)
 
 
+# -- control files -------------------------------------------------------------------
+async def open_card(fs, node="renderD128"):
+    return (await fs.open(await walk(fs, f"dev/dri/{node}"), os.O_RDWR, Ctx())).fh
+
+
+async def test_control_file_protocol(fs, dev):
+    """write() a request, read() the reply: EINVAL without a reply, EINVAL for a
+    buffer too small (the reply stays), consumed by the read that returns it."""
+    fh = await open_card(fs)
+    await fails(errno.EINVAL, fs.read(fh, 0, 4096))
+    frame = encode_request(ioctl("VERSION"), bytes(uapi.drm_version()))
+    assert await fs.write(fh, 0, frame) == len(frame)
+    await fails(errno.EINVAL, fs.read(fh, 0, 16))
+    reply = parse_reply(await fs.read(fh, 0, 4096))
+    version = uapi.drm_version.from_buffer_copy(reply.arg)
+    assert reply.result == 0 and version.version_major == 3
+    await fails(errno.EINVAL, fs.read(fh, 0, 4096))
+    clients = await cat(fs, "sys/kernel/debug/dri/0/clients")
+    assert f" {os.getpid()} ".encode() in clients
+    await fs.release(fh)  # the last close frees the DRM file
+    assert f" {os.getpid()} ".encode() not in await cat(fs, "sys/kernel/debug/dri/0/clients")
+
+
+async def test_refused_requests_fail_the_write_with_their_errno(fs, dev):
+    fh = await open_card(fs)
+    frame = encode_request(ioctl("VERSION"), bytes(uapi.drm_version()))
+    await fails(errno.EINVAL, fs.write(fh, 0, b"XXXX" + frame[4:]))          # framing: bad magic
+    unknown = uapi.DRM_IOWR(0x7F, uapi.drm_version)
+    await fails(errno.ENOTTY, fs.write(fh, 0, encode_request(unknown, bytes(uapi.drm_version()))))  # KMD
+    assert "refused" in dev.kmsg.text()
+    await fails(errno.EINVAL, fs.read(fh, 0, 4096))  # a failed request leaves no reply
+    await fs.release(fh)
+
+
+def syncobj_wait(handle: int, seconds: float) -> bytes:
+    a = uapi.drm_syncobj_wait(count_handles=1, flags=uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT,
+                              timeout_nsec=time.monotonic_ns() + int(seconds * 1e9))
+    return encode_request(ioctl("SYNCOBJ_WAIT"), bytes(a), struct.pack("<I", handle))
+
+
+async def test_a_blocking_wait_blocks_in_read_off_the_loop(fs, dev):
+    """A wait is written at once and waited for in read(), in a worker thread: the
+    loop goes on serving while the read waits (here: a SIGNAL written to the same
+    file, which replaces the unread reply, so the waiting read returns the wait's
+    reply and the next read the signal's); a timeout fails the read with ETIME and
+    drops the reply."""
+    fh = await open_card(fs)
+    await fs.write(fh, 0, encode_request(ioctl("SYNCOBJ_CREATE"), bytes(uapi.drm_syncobj_create())))
+    h = uapi.drm_syncobj_create.from_buffer_copy(parse_reply(await fs.read(fh, 0, 4096)).arg).handle
+    frame = syncobj_wait(h, 0.05)
+    assert await fs.write(fh, 0, frame) == len(frame)
+    await fails(errno.ETIME, fs.read(fh, 0, 4096))
+    await fails(errno.EINVAL, fs.read(fh, 0, 4096))
+
+    await fs.write(fh, 0, syncobj_wait(h, 10))
+    replies = []
+    async with trio.open_nursery() as nursery:
+        async def reader():
+            replies.append(parse_reply(await fs.read(fh, 0, 4096)))
+        nursery.start_soon(reader)
+        await trio.sleep(0.05)
+        assert not replies
+        signal = encode_request(ioctl("SYNCOBJ_SIGNAL"), bytes(uapi.drm_syncobj_array(count_handles=1)),
+                                struct.pack("<I", h))
+        await fs.write(fh, 0, signal)
+    assert replies[0].result == 0 and len(replies[0].arg) == ctypes.sizeof(uapi.drm_syncobj_wait)
+    signalled = parse_reply(await fs.read(fh, 0, 4096))
+    assert len(signalled.arg) == ctypes.sizeof(uapi.drm_syncobj_array)
+    await fs.release(fh)
+
+
+# -- lookups, BO symlinks, sync files -------------------------------------------------
 async def test_lookup_errors(fs):
     await fails(errno.ENOENT, walk(fs, "nothing"))
     await fails(errno.ENOENT, walk(fs, "bo/1000"))
+    await fails(errno.ENOENT, walk(fs, "sync/1000"))
     await fails(errno.ENOTDIR, walk(fs, "dev/kmsg/x"))
     await fails(errno.EISDIR, fs.open(await walk(fs, "dev"), os.O_RDONLY, Ctx()))
+    await fails(errno.EINVAL, fs.readlink(await walk(fs, "dev/kmsg"), Ctx()))
 
 
-async def test_bo_entries_are_symlinks_to_the_owners_shared_memory_file():
+async def test_bo_entries_are_symlinks_to_the_owners_shared_memory_file(fs, dev):
     """bo/<offset-hex> is a symlink to the BO's tmpfs file; only the BO's uid (or
-    root) may read the link; a freed BO's name is gone (real KMD, no mount)."""
-    import stat
+    root) may read the link; a freed BO's name is gone."""
+    f = dev.open_file(pid=10, uid=1000, comm="t")
+    h = gem_create(dev, f)
+    m = uapi.drm_amdgpu_gem_mmap()
+    m.in_.handle = h
+    offset = call(dev, f, "AMDGPU_GEM_MMAP", m)[0].out.addr_ptr
+    name = f"bo/{offset:x}"
+    attr = await fs.getattr(await walk(fs, name))
+    assert stat.S_ISLNK(attr.st_mode)
 
-    from kmd.device import Device
-    from tests.kmd.conftest import call, gem_create
-    from vgpu import uapi
-
-    dev = Device(vram_size=1 << 20, gtt_size=1 << 20)
-    try:
-        fs = VgpuFs(dev)
-        f = dev.open_file(pid=10, uid=1000, comm="t")
-        h = gem_create(dev, f)
-        m = uapi.drm_amdgpu_gem_mmap()
-        m.in_.handle = h
-        offset = call(dev, f, "AMDGPU_GEM_MMAP", m)[0].out.addr_ptr
-        name = f"bo/{offset:x}"
-        attr = await fs.getattr(await walk(fs, name))
-        assert stat.S_ISLNK(attr.st_mode)
-
-        class Owner(Ctx):
-            uid = 1000
-
-        class Other(Ctx):
-            uid = 1001
-
-        target = await fs.readlink(await walk(fs, name), Owner())
-        assert target == f.bos[h].path.encode()
-        st = os.stat(target)
-        assert (st.st_uid, stat.S_IMODE(st.st_mode), st.st_size) == (1000, 0o600, 4096)
-        assert stat.S_IMODE(os.stat(os.path.dirname(target)).st_mode) == 0o711
-        await fails(errno.EACCES, fs.readlink(await walk(fs, name), Other()))
-        inode = await walk(fs, name)
-        dev.close_file(f)
-        await fails(errno.ENOENT, fs.readlink(inode, Owner()))
-        await fails(errno.ENOENT, walk(fs, name))
-        assert not os.path.exists(target)
-    finally:
-        dev.shutdown()
+    target = await fs.readlink(await walk(fs, name), Owner())
+    assert target == dev.bo_by_offset(offset).path.encode()
+    st = os.stat(target)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode), st.st_size) == (1000, 0o600, 4096)
+    assert stat.S_IMODE(os.stat(os.path.dirname(target)).st_mode) == 0o711
+    await fails(errno.EACCES, fs.readlink(await walk(fs, name), Other()))
+    assert f"{name}: access by uid 1001" in dev.kmsg.text()
+    assert await fs.access(await walk(fs, name), os.R_OK, Owner())
+    assert not await fs.access(await walk(fs, name), os.R_OK, Other())
+    inode = await walk(fs, name)
+    dev.close_file(f)
+    await fails(errno.ENOENT, fs.readlink(inode, Owner()))
+    await fails(errno.ENOENT, walk(fs, name))
+    assert not os.path.exists(target)
 
 
-async def test_sync_file_poll_is_woken_on_the_trio_loop():
+class PollHandle:
+    """Records what pyfuse3.PollHandle.notify would do (pyfuse3 makes the real ones)."""
+
+    def __init__(self):
+        self.threads = []
+
+    def notify(self):
+        self.threads.append(threading.get_ident())
+
+
+def export_syncobj(dev, f) -> tuple[int, int]:
+    h = call(dev, f, "SYNCOBJ_CREATE", uapi.drm_syncobj_create())[0].handle
+    return h, call(dev, f, "SYNCOBJ_HANDLE_TO_FD", uapi.drm_syncobj_handle(handle=h))[0].fd
+
+
+async def test_sync_file_poll_is_woken_on_the_trio_loop(fs, dev):
     """A busy sync file answers poll() with 0 and keeps the kernel's handle; when
     another thread signals the syncobj, the handle is notified on the trio loop (no
-    vdev thread) and the next poll() answers POLLIN (real KMD, no mount)."""
-    import select
-    import struct
-    import threading
+    vdev thread) and the next poll() answers POLLIN."""
+    f = dev.open_file(pid=10, uid=0, comm="t")
+    h, token = export_syncobj(dev, f)
+    inode = await walk(fs, f"sync/{token:x}")
+    fi = await fs.open(inode, os.O_RDONLY, Ctx())
+    ph = PollHandle()
+    assert await fs.poll(inode, fi.fh, ph, Ctx()) == 0
+    assert await fs.read(fi.fh, 0, 100) == b"unsubmitted\n"
+    await trio.to_thread.run_sync(call, dev, f, "SYNCOBJ_SIGNAL", uapi.drm_syncobj_array(count_handles=1),
+                                  struct.pack("<I", h))
+    with trio.fail_after(5):
+        while not ph.threads:
+            await trio.sleep(0.001)
+    assert ph.threads == [threading.get_ident()]
+    assert await fs.poll(inode, fi.fh, PollHandle(), Ctx()) & select.POLLIN
+    assert await fs.read(fi.fh, 0, 100) == b"signaled\n"
+    await fs.release(fi.fh)
+    dev.close_file(f)
 
-    import trio
 
-    from kmd.device import Device
-    from tests.kmd.conftest import call
-    from vgpu import uapi
-
-    class PollHandle:  # records what pyfuse3.PollHandle.notify would do
-        def __init__(self):
-            self.threads = []
-
-        def notify(self):
-            self.threads.append(threading.get_ident())
-
-    dev = Device(vram_size=1 << 20, gtt_size=1 << 20)
-    try:
-        fs = VgpuFs(dev)
-        f = dev.open_file(pid=10, uid=0, comm="t")
-        h = call(dev, f, "SYNCOBJ_CREATE", uapi.drm_syncobj_create())[0].handle
-        token = call(dev, f, "SYNCOBJ_HANDLE_TO_FD", uapi.drm_syncobj_handle(handle=h))[0].fd
-        inode = await walk(fs, f"sync/{token:x}")
-        fi = await fs.open(inode, os.O_RDONLY, Ctx())
-        ph = PollHandle()
-        assert await fs.poll(inode, fi.fh, ph, Ctx()) == 0
-        assert await fs.read(fi.fh, 0, 100) == b"unsubmitted\n"
-        await trio.to_thread.run_sync(call, dev, f, "SYNCOBJ_SIGNAL", uapi.drm_syncobj_array(count_handles=1),
-                                      struct.pack("<I", h))
-        with trio.fail_after(5):
-            while not ph.threads:
-                await trio.sleep(0.001)
-        assert ph.threads == [threading.get_ident()]
-        assert await fs.poll(inode, fi.fh, PollHandle(), Ctx()) & select.POLLIN
-        await fs.release(fi.fh)
-        dev.close_file(f)
-    finally:
-        dev.shutdown()
+async def test_sync_files_open_for_their_exporter_only(fs, dev):
+    f = dev.open_file(pid=10, uid=1000, comm="t")
+    _, token = export_syncobj(dev, f)
+    inode = await walk(fs, f"sync/{token:x}")
+    await fails(errno.EACCES, fs.open(inode, os.O_RDONLY, Other()))
+    assert f"sync/{token:x}: open by uid 1001" in dev.kmsg.text()
+    await fails(errno.EACCES, fs.open(inode, os.O_RDWR, Owner()))
+    fi = await fs.open(inode, os.O_RDONLY, Owner())
+    await fs.release(fi.fh)
+    dev.close_file(f)
+    await fails(errno.ENOENT, fs.open(inode, os.O_RDONLY, Owner()))  # the token went with its file
+    await fails(errno.ENOENT, walk(fs, f"sync/{token:x}"))
