@@ -41,7 +41,8 @@ import time
 
 import pyfuse3
 
-from .control import FrameError
+from vgpu.frame import FrameError
+
 from .kmd_interface import KmdDevice, KmdError
 from .nodes import ALWAYS_READY, BoFile, ControlFile, Dir, GeneratedFile, Handle, Node, SyncFile
 

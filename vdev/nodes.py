@@ -28,7 +28,8 @@ from typing import Callable
 import pyfuse3
 import trio
 
-from .control import encode_reply, parse_request
+from vgpu.frame import encode_reply, parse_request
+
 from .kmd_interface import BufferObject, KmdDevice, KmdError, PendingReply, SyncExport
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import trio
 from kmd.device import Device
 from kmd.errors import KmdError
 from tests.kmd.conftest import call, gem_create, gem_va
-from vdev.control import encode_request, parse_reply
+from vgpu.frame import encode_request, parse_reply
 from vdev.fs import VgpuFs
 from vgpu import uapi
 from vgpu.sdma import SdmaIb
