@@ -1,7 +1,7 @@
 """GPU crash dumps (Linux drivers/base/devcoredump.c, amdgpu_dev_coredump.c).
 
-When a job faults or hangs, `build()` writes one text dump of everything needed to
-see why, and `CoredumpStore` keeps the last few for MOUNT/sys/class/devcoredump/
+When a job faults or hangs, the KMD keeps one text dump of everything needed to see
+why, and `CoredumpStore` keeps the last few for MOUNT/sys/class/devcoredump/
 devcd<N>/data. The sections, in order (docs/crash-dumps.md explains how to read
 them):
 
@@ -16,12 +16,18 @@ them):
     === vm ===          the file's VM mappings (debugfs vm_info style)
     === bo list ===     the job's BOs: handle, size, domain, where they are mapped
 
-Everything is read under the job's pin (the ring calls this before the fence
-signals), and any read that fails is reported in place: a dump never raises.
+A dump is made in two steps so that it never stalls other clients' ioctls:
+`capture()` runs under the device lock (in the ring thread, before the job's fence
+signals, while the job's pin keeps its memory) and copies what the dump needs: the
+IB and kernel words, the VM and BO list entries, the ring's state text, the job's
+result. `format_dump()` turns that `Snapshot` into the text with no lock held: the
+disassembly of IBs and kernels is the costly part. Any read or section that fails
+is reported in place: a dump never raises.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import struct
 import threading
 import time
@@ -40,30 +46,97 @@ KERNEL_CONTEXT = 12             # instructions shown before and after the PC
 VGPR_LANES_PER_LINE = 8
 
 
+class _Dump:
+    """One devcd entry: `make()` gives its text, formatted once, by whoever asks
+    first (the ring thread right after the device lock is released, or a reader)."""
+
+    def __init__(self, make):
+        self._make = make
+        self._text: str | None = None
+        self._lock = threading.Lock()
+
+    def text(self) -> str:
+        with self._lock:
+            if self._text is None:
+                try:
+                    self._text = self._make()
+                except Exception as e:  # a dump must never take the ring or a reader down
+                    self._text = f"**** vgpu device coredump ****\n<error while formatting the dump: {e!r}>\n"
+                self._make = None  # drop the snapshot (IB copies) once the text exists
+            return self._text
+
+
 class CoredumpStore:
-    """The devcd<N> entries of one device: {N: text}, at most MAX_DUMPS of them."""
+    """The devcd<N> entries of one device: {N: text}, at most `limit` of them.
+
+    `add()` only registers an entry (cheap, called under the device lock), so
+    devcd<N> exists as soon as kmsg names it; its text is made outside the lock,
+    by `render(N)` or by the first `snapshot()` that needs it."""
 
     def __init__(self, limit: int = MAX_DUMPS):
-        self._dumps: collections.OrderedDict[int, str] = collections.OrderedDict()
+        self._dumps: collections.OrderedDict[int, _Dump] = collections.OrderedDict()
         self._next = 0
         self._limit = limit
         self._lock = threading.Lock()
 
     def add(self, make) -> int:
-        """Store `make(n)` (the dump text) as devcd<n>; returns n."""
+        """Register devcd<n>, whose text is `make(n)`; returns n. The oldest entry
+        goes when there are more than `limit`."""
         with self._lock:
             n = self._next
             self._next += 1
-        text = make(n)
-        with self._lock:
-            self._dumps[n] = text
+            self._dumps[n] = _Dump(lambda: make(n))
             while len(self._dumps) > self._limit:
                 self._dumps.popitem(last=False)
             return n
 
-    def snapshot(self) -> dict[int, str]:
+    def render(self, n: int) -> None:
+        """Format devcd<n> now if it is still kept (no device lock may be held)."""
         with self._lock:
-            return dict(self._dumps)
+            dump = self._dumps.get(n)
+        if dump is not None:
+            dump.text()
+
+    def snapshot(self) -> dict[int, str]:
+        """{N: text} of the entries kept; formats any not formatted yet."""
+        with self._lock:
+            dumps = list(self._dumps.items())
+        return {n: d.text() for n, d in dumps}
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """What a dump needs, copied under the device lock by `capture()`.
+
+    `result` is the engine's result of the failed IB: the engine made it for this
+    job and nothing changes it afterwards, so it is kept by reference. A section
+    whose capture raised holds the exception instead, and the dump shows it there.
+    """
+
+    ring_name: str
+    ip_type: int
+    ring_text: str                 # Ring.describe() at the time of the failure
+    time_text: str
+    device_clock: float            # seconds
+    result: object
+    pid: int
+    comm: str
+    uid: int
+    client: int
+    node: str
+    ctx_id: int
+    priority: int
+    guilty: bool
+    hangs: int
+    job_id: int
+    seq: object                    # the job's fence seq, or '?'
+    hw_seq: int
+    ib_count: int
+    elapsed: float
+    ibs: "list | Exception"        # [(va, size_dw, bytes | GpuFault | None: the failing chained IB)]
+    kernel: "dict | Exception | None"  # {offset from the program: bytes | GpuFault}
+    vm: "tuple | Exception"        # (mapped pages, [(va, end, flags, handle, bo offset, size)])
+    bos: "list | Exception"        # [(handle, size, domain name, where, [mapped VAs])]
 
 
 def _section(out: list[str], name: str) -> None:
@@ -71,11 +144,87 @@ def _section(out: list[str], name: str) -> None:
     out.append(f"=== {name} ===")
 
 
-def _read_dwords(pt, va: int, n: int):
+def _read(pt, va: int, size: int):
+    """The bytes at `va`, or the GpuFault that stopped the read."""
     try:
-        return struct.unpack(f"<{n}I", pt.read(va, 4 * n)), None
+        return pt.read(va, size)
     except GpuFault as e:
-        return None, e
+        return e
+
+
+def _guard(fn):
+    """fn()'s value, or the exception it raised (shown in its section, not raised)."""
+    try:
+        return fn()
+    except Exception as e:  # a dump must never take the ring down
+        return e
+
+
+def _capture_ibs(job, r) -> list:
+    pt = job.file.vm.page_table
+    chain = getattr(r, "ib_chain", None)
+    failing = chain[0].va if chain else None
+    # The failing IB of a PM4 chain is in the result already (the CP copied it).
+    return [(va, size, None if chain and va == failing else _read(pt, va, 4 * size)) for va, size in job.ibs]
+
+
+def _kernel_window(pc: int) -> range:
+    step = isa.INST_BYTES
+    return range(max(0, pc - KERNEL_CONTEXT * step), pc + (KERNEL_CONTEXT + 1) * step, step)
+
+
+def _capture_kernel(job, r) -> dict | None:
+    d = getattr(r, "dispatch", None)
+    pc = getattr(d, "pc", None) if d is not None else None
+    code_va = _code_va(r)
+    if code_va is None or pc is None:
+        return None
+    pt = job.file.vm.page_table
+    return {at: _read(pt, code_va + at, isa.INST_BYTES) for at in _kernel_window(pc)}
+
+
+def _capture_vm(f) -> tuple:
+    handles = {id(bo): h for h, bo in f.bos.items()}
+    return (f.vm.page_table.mapped_pages(),
+            [(m.va, m.end, m.flags, handles.get(id(m.bo), 0), m.offset, m.size) for m in f.vm.mappings()])
+
+
+def _capture_bos(job) -> list:
+    f = job.file
+    handles = {id(bo): h for h, bo in f.bos.items()}
+    maps: dict[int, list[str]] = {}
+    for m in f.vm.mappings():
+        maps.setdefault(id(m.bo), []).append(f"{m.va:#x}")
+    return [(handles.get(id(bo), 0), bo.size, DOMAIN_NAMES.get(bo.domain, "?"),
+             f"vram@{bo.vram.offset:#x}" if bo.vram else "gtt", maps.get(id(bo), [])) for bo in job.bos]
+
+
+def capture(dev, ring, job) -> Snapshot:
+    """Copy what the dump of failed `job` needs (device lock held, job still pinned).
+    Cheap: memory copies of the IBs and a few dozen kernel words, the VM's and the
+    BO list's entries, the ring's state lines; no disassembly. Never raises."""
+    r = job.result
+    f, ctx = job.file, job.ctx
+    compute = ring.ip_type == uapi.AMDGPU_HW_IP_COMPUTE
+    return Snapshot(
+        ring_name=ring.name, ip_type=ring.ip_type, ring_text=ring.describe(),
+        time_text=time.strftime("%Y-%m-%d %H:%M:%S"), device_clock=dev.gpu_timestamp() / 1e9, result=r,
+        pid=f.pid, comm=f.comm, uid=f.uid, client=f.id, node=f.node,
+        ctx_id=ctx.id, priority=ctx.priority, guilty=ctx.guilty, hangs=ctx.hangs,
+        job_id=job.id, seq=job.fence.seq if job.fence else "?", hw_seq=job.hw_seq, ib_count=len(job.ibs),
+        elapsed=time.monotonic() - job.started_at if job.started_at else 0.0,
+        ibs=_guard(lambda: _capture_ibs(job, r)),
+        kernel=_guard(lambda: _capture_kernel(job, r)) if compute else None,
+        vm=_guard(lambda: _capture_vm(f)),
+        bos=_guard(lambda: _capture_bos(job)))
+
+
+def _checked(value):
+    """A captured section's data; a capture that failed raises here, inside the
+    section's guard, so the dump shows it in place."""
+    if isinstance(value, Exception):
+        raise value
+    return value
 
 
 def _window(lines: list[str], mark_prefix: str = ">>>") -> list[str]:
@@ -94,25 +243,26 @@ def _mark_sdma(lines: list[str], offset: int | None) -> list[str]:
     return [(">>> " if tag and line.startswith(tag) else "    ") + line for line in lines]
 
 
-def _ib_section(out: list[str], job, ring, r) -> None:
-    pt = job.file.vm.page_table
+def _ib_section(out: list[str], s: Snapshot) -> None:
+    r = s.result
     chain = getattr(r, "ib_chain", None)
-    compute = ring.ip_type == uapi.AMDGPU_HW_IP_COMPUTE
+    compute = s.ip_type == uapi.AMDGPU_HW_IP_COMPUTE
     failing = chain[0].va if chain else None
-    for i, (va, size) in enumerate(job.ibs):
+    ibs = _checked(s.ibs)
+    for i, (va, size, data) in enumerate(ibs):
         out.append(f"IB {i}: VA {va:#x}, {size} dwords" + ("  <- failed here" if va == failing else ""))
-        if chain and va == failing:
-            dws, err = chain[0].dwords, None
-        else:
-            dws, err = _read_dwords(pt, va, size)
-        if err is not None:
-            out.append(f"    <cannot read the IB: {err}>")
+        if data is None:
+            dws = chain[0].dwords
+        elif isinstance(data, GpuFault):
+            out.append(f"    <cannot read the IB: {data}>")
             continue
+        else:
+            dws = struct.unpack(f"<{size}I", data)
         if compute:
             mark = chain[0].offset if chain and va == failing else None
             lines = P.disasm_pm4(dws, mark)
         else:
-            mark = r.packet_offset if r is not None and r.status != "ok" and len(job.ibs) == 1 else None
+            mark = r.packet_offset if r is not None and r.status != "ok" and len(ibs) == 1 else None
             lines = _mark_sdma(disasm_sdma(dws), mark)
         out.extend(_window(lines))
     for depth, frame in enumerate(chain[1:] if chain else [], 1):
@@ -171,45 +321,37 @@ def _disasm_word(word: int, pc: int) -> str:
         return f".dword64 {word:#018x}  ; {e}"
 
 
-def _kernel_section(out: list[str], pt, r, code_va: int | None) -> None:
-    d = getattr(r, "dispatch", None)
-    pc = getattr(d, "pc", None) if d is not None else None
-    if code_va is None or pc is None:
+def _kernel_section(out: list[str], s: Snapshot, code_va: int | None) -> None:
+    words = _checked(s.kernel)
+    if words is None:
         out.append("no program")
         return
-    step = isa.INST_BYTES
-    for at in range(max(0, pc - KERNEL_CONTEXT * step), pc + (KERNEL_CONTEXT + 1) * step, step):
-        try:
-            text = _disasm_word(struct.unpack("<Q", pt.read(code_va + at, step))[0], at)
-        except GpuFault as e:
-            text = f"<cannot fetch: {e.reason}>"
+    pc = s.result.dispatch.pc
+    for at in _kernel_window(pc):
+        word = words[at]
+        text = (f"<cannot fetch: {word.reason}>" if isinstance(word, GpuFault)
+                else _disasm_word(struct.unpack("<Q", word)[0], at))
         out.append(f"{'>>>' if at == pc else '   '} {code_va + at:#014x} +{at:#06x}: {text}")
         if at >= pc and text.startswith("s_endpgm"):
             break  # what follows is padding, not the program
 
 
-def _vm_section(out: list[str], f) -> None:
-    out.append(f"{f.vm.page_table.mapped_pages()} pages mapped")
-    handles = {id(bo): h for h, bo in f.bos.items()}
-    for m in f.vm.mappings():
-        perms = "".join(c if m.flags & b else "-" for c, b in (
+def _vm_section(out: list[str], s: Snapshot) -> None:
+    pages, mappings = _checked(s.vm)
+    out.append(f"{pages} pages mapped")
+    for va, end, flags, handle, offset, size in mappings:
+        perms = "".join(c if flags & b else "-" for c, b in (
             ("r", uapi.AMDGPU_VM_PAGE_READABLE), ("w", uapi.AMDGPU_VM_PAGE_WRITEABLE),
             ("x", uapi.AMDGPU_VM_PAGE_EXECUTABLE)))
-        out.append(f"  {m.va:#014x}-{m.end:#014x} {perms} handle {handles.get(id(m.bo), 0)} "
-                   f"bo_offset {m.offset:#x} size {m.size:#x}")
+        out.append(f"  {va:#014x}-{end:#014x} {perms} handle {handle} bo_offset {offset:#x} size {size:#x}")
 
 
-def _bo_section(out: list[str], job) -> None:
-    f = job.file
-    handles = {id(bo): h for h, bo in f.bos.items()}
-    maps: dict[int, list[str]] = {}
-    for m in f.vm.mappings():
-        maps.setdefault(id(m.bo), []).append(f"{m.va:#x}")
-    for bo in job.bos:
-        where = f"vram@{bo.vram.offset:#x}" if bo.vram else "gtt"
-        out.append(f"  handle {handles.get(id(bo), 0):<4} {bo.size:>10} bytes {DOMAIN_NAMES.get(bo.domain, '?'):>4} "
-                   f"{where} mapped at {', '.join(maps.get(id(bo), [])) or '-'}")
-    if not job.bos:
+def _bo_section(out: list[str], s: Snapshot) -> None:
+    bos = _checked(s.bos)
+    for handle, size, domain, where, maps in bos:
+        out.append(f"  handle {handle:<4} {size:>10} bytes {domain:>4} "
+                   f"{where} mapped at {', '.join(maps) or '-'}")
+    if not bos:
         out.append("  (empty)")
 
 
@@ -237,25 +379,22 @@ def location(ring, r) -> str:
     return f"at IB packet offset {r.packet_offset} dw (opcode {r.opcode})"
 
 
-def build(dev, ring, job, n: int) -> str:
-    """The text of devcd<n> for a failed `job` on `ring` (never raises)."""
-    r = job.result
-    f, ctx = job.file, job.ctx
+def format_dump(s: Snapshot, n: int) -> str:
+    """The text of devcd<n> from a capture (no lock needed; never raises)."""
+    r = s.result
     out = ["**** vgpu device coredump ****", "=== header ==="]
     out.append(f"devcd: {n}")
-    out.append(f"time: {time.strftime('%Y-%m-%d %H:%M:%S')} (device clock {dev.gpu_timestamp() / 1e9:.6f} s)")
-    out.append(f"ring: {ring.name}")
+    out.append(f"time: {s.time_text} (device clock {s.device_clock:.6f} s)")
+    out.append(f"ring: {s.ring_name}")
     out.append(f"what: {fault_summary(r)}")
     _section(out, "process")
-    out.append(f"pid: {f.pid}\ncomm: {f.comm}\nuid: {f.uid}\nclient: {f.id} ({f.node})")
+    out.append(f"pid: {s.pid}\ncomm: {s.comm}\nuid: {s.uid}\nclient: {s.client} ({s.node})")
     _section(out, "context")
-    out.append(f"id: {ctx.id}\npriority: {PRIORITIES.get(ctx.priority, ctx.priority)}\n"
-               f"guilty: {'yes' if ctx.guilty else 'no'}\nhangs: {ctx.hangs}")
+    out.append(f"id: {s.ctx_id}\npriority: {PRIORITIES.get(s.priority, s.priority)}\n"
+               f"guilty: {'yes' if s.guilty else 'no'}\nhangs: {s.hangs}")
     _section(out, "ring")
-    out.extend(ring.describe().rstrip("\n").splitlines())
-    elapsed = time.monotonic() - job.started_at if job.started_at else 0.0
-    out.append(f"job: {job.id} seq {job.fence.seq if job.fence else '?'} hw seq {job.hw_seq}, "
-               f"{len(job.ibs)} IB(s), ran {elapsed:.3f} s")
+    out.extend(s.ring_text.rstrip("\n").splitlines())
+    out.append(f"job: {s.job_id} seq {s.seq} hw seq {s.hw_seq}, {s.ib_count} IB(s), ran {s.elapsed:.3f} s")
     _section(out, "fault")
     if r is None:
         out.append("status: error (the engine raised; see kmsg)")
@@ -264,15 +403,15 @@ def build(dev, ring, job, n: int) -> str:
         out.append(f"reason: {r.reason if r.status == 'fault' else ('timeout' if r.status == 'aborted' else '-')}")
         if r.fault is not None:
             out.append(f"address: {r.fault.va:#x} ({r.fault.access}, {r.fault.reason})")
-        name = P.PKT3_NAMES.get(r.opcode, str(r.opcode)) if ring.ip_type == uapi.AMDGPU_HW_IP_COMPUTE \
+        name = P.PKT3_NAMES.get(r.opcode, str(r.opcode)) if s.ip_type == uapi.AMDGPU_HW_IP_COMPUTE \
             else str(r.opcode)
         out.append(f"packet: dword {r.packet_offset} (opcode {name}), {r.packets} packets done before it")
-    sections = [("ib", lambda: _ib_section(out, job, ring, r))]
-    if ring.ip_type == uapi.AMDGPU_HW_IP_COMPUTE:
+    sections = [("ib", lambda: _ib_section(out, s))]
+    if s.ip_type == uapi.AMDGPU_HW_IP_COMPUTE:
         code_va = _code_va(r)
         sections += [("waves", lambda: _waves_section(out, r, code_va)),
-                     ("kernel", lambda: _kernel_section(out, f.vm.page_table, r, code_va))]
-    sections += [("vm", lambda: _vm_section(out, f)), ("bo list", lambda: _bo_section(out, job))]
+                     ("kernel", lambda: _kernel_section(out, s, code_va))]
+    sections += [("vm", lambda: _vm_section(out, s)), ("bo list", lambda: _bo_section(out, s))]
     for name, fill in sections:
         _section(out, name)
         try:

@@ -205,7 +205,10 @@ class Device:
         return ring.submit(job)
 
     def job_failed(self, ring: Ring, job: Job) -> None:
-        """Called by a ring worker when an IB faulted or was aborted by the watchdog."""
+        """Called by a ring worker when an IB faulted or was aborted by the watchdog,
+        before the job's fence signals. The crash dump is captured under the device
+        lock and formatted after it is released, still in this thread, so that the
+        dump is whole when the fence signals and no other client's ioctl waits for it."""
         r = job.result
         f, ctx = job.file, job.ctx
         who = f"ctx {ctx.id} client {f.id} pid {f.pid} ({f.comm})"
@@ -218,21 +221,26 @@ class Device:
                               f"emitted seq={ring.hw_emitted}")
                 self.kmsg.log(f"Process information: process {f.comm} pid {f.pid} thread {f.comm} "
                               f"pid {f.pid}, job {job.id} {who}")
-                self._crash_dump(ring, job, who)
+                n = self._crash_dump(ring, job, who)
                 self.gpu_reset(ring, guilty=ctx)
             else:
                 job.error = errno.EFAULT if r.fault is not None else errno.EINVAL
                 where = (f"{r.fault.access} of VA {r.fault.va:#x} ({r.fault.reason})" if r.fault
                          else f"{r.reason}")
                 ctx.errors.append(where)
-                self._crash_dump(ring, job, who)
+                n = self._crash_dump(ring, job, who)
+        self.coredumps.render(n)
 
-    def _crash_dump(self, ring: Ring, job: Job, who: str) -> None:
-        """Write devcd<N> for a failed job and say so in one kmsg line (device lock held)."""
-        n = self.coredumps.add(lambda n: _devcoredump.build(self, ring, job, n))
+    def _crash_dump(self, ring: Ring, job: Job, who: str) -> int:
+        """Register devcd<N> for a failed job from a snapshot of what it needs, and
+        say so in one kmsg line (device lock held). Returns N; the text is made by
+        `coredumps.render(N)` once the lock is released, or by its first reader."""
+        snap = _devcoredump.capture(self, ring, job)
+        n = self.coredumps.add(lambda n: _devcoredump.format_dump(snap, n))
         self.kmsg.log(f"[{ring.name}] GPU fault in job {job.id} seq {job.fence.seq} {who}: "
                       f"{_devcoredump.fault_summary(job.result)} {_devcoredump.location(ring, job.result)}; "
                       f"context marked guilty; GPU crash dump triggered (devcd{n})")
+        return n
 
     def devcoredumps(self) -> dict[int, str]:
         """MOUNT/sys/class/devcoredump/devcd<N>/data: {N: dump text}, the last few."""

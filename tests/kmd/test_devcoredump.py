@@ -144,3 +144,42 @@ def test_store_keeps_the_last_dumps():
     store = D.CoredumpStore(limit=2)
     assert [store.add(lambda n: f"dump {n}") for _ in range(3)] == [0, 1, 2]
     assert store.snapshot() == {1: "dump 1", 2: "dump 2"}
+
+
+def test_store_formats_each_dump_once_when_first_asked():
+    store, made = D.CoredumpStore(), []
+    n = store.add(lambda n: made.append(n) or f"dump {n}")
+    assert made == []                       # add() only registers: it runs under the device lock
+    assert store.snapshot() == {n: "dump 0"} and store.snapshot() == {n: "dump 0"}
+    store.render(n)
+    assert made == [0]
+
+
+def test_dump_is_formatted_outside_the_device_lock(dev, c, monkeypatch):
+    """While a dump is being formatted (in the ring thread), other clients' ioctls
+    run; the kmsg line and devcd<N> exist from the start, and the fence signals only
+    once the text is whole."""
+    formatting, release = threading.Event(), threading.Event()
+    real = D.format_dump
+
+    def slow_format(snap, n):
+        formatting.set()
+        assert release.wait(10)
+        return real(snap, n)
+
+    monkeypatch.setattr(D, "format_dump", slow_format)
+    other = dev.open_file(pid=2000, uid=1000, comm="other", render=True)
+    seq = c.submit(SdmaIb().nop().fence(0x7000000, 1), uapi.AMDGPU_HW_IP_DMA)
+    assert formatting.wait(10)
+    done = []
+    t = threading.Thread(target=lambda: done.append(gem_create(dev, other, 4096)))
+    t.start()
+    t.join(5)
+    assert done, "an ioctl of another client waited for the crash dump"
+    assert LINE.search(dev.kmsg.text())
+    ring = dev.rings[(uapi.AMDGPU_HW_IP_DMA, 0)]
+    assert not ring.fence(seq).signaled
+    release.set()
+    assert c.wait(seq, uapi.AMDGPU_HW_IP_DMA) == errno.EFAULT
+    assert "address: 0x7000000 (write, unmapped)" in the_dump(dev)
+    dev.close_file(other)
