@@ -248,6 +248,51 @@ def cmd_trace(args) -> int:
     return trace_main(args)
 
 
+#: The preload library `make build` compiles from preload/vgpu_preload.c (docs/libdrm.md).
+PRELOAD_LIBRARY = Path(_ROOT) / "preload" / "libvgpu_preload.so"
+
+
+def cmd_run(args) -> int:
+    """Run COMMAND with the preload library, so that its /dev/dri/renderD128 (and
+    card0, and the sysfs files libdrm reads) lead to MOUNT; the exit status is
+    COMMAND's (this process becomes COMMAND)."""
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("vgpu run: no command given: vgpu run [--mount MOUNT] -- COMMAND [ARGS...]",
+              file=sys.stderr)
+        return 2
+    mount = os.path.realpath(args.mount)
+    state = mount_state(mount)
+    if state == "dead":
+        print(f"vgpu run: the vgpu mount at {mount} is dead (its daemon exited); "
+              f"run `vgpu umount {mount}`, then `vgpu mount {mount}`", file=sys.stderr)
+        return 1
+    if state != "live":
+        print(f"vgpu run: nothing is mounted at {mount}; start a device with `vgpu mount {mount}`, "
+              "or name another with --mount MOUNT or $VGPU_MOUNT", file=sys.stderr)
+        return 1
+    if not os.path.exists(os.path.join(mount, "dev", "dri", "renderD128")):
+        print(f"vgpu run: {mount} is mounted but is not a vgpu device (no dev/dri/renderD128)",
+              file=sys.stderr)
+        return 1
+    if not PRELOAD_LIBRARY.is_file():
+        print(f"vgpu run: the preload library {PRELOAD_LIBRARY} is not built; run `make build`",
+              file=sys.stderr)
+        return 1
+    env = dict(os.environ)
+    env["VGPU_MOUNT"] = mount
+    env["LD_PRELOAD"] = ":".join(filter(None, [str(PRELOAD_LIBRARY), env.get("LD_PRELOAD")]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        print(f"vgpu run: {command[0]}: {e.strerror}", file=sys.stderr)
+        return 127 if e.errno == errno.ENOENT else 126
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vgpu", description="A DRM-style virtual GPU through FUSE")
     sub = p.add_subparsers(dest="command", required=True)
@@ -283,6 +328,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--log", metavar="FILE", help="keep strace's raw log in FILE")
     t.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
     t.set_defaults(func=cmd_trace)
+
+    r = sub.add_parser("run", help="run a libdrm program on the mount (LD_PRELOAD)",
+                       description="Run COMMAND with the preload library, so that an unmodified "
+                                   "libdrm program's /dev/dri/renderD128, card0 and DRM sysfs "
+                                   "files lead to MOUNT. Exit status: COMMAND's. "
+                                   "See docs/libdrm.md.")
+    r.add_argument("--mount", default=default_mount(),
+                   help="the vgpu mount (default $VGPU_MOUNT, then /tmp/vgpu)")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS]")
+    r.set_defaults(func=cmd_run)
 
     from vgpu_tools.asm_cli import add_parsers as add_asm_parsers   # asm, disasm
     add_asm_parsers(sub)
