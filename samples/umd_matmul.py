@@ -57,7 +57,8 @@ def matmul(m: i32, n: i32, k: i32, a: Ptr[f32], b: Ptr[f32], c: Ptr[f32]):
 
 
 def gpu_matmul(da: umd.DeviceArray, db: umd.DeviceArray, dc: umd.DeviceArray) -> None:
-    """Launch matmul over C's tiles: grid (ceil(N/16), ceil(M/16)), 16x16 threads."""
+    """Launch matmul over C's tiles: grid (ceil(N/16), ceil(M/16)), 16x16 threads
+    (umd_mlp.py's layers call it too)."""
     m, k = da.shape
     n = db.shape[1]
     grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE)

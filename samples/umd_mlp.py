@@ -1,9 +1,14 @@
 """Inference of a 2-layer MLP with @umd.kernel: dense + GELU, dense, softmax, argmax.
 
-    h      = gelu(x @ W1 + b1)        dense[...](..., GELU)   tiled, 16x16 shared tiles
-    logits = h @ W2 + b2              dense[...](..., NONE)
+    h      = gelu(x @ W1 + b1)        matmul from samples/umd_matmul.py, then bias_act(..., GELU)
+    logits = h @ W2 + b2              matmul, then bias_act(..., NONE)
     p      = softmax(logits)          softmax_rows from samples/umd_softmax.py
     class  = argmax(p)                on the host
+
+The layers reuse the other samples' kernels. A library would fuse the bias and the
+activation into the matmul's last step (its epilogue); umd kernels cannot call
+functions (docs/umd-compiler.md 11), so fusing them here would mean a second copy of
+the tiled loop. Instead one element-wise kernel, bias_act, follows each matmul.
 
 The weights are fixed: drawn from a seeded generator (scaled by 1/sqrt(fan-in)), as
 are the 256 inputs. GELU is the tanh form, 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715
@@ -14,8 +19,9 @@ and the same class for every input. Every float32 operation on the GPU is correc
 rounded (docs/isa.md 3: v_add/v_mul/v_div_f32 and tanh/exp are the double results
 rounded once), so the dense layers are off by at most gamma_K (|x| @ |W|) with
 gamma_K = K * 2^-24, about 1e-5 of the magnitudes for K <= 128, and GELU adds a
-few u. A logit error d moves p_i by at most about 2 d p_i relative, so the
-probabilities are expected within ~1e-5 relative; 1e-4 leaves a 10x margin.
+few u (the bias add is the same rounded v_add_f32 whether fused or not). A logit
+error d moves p_i by at most about 2 d p_i relative, so the probabilities are
+expected within ~1e-5 relative; 1e-4 leaves a 10x margin.
 
     python samples/umd_mlp.py --device /tmp/vgpu
 """
@@ -27,49 +33,34 @@ import numpy as np
 import umd
 from session import add_device_argument
 from umd import Ptr, f32, i32
+from umd_matmul import gpu_matmul
 from umd_softmax import softmax
 
-TILE = 16
+BLOCK = 64
 NONE, GELU = 0, 1
 SQRT_2_OVER_PI = 0.7978845608028654
 IN, HIDDEN, OUT, BATCH = 64, 128, 10, 256
 
 
 @umd.kernel
-def dense(m: i32, n: i32, k: i32, x: Ptr[f32], w: Ptr[f32], bias: Ptr[f32], y: Ptr[f32], act: i32):
-    """y[m, n] = act(x[m, k] @ w[k, n] + bias[n])."""
-    x_tile = umd.shared_array(f32, (TILE, TILE))
-    w_tile = umd.shared_array(f32, (TILE, TILE))
-    tx = umd.thread_idx.x
-    ty = umd.thread_idx.y
-    row = umd.block_idx.y * TILE + ty
-    col = umd.block_idx.x * TILE + tx
-    acc = 0.0
-    for k0 in range(0, k, TILE):
-        if row < m and k0 + tx < k:
-            x_tile[ty, tx] = x[row * k + k0 + tx]
-        else:
-            x_tile[ty, tx] = 0.0
-        if k0 + ty < k and col < n:
-            w_tile[ty, tx] = w[(k0 + ty) * n + col]
-        else:
-            w_tile[ty, tx] = 0.0
-        umd.syncthreads()
-        for kk in range(TILE):
-            acc += x_tile[ty, kk] * w_tile[kk, tx]
-        umd.syncthreads()
-    if row < m and col < n:
-        v = acc + bias[col]
+def bias_act(n: i32, y: Ptr[f32], bias: Ptr[f32], act: i32):
+    """y[r, c] = act(y[r, c] + bias[c]) in place, for row r = block_idx.y of a matrix
+    with n columns; one thread per element."""
+    col = umd.block_idx.x * umd.block_dim.x + umd.thread_idx.x
+    if col < n:
+        i = umd.block_idx.y * n + col
+        v = y[i] + bias[col]
         if act == GELU:
             v = 0.5 * v * (1.0 + umd.math.tanh(SQRT_2_OVER_PI * (v + 0.044715 * v * v * v)))
-        y[row * n + col] = v
+        y[i] = v
 
 
 def layer(dx: umd.DeviceArray, dw: umd.DeviceArray, db: umd.DeviceArray, act: int) -> umd.DeviceArray:
-    m, k = dx.shape
-    n = dw.shape[1]
+    """act(x @ w + b): the tiled matmul, then bias_act over (ceil(n / BLOCK), m) workgroups."""
+    m, n = dx.shape[0], dw.shape[1]
     dy = umd.empty((m, n), np.float32)
-    dense[((n + TILE - 1) // TILE, (m + TILE - 1) // TILE), (TILE, TILE)](m, n, k, dx, dw, db, dy, act)
+    gpu_matmul(dx, dw, dy)
+    bias_act[((n + BLOCK - 1) // BLOCK, m), BLOCK](n, dy, db, act)
     return dy
 
 

@@ -1,16 +1,33 @@
-"""Kernels for the compiler tests (they need a real source file)."""
-import math
+"""Kernels for the compiler tests (they need a real source file), as plain Python
+functions (what the compiler takes; ``@umd.kernel`` keeps one as ``.fn``).
+
+The kernels the samples teach with are defined once, in the samples, and imported
+from there: saxpy, the tiled matmul, the row softmax and the MLP's bias + GELU step.
+A learner reads a kernel next to the code that launches it and checks its result, in
+the sample they run, so that is where a kernel lives; the tests run those same
+kernels on the reference executor. The kernels below the imports are the tests' own.
+"""
+import sys
+from pathlib import Path
 
 import umd.intrinsics as gpu
 from umd.types import Ptr, f32, i32, u32
 
-TILE = 8
+# The samples are scripts that import each other by file name (Python puts a script's
+# folder on sys.path); importing them here needs that folder on sys.path too.
+_SAMPLES = str(Path(__file__).resolve().parents[2] / "samples")
+if _SAMPLES not in sys.path:
+    sys.path.append(_SAMPLES)
 
+import umd_matmul  # noqa: E402
+import umd_mlp  # noqa: E402
+import umd_saxpy  # noqa: E402
+import umd_softmax  # noqa: E402
 
-def saxpy(n: i32, a: f32, x: Ptr[f32], y: Ptr[f32]):
-    i = gpu.block_idx.x * gpu.block_dim.x + gpu.thread_idx.x
-    if i < n:
-        y[i] = a * x[i] + y[i]
+saxpy = umd_saxpy.saxpy.fn
+matmul, MATMUL_TILE = umd_matmul.matmul.fn, umd_matmul.TILE                   # TILE x TILE workgroups
+softmax_rows, SOFTMAX_BLOCK = umd_softmax.softmax_rows.fn, umd_softmax.BLOCK   # one workgroup per row
+bias_act, BIAS_ACT_BLOCK, GELU = umd_mlp.bias_act.fn, umd_mlp.BLOCK, umd_mlp.GELU
 
 
 def vector_add(n: i32, a: Ptr[f32], b: Ptr[f32], c: Ptr[f32]):
@@ -120,60 +137,6 @@ def math_all(n: i32, x: Ptr[f32], y: Ptr[f32], out: Ptr[f32]):
         out[i * 11 + 10] = gpu.math.floor(v)
 
 
-def matmul(m: i32, n: i32, k: i32, a: Ptr[f32], b: Ptr[f32], c: Ptr[f32]):
-    As = gpu.shared_array(f32, (TILE, TILE))
-    Bs = gpu.shared_array(f32, (TILE, TILE))
-    tx = gpu.thread_idx.x
-    ty = gpu.thread_idx.y
-    row = gpu.block_idx.y * TILE + ty
-    col = gpu.block_idx.x * TILE + tx
-    acc = 0.0
-    for k0 in range(0, k, TILE):
-        As[ty, tx] = a[row * k + k0 + tx]
-        Bs[ty, tx] = b[(k0 + ty) * n + col]
-        gpu.syncthreads()
-        for kk in range(TILE):
-            acc += As[ty, kk] * Bs[kk, tx]
-        gpu.syncthreads()
-    if row < m and col < n:
-        c[row * n + col] = acc
-
-
-def softmax(n: i32, x: Ptr[f32], y: Ptr[f32]):
-    red = gpu.shared_array(f32, 64)
-    t = gpu.thread_idx.x
-    base = gpu.block_idx.x * n
-    m = -math.inf
-    j = t
-    while j < n:
-        m = max(m, x[base + j])
-        j += 64
-    red[t] = m
-    gpu.syncthreads()
-    s = 32
-    while s > 0:
-        if t < s:
-            red[t] = gpu.math.fmax(red[t], red[t + s])
-        gpu.syncthreads()
-        s //= 2
-    m = red[0]
-    gpu.syncthreads()
-    acc = 0.0
-    for j in range(t, n, 64):
-        acc += gpu.math.exp(x[base + j] - m)
-    red[t] = acc
-    gpu.syncthreads()
-    s = 32
-    while s > 0:
-        if t < s:
-            red[t] += red[t + s]
-        gpu.syncthreads()
-        s //= 2
-    total = red[0]
-    for j in range(t, n, 64):
-        y[base + j] = gpu.math.exp(x[base + j] - m) / total
-
-
 def relu_gelu(n: i32, x: Ptr[f32], relu: Ptr[f32], gelu: Ptr[f32]):
     i = gpu.block_idx.x * gpu.block_dim.x + gpu.thread_idx.x
     if i < n:
@@ -181,6 +144,14 @@ def relu_gelu(n: i32, x: Ptr[f32], relu: Ptr[f32], gelu: Ptr[f32]):
         relu[i] = v if v > 0.0 else 0.0
         inner = 0.7978845608 * (v + 0.044715 * v * v * v)
         gelu[i] = 0.5 * v * (1.0 + gpu.math.tanh(inner))
+
+
+def min_max_abs(n: i32, x: Ptr[f32], k: Ptr[i32], out: Ptr[f32], iout: Ptr[i32]):
+    # Python's min, max and abs, on f32 and on i32 (umd.math.fmin/fmax: math_all)
+    i = gpu.thread_idx.x
+    if i < n:
+        out[i] = max(min(x[i], 1.5), -1.5, abs(x[i]) - 3.0)
+        iout[i] = max(abs(k[i]), 7) - min(k[i], 0, i)
 
 
 def short_circuit(n: i32, x: Ptr[i32], out: Ptr[i32]):

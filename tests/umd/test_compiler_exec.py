@@ -130,22 +130,52 @@ def test_math_functions():
         np.testing.assert_array_equal(got[:, k], w.astype(np.float32), err_msg=str(k))
 
 
+def _tiles(n: int) -> int:
+    return (n + K.MATMUL_TILE - 1) // K.MATMUL_TILE
+
+
 def test_tiled_matmul():
-    m, n, k = 16, 24, 32
+    # samples/umd_matmul.py's kernel; ragged M, N and K leave partial tiles on every edge
+    m, n, k = 20, 24, 40
     a = RNG.standard_normal((m, k)).astype(np.float32)
     b = RNG.standard_normal((k, n)).astype(np.float32)
     c = np.zeros((m, n), np.float32)
-    run(build(K.matmul), (n // 8, m // 8), (8, 8), m, n, k, a, b, c)
+    run(build(K.matmul), (_tiles(n), _tiles(m)), (K.MATMUL_TILE, K.MATMUL_TILE), m, n, k, a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_softmax():
+    # samples/umd_softmax.py's kernel: one workgroup per row
     rows, n = 3, 150
     x = RNG.standard_normal((rows, n)).astype(np.float32) * 4
     y = np.zeros_like(x)
-    run(build(K.softmax), rows, 64, n, x, y)
+    run(build(K.softmax_rows), rows, K.SOFTMAX_BLOCK, n, x, y)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_mlp_bias_gelu():
+    # samples/umd_mlp.py's step after each matmul: y = gelu(y + bias), one row per workgroup y
+    m, n = 3, 70
+    y = RNG.standard_normal((m, n)).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    want = (y + bias).astype(np.float64)
+    want = 0.5 * want * (1 + np.tanh(0.7978845608028654 * (want + 0.044715 * want ** 3)))
+    run(build(K.bias_act), ((n + K.BIAS_ACT_BLOCK - 1) // K.BIAS_ACT_BLOCK, m), K.BIAS_ACT_BLOCK,
+        n, y, bias, K.GELU)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_builtin_min_max_abs():
+    n = 40
+    x = np.linspace(-5, 5, n).astype(np.float32)
+    k = np.arange(-20, 20, dtype=np.int32)
+    out = np.zeros(n, np.float32)
+    iout = np.zeros(n, np.int32)
+    run(build(K.min_max_abs), 1, 64, n, x, k, out, iout)
+    np.testing.assert_array_equal(out, np.maximum(np.maximum(np.minimum(x, 1.5), -1.5), np.abs(x) - 3))
+    i = np.arange(n)
+    np.testing.assert_array_equal(iout, np.maximum(np.abs(k), 7) - np.minimum(np.minimum(k, 0), i))
 
 
 def test_relu_gelu():
