@@ -124,7 +124,8 @@ class VgpuFs(pyfuse3.Operations):
 
     def _devcoredumps(self) -> dict:
         """The provider of sys/class/devcoredump/: {devcd<N>: {data: text}}."""
-        return {f"devcd{n}": {"data": (lambda text=text: text)} for n, text in self.dev.devcoredumps().items()}
+        return {f"devcd{n}": {"data": (lambda text=text: text)}
+                for n, text in self.dev.devcoredumps().items()}
 
     def _refresh(self, d: Dir) -> dict[str, Node]:
         """The current children of ``d``; provider entries keep their inode by name."""
