@@ -68,6 +68,54 @@ struct vgpu_reply_header {
 	__u32 reserved;		/* 0 */
 };
 
+/* AMDGPU_INFO_GPUVM_FAULT, as Linux 6.x's amdgpu_drm.h defines it; Debian's
+ * libdrm-dev (2.4.114) predates it. The answer is the last page fault of the
+ * calling file's VM, all zero if none. status: the VM_L2_PROTECTION_FAULT_STATUS
+ * fields below (GFX9 layout); vmhub: always AMDGPU_VMHUB_TYPE_GFX, index 0.
+ */
+#ifndef AMDGPU_INFO_GPUVM_FAULT
+#define AMDGPU_INFO_GPUVM_FAULT		0x23
+
+#define AMDGPU_VMHUB_TYPE_MASK		0xff
+#define AMDGPU_VMHUB_TYPE_SHIFT		0
+#define AMDGPU_VMHUB_TYPE_GFX		0
+#define AMDGPU_VMHUB_TYPE_MM0		1
+#define AMDGPU_VMHUB_TYPE_MM1		2
+#define AMDGPU_VMHUB_IDX_MASK		0xff00
+#define AMDGPU_VMHUB_IDX_SHIFT		8
+
+struct drm_amdgpu_info_gpuvm_fault {
+	__u64 addr;
+	__u32 status;
+	__u32 vmhub;
+};
+#endif
+
+/* The status fields vgpu fills. PERMISSION_FAULTS: bit 0 no valid PTE, bits 1..3
+ * the permission the access needed (AMDGPU_VM_PAGE_READABLE/WRITEABLE/EXECUTABLE);
+ * RW: a write.
+ */
+#define VGPU_FAULT_STATUS_PERMISSION_FAULTS_SHIFT	4
+#define VGPU_FAULT_STATUS_PERMISSION_FAULTS_MASK	0xf0
+#define VGPU_FAULT_STATUS_RW				(1 << 18)
+
+/* vgpu's own AMDGPU_INFO query: the calling file's last job that failed with a
+ * crash dump (page fault, bad packet or instruction, hang), all zero if none.
+ * seq_no 0 means no failed job; devcd is N of
+ * MOUNT/sys/class/devcoredump/devcd<N>/data; error is the fence's errno.
+ */
+#define VGPU_INFO_LAST_FAULT		0x80
+
+struct vgpu_info_last_fault {
+	__u64 seq_no;		/* CS sequence number of the job */
+	__u32 ctx_id;
+	__u32 ip_type;		/* AMDGPU_HW_IP_* */
+	__u32 ip_instance;
+	__u32 ring;
+	__s32 error;		/* EFAULT, EINVAL, ETIME */
+	__u32 devcd;		/* its crash dump */
+};
+
 #if defined(__cplusplus)
 }
 #endif

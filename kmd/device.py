@@ -228,7 +228,15 @@ class Device:
                 where = (f"{r.fault.access} of VA {r.fault.va:#x} ({r.fault.reason})" if r.fault
                          else f"{r.reason}")
                 ctx.errors.append(where)
+                if r.fault is not None:
+                    # Linux records it from the fault interrupt (gmc_v9_0_process_interrupt);
+                    # here it is recorded before the fence signals, so a client whose wait
+                    # failed with EFAULT finds it with AMDGPU_INFO_GPUVM_FAULT at once.
+                    f.vm.record_fault(r.fault)
                 n = self._crash_dump(ring, job, who)
+            f.last_fault = uapi.vgpu_info_last_fault(
+                seq_no=job.fence.seq, ctx_id=ctx.id, ip_type=ring.ip_type, ip_instance=0, ring=ring.index,
+                error=job.error, devcd=n)
         self.coredumps.render(n)
 
     def _crash_dump(self, ring: Ring, job: Job, who: str) -> int:

@@ -25,6 +25,9 @@ class DrmFile:
         self.syncobjs: dict = {}       # syncobj handle -> kmd.syncobj.Syncobj
         self.sync_tokens: set[int] = set()  # tokens this file exported (MOUNT/sync/)
         self.jobs: set[int] = set()    # ids of its jobs queued or running
+        # Its last job that failed with a crash dump: the answer to vgpu's
+        # VGPU_INFO_LAST_FAULT (uapi.vgpu_info_last_fault), None until one fails.
+        self.last_fault = None
         self._next_handle = 1
         self._next_ctx = 1
         self._next_list = 1

@@ -144,6 +144,13 @@ def _answer(dev, file, a) -> bytes:
         fw.ver = 0x00010000 | a.query_fw.fw_type  # vgpu's "firmware" is its own code
         fw.feature = 1
         return bytes(fw)
+    if q == uapi.AMDGPU_INFO_GPUVM_FAULT:
+        # amdgpu_kms.c: the fault_info of the file's VM, zeros if it never faulted.
+        return bytes(file.vm.fault_info)
+    if q == uapi.VGPU_INFO_LAST_FAULT:
+        # vgpu's addition: which job failed last and which devcd<N> holds its dump.
+        last = file.last_fault
+        return bytes(last if last is not None else uapi.vgpu_info_last_fault())
     raise KmdError(errno.EINVAL, f"unsupported INFO query {q:#x}")
 
 
@@ -151,7 +158,14 @@ def info(dev, file, args, extra):
     """Answer one AMDGPU_INFO_* query. The answer comes back as out-data of exactly
     `return_size` bytes (cut, or zero-padded), as the kernel's copy_to_user would
     leave the user's buffer. EINVAL: unknown query or hw ip, return_size 0 or over
-    64 KiB."""
+    64 KiB.
+
+    Queries: ACCEL_WORKING, DEV_INFO, VRAM_USAGE, VIS_VRAM_USAGE, GTT_USAGE,
+    VRAM_GTT, MEMORY, TIMESTAMP, HW_IP_INFO, HW_IP_COUNT, FW_VERSION; GPUVM_FAULT
+    (Linux 6.x, amdgpu 3.55: drm_amdgpu_info_gpuvm_fault, the last page fault of the
+    file's VM, zeros if none; answered although VERSION says 3.49); and vgpu's own
+    VGPU_INFO_LAST_FAULT (vgpu_info_last_fault: the file's last failed job and the
+    N of its crash dump devcd<N>, zeros if none)."""
     check(0 < args.return_size <= MAX_INFO_RETURN, errno.EINVAL,
           f"return_size {args.return_size} not in 1..{MAX_INFO_RETURN}")
     data = _answer(dev, file, args)

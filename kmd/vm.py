@@ -23,6 +23,23 @@ PAGE_FLAGS = uapi.AMDGPU_VM_PAGE_READABLE | uapi.AMDGPU_VM_PAGE_WRITEABLE | uapi
 VALID_VA_FLAGS = PAGE_FLAGS | uapi.AMDGPU_VM_DELAY_UPDATE | uapi.AMDGPU_VM_MTYPE_MASK
 
 
+# GpuFault.access -> the AMDGPU_VM_PAGE_* permission the access needed.
+ACCESS_PAGE_FLAG = {"read": uapi.AMDGPU_VM_PAGE_READABLE, "write": uapi.AMDGPU_VM_PAGE_WRITEABLE,
+                    "exec": uapi.AMDGPU_VM_PAGE_EXECUTABLE}
+VM_FAULT_REASONS = ("unmapped", "permission")  # what the MMU reports; "misaligned" is the shader's
+
+
+def fault_status(fault) -> int:
+    """VM_L2_PROTECTION_FAULT_STATUS for a hw.GpuFault, in the fields vgpu fills
+    (uapi.VGPU_FAULT_STATUS_*): PERMISSION_FAULTS bit 0 when no PTE was valid, plus
+    the permission the access needed; RW for a write. Never 0."""
+    perms = ACCESS_PAGE_FLAG.get(fault.access, 0) | (1 if fault.reason == "unmapped" else 0)
+    status = (perms << uapi.VGPU_FAULT_STATUS_PERMISSION_FAULTS_SHIFT) & uapi.VGPU_FAULT_STATUS_PERMISSION_FAULTS_MASK
+    if fault.access == "write":
+        status |= uapi.VGPU_FAULT_STATUS_RW
+    return status
+
+
 def pte_flags(flags: int) -> int:
     return ((hw.PTE_READ if flags & uapi.AMDGPU_VM_PAGE_READABLE else 0)
             | (hw.PTE_WRITE if flags & uapi.AMDGPU_VM_PAGE_WRITEABLE else 0)
@@ -49,6 +66,19 @@ class VirtualMemory:
         self.page_table = hw.PageTable()
         self._starts: list[int] = []
         self._maps: list[Mapping] = []
+        # The last page fault in this VM (amdgpu_vm.h's vm->fault_info), the answer
+        # to AMDGPU_INFO_GPUVM_FAULT; all zero until the first fault.
+        self.fault_info = uapi.drm_amdgpu_info_gpuvm_fault()
+
+    def record_fault(self, fault) -> None:
+        """Keep `fault` (a hw.GpuFault the MMU raised) as the VM's last page fault,
+        as amdgpu_vm_update_fault_cache does. Faults that are not the MMU's (a
+        misaligned access is the shader's) are not VM faults and are ignored."""
+        if fault.reason not in VM_FAULT_REASONS:
+            return
+        self.fault_info = uapi.drm_amdgpu_info_gpuvm_fault(
+            addr=fault.va, status=fault_status(fault),
+            vmhub=uapi.AMDGPU_VMHUB_TYPE_GFX | 0 << uapi.AMDGPU_VMHUB_IDX_SHIFT)
 
     def mappings(self) -> list[Mapping]:
         return list(self._maps)

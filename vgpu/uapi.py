@@ -1322,3 +1322,66 @@ def ioctl_name(request: int) -> str:
     """Name of a request for logs and traces (``"AMDGPU_CS"``), or its hex code."""
     known = IOCTLS.get(_IOC_NR(request)) if _IOC_TYPE(request) == DRM_IOCTL_BASE else None
     return known.name if known else f"{request:#010x}"
+
+
+# ===========================================================================
+# AMDGPU_INFO_GPUVM_FAULT (Linux 6.x amdgpu_drm.h; Debian's libdrm-dev 2.4.114
+# header predates it, so include/vgpu_drm.h defines it when the system header
+# does not), and vgpu's own INFO query for the crash dump of a file's last fault
+# ===========================================================================
+AMDGPU_INFO_GPUVM_FAULT = 0x23  # the last page fault of the file's VM
+
+AMDGPU_VMHUB_TYPE_MASK = 0xFF
+AMDGPU_VMHUB_TYPE_SHIFT = 0
+AMDGPU_VMHUB_TYPE_GFX = 0
+AMDGPU_VMHUB_TYPE_MM0 = 1
+AMDGPU_VMHUB_TYPE_MM1 = 2
+AMDGPU_VMHUB_IDX_MASK = 0xFF00
+AMDGPU_VMHUB_IDX_SHIFT = 8
+
+
+class drm_amdgpu_info_gpuvm_fault(_Struct):
+    """Answer to AMDGPU_INFO_GPUVM_FAULT: the last GPU page fault of the calling
+    file's VM (amdgpu_vm_update_fault_cache), all zero if it has had none.
+
+    ``addr``: the faulting VA; ``vmhub``: AMDGPU_VMHUB_TYPE_* | index <<
+    AMDGPU_VMHUB_IDX_SHIFT (always GFX, index 0: vgpu models one hub); ``status``:
+    VM_L2_PROTECTION_FAULT_STATUS as a GFX9 part reports it. vgpu sets the fields
+    below (VGPU_FAULT_STATUS_*) and nothing else, so status is nonzero for every
+    recorded fault.
+    """
+    _fields_ = [("addr", _u64), ("status", _u32), ("vmhub", _u32)]
+
+
+# The fields of VM_L2_PROTECTION_FAULT_STATUS that vgpu fills (layout of
+# gc_9_0_sh_mask.h). PERMISSION_FAULTS: bit 0 the PTE was not valid (no mapping),
+# bits 1..3 the permission the access needed (the AMDGPU_VM_PAGE_READABLE /
+# WRITEABLE / EXECUTABLE bit); RW: set for a write.
+VGPU_FAULT_STATUS_PERMISSION_FAULTS_SHIFT = 4
+VGPU_FAULT_STATUS_PERMISSION_FAULTS_MASK = 0xF0
+VGPU_FAULT_STATUS_RW = 1 << 18
+
+# vgpu's own INFO queries start at 0x80, far above amdgpu's (0x00..0x24 in Linux 6.x).
+VGPU_INFO_LAST_FAULT = 0x80
+
+
+class vgpu_info_last_fault(_Struct):
+    """Answer to VGPU_INFO_LAST_FAULT (vgpu's addition to AMDGPU_INFO): the calling
+    file's last job that failed with a crash dump (a page fault, a bad packet or
+    instruction, a hang), all zero if none has.
+
+    ``seq_no``, ``ctx_id``, ``ip_type``, ``ip_instance``, ``ring``: the job, as its
+    drm_amdgpu_fence names it (seq_no 0: no failed job); ``error``: the errno its
+    fence carries (EFAULT, EINVAL, ETIME); ``devcd``: N of its crash dump,
+    MOUNT/sys/class/devcoredump/devcd<N>/data (kept while it is among the device's
+    last 16 dumps). A UMD whose fence failed asks this instead of reading kmsg.
+    """
+    _fields_ = [
+        ("seq_no", _u64),
+        ("ctx_id", _u32),
+        ("ip_type", _u32),
+        ("ip_instance", _u32),
+        ("ring", _u32),
+        ("error", _s32),
+        ("devcd", _u32),
+    ]
