@@ -2,10 +2,13 @@
 # installs what is missing (deps) and builds the Cython core (build) first.
 PYTHON ?= python3
 PIP := PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip
-DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev gcc
+DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev libdrm-tests gcc
 PY_PKGS := pyfuse3 trio numpy cython pytest pytest-trio setuptools wheel
 # Empty: the demo mounts a fresh temporary directory.
 DEMO_MOUNT ?=
+# The preload library `vgpu run` loads, and the C samples (docs/libdrm.md).
+PRELOAD := preload/libvgpu_preload.so
+C_SAMPLES := samples/c/sdma_exercise samples/c/dmabuf_share
 
 .PHONY: deps build test demo bench clean
 
@@ -22,12 +25,29 @@ deps:
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
 	$(PIP) install -q --no-build-isolation --no-deps -e .
+	@$(MAKE) --no-print-directory $(PRELOAD) $(C_SAMPLES)
+
+# Unmodified libdrm programs on a mount: an LD_PRELOAD library, no Python in it.
+$(PRELOAD): preload/vgpu_preload.c include/vgpu_drm.h
+	gcc -O2 -Wall -Wextra -fPIC -shared -Iinclude $$(pkg-config --cflags libdrm) -o $@ $< -ldl -lpthread
+
+samples/c/%: samples/c/%.c
+	gcc -O2 -Wall -o $@ $< $$(pkg-config --cflags --libs libdrm_amdgpu libdrm)
 
 test: build
 	$(PYTHON) -m pytest -q tests
 
+# The Python exercise (vgpu_tools.demo mounts and unmounts), then the same exercise in
+# C on libdrm_amdgpu through `vgpu run`, on a device mounted for it.
 demo: build
-	$(PYTHON) -m vgpu_tools.demo $(DEMO_MOUNT)
+	@$(PYTHON) -m vgpu_tools.demo $(DEMO_MOUNT); py=$$?; \
+	mnt="$(DEMO_MOUNT)"; [ -n "$$mnt" ] || mnt=$$(mktemp -d /tmp/vgpu-demo-c-XXXXXX); \
+	echo "== C: samples/c/sdma_exercise on libdrm_amdgpu, through vgpu run (mounted at $$mnt)"; \
+	$(PYTHON) -m vgpu_tools mount $$mnt --vram 256M || exit 1; \
+	$(PYTHON) -m vgpu_tools run --mount $$mnt -- samples/c/sdma_exercise; c=$$?; \
+	$(PYTHON) -m vgpu_tools umount $$mnt; \
+	echo "== demo: Python $$( [ $$py = 0 ] && echo PASS || echo FAIL), C $$( [ $$c = 0 ] && echo PASS || echo FAIL)"; \
+	[ $$py = 0 ] && [ $$c = 0 ]
 
 bench: build bench/c_echo/echo_fuse
 	$(PYTHON) -m bench
@@ -37,5 +57,5 @@ bench/c_echo/echo_fuse: bench/c_echo/echo_fuse.c
 	gcc -O2 -Wall -o $@ $< $$(pkg-config --cflags --libs fuse3)
 
 clean:
-	rm -rf build *.egg-info kmd/hw/_core.cpp kmd/hw/_core*.so kmd/hw/_aperture.c kmd/hw/_aperture*.so bench/c_echo/echo_fuse
+	rm -rf build *.egg-info kmd/hw/_core.cpp kmd/hw/_core*.so kmd/hw/_aperture.c kmd/hw/_aperture*.so bench/c_echo/echo_fuse $(PRELOAD) $(C_SAMPLES)
 	find . -name __pycache__ -prune -exec rm -rf {} +
