@@ -18,8 +18,12 @@ from .device import Device, get_device, set_device, synchronize
 from .errors import (GPUError, GPUFault, GPUHang, KernelCompileError, LaunchError, OutOfMemory, UMDError,
                      VersionMismatch)
 from .event import Event, elapsed_time
+from .intrinsics import (atomic_add, atomic_cas, atomic_max, block_dim, block_idx, grid_dim, math, shared_array,
+                         syncthreads, thread_idx)
+from .kernel import kernel
 from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
 from .stream import Stream, default_stream
+from .types import Ptr, f32, i32, u32
 
 
 def memory_stats(device: Device | None = None) -> dict:
@@ -33,21 +37,3 @@ def empty_cache(device: Device | None = None) -> None:
     the work that used them."""
     (device or get_device()).pool.empty_cache()
 
-
-# ---------------------------------------------------------------------------------
-# Kernel compiler exports (umd/kernel.py, umd/types.py, umd/intrinsics.py: the compiler's modules).
-# Imported when present so that the runtime works on its own before they land.
-try:
-    from .kernel import kernel  # noqa: F401
-except ImportError:
-    pass
-try:
-    from .types import f32, i32, u32, Ptr  # noqa: F401
-except ImportError:
-    pass
-try:
-    from .intrinsics import (atomic_add, atomic_cas, atomic_max, block_dim, block_idx,  # noqa: F401
-                             grid_dim, math, shared_array, syncthreads, thread_idx)
-except ImportError:
-    pass
-# ---------------------------------------------------------------------------------

@@ -15,8 +15,7 @@ from __future__ import annotations
 import functools
 
 from .compiler import CompiledKernel, compile_kernel
-from .intrinsics import (atomic_add, atomic_cas, atomic_max, block_dim, block_idx,  # noqa: F401
-                         grid_dim, math, shared_array, syncthreads, thread_idx)
+from .launch import launch_kernel
 
 
 class Kernel:
@@ -50,7 +49,6 @@ class Launcher:
         self.kernel, self.grid, self.block, self.stream = kernel, grid, block, stream
 
     def __call__(self, *args) -> None:
-        from .launch import launch_kernel
         launch_kernel(self.kernel.compile(), self.grid, self.block, args, self.stream)
 
 

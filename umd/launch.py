@@ -18,37 +18,16 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass, field
 
 import numpy as np
 
 import libvgpu
 
 from . import debug
+from .compiler import ArgSpec, CompiledKernel
 from .debug import DebugFlag
 from .errors import LaunchError
 from .stream import current_stream
-
-try:   # the compiler's own types, once umd/compiler exists
-    from .compiler import ArgSpec, CompiledKernel  # type: ignore[attr-defined]
-except ImportError:
-    @dataclass(frozen=True)
-    class ArgSpec:
-        """One kernel argument in the kernarg segment."""
-        name: str
-        kind: str       # 'i32' | 'u32' | 'f32' | 'ptr'
-        offset: int
-        size: int
-
-    @dataclass
-    class CompiledKernel:
-        """What launch_kernel needs from a compiled kernel (see the module docstring)."""
-        name: str
-        code_object: bytes
-        args: list = field(default_factory=list)
-        kernarg_size: int = 0
-        line_table: dict = field(default_factory=dict)
-        source_file: str = ""
 
 MAX_BLOCK_THREADS = 1024
 MAX_GRID_DIM = (1 << 32) - 1

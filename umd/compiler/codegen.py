@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from umd.types import PtrType, bool_, f32, i32, u32
+from umd.types import PtrType, f32, i32, u32
 
 from . import ir
 from .errors import KernelCompileError

@@ -19,7 +19,6 @@ import ast
 import builtins
 import inspect
 import math as pymath
-import struct
 import textwrap
 
 import numpy as np

@@ -16,7 +16,7 @@ values divergent.
 """
 from __future__ import annotations
 
-from umd.types import PtrType, bool_, f32
+from umd.types import PtrType, f32
 
 from . import ir
 from .errors import KernelCompileError
