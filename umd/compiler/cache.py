@@ -17,6 +17,7 @@ from pathlib import Path
 
 from vgpu import isa
 
+from .compiled import CompiledKernel
 from .debug import debug_log
 
 
@@ -55,8 +56,8 @@ def cache_key(pyfn, options: dict, compiler_version: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def load(key: str, name: str):
-    from . import CompiledKernel
+def load(key: str, name: str) -> CompiledKernel | None:
+    """The cached kernel of ``key`` (``name`` is for the log), or None on a miss."""
     d = cache_dir()
     try:
         meta = json.loads((d / f"{key}.json").read_text())
@@ -69,7 +70,7 @@ def load(key: str, name: str):
     return compiled
 
 
-def store(key: str, compiled) -> None:
+def store(key: str, compiled: CompiledKernel) -> None:
     """Write both files atomically (rename), the code object first: a reader that sees
     the JSON also sees the code.  A cache that cannot be written is not an error."""
     d = cache_dir()

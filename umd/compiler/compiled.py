@@ -1,0 +1,38 @@
+"""What the compiler produces: a CompiledKernel, the contract with umd.launch
+(docs/umd.md, "Contract with the compiler"), and its JSON form in the disk cache
+(umd/compiler/cache.py)."""
+from __future__ import annotations
+
+import dataclasses
+
+from .ir import ArgSpec
+
+
+@dataclasses.dataclass
+class CompiledKernel:
+    """What umd.launch needs: the code object, the kernarg layout, the line table."""
+
+    name: str
+    code_object: bytes                     # a .vco image
+    args: list[ArgSpec]                    # user arguments, then __grid_dim_*, __block_dim_*
+    kernarg_size: int
+    line_table: dict[int, int] = dataclasses.field(default_factory=dict)  # PC -> source line
+    source_file: str = ""
+    ir_text: str = ""
+    asm_text: str = ""
+    sgprs: int = 0
+    vgprs: int = 0
+    lds_bytes: int = 0
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        del d["code_object"]
+        d["line_table"] = {str(k): v for k, v in self.line_table.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict, code_object: bytes) -> CompiledKernel:
+        d = dict(d)
+        d["args"] = [ArgSpec(**a) for a in d["args"]]
+        d["line_table"] = {int(k): v for k, v in d["line_table"].items()}
+        return cls(code_object=code_object, **d)
