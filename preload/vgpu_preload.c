@@ -973,7 +973,8 @@ static int drm_ioctl(int fd, struct vfile *vf, unsigned long request, void *arg)
 	if (!(b = tbuf()))
 		return ENOMEM;
 	memset(&a, 0, sizeof(a));
-	memcpy(&a, arg, MIN(size, sizeof(a)));
+	if (size)
+		memcpy(&a, arg, MIN(size, sizeof(a)));
 
 	struct frame f = {b->req, hdr, VGPU_MAX_FRAME};
 	if ((err = put(&f, arg, size)))
