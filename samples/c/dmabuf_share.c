@@ -138,6 +138,7 @@ int main(int argc, char **argv)
 	uint64_t size = 64 * 1024;
 	int child_fd = -1;
 
+	setvbuf(stdout, NULL, _IOLBF, 0); /* progress and errors in order, also in a pipe */
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--size") && i + 1 < argc)
 			size = strtoull(argv[++i], NULL, 0);
