@@ -226,3 +226,16 @@ def query_firmware_version(dev: Device, fw_type: int, ip_instance: int = 0,
 def query_timestamp(dev: Device) -> int:
     """AMDGPU_INFO_TIMESTAMP: the GPU clock in ns (amdgpu_query_info)."""
     return _query_u64(dev, uapi.AMDGPU_INFO_TIMESTAMP)
+
+
+def query_gpuvm_fault(dev: Device) -> uapi.drm_amdgpu_info_gpuvm_fault:
+    """AMDGPU_INFO_GPUVM_FAULT (Linux 6.x): the last page fault of this file's VM,
+    {addr, status, vmhub}; all zero if it has had none."""
+    return query_info_struct(dev, uapi.AMDGPU_INFO_GPUVM_FAULT, uapi.drm_amdgpu_info_gpuvm_fault)
+
+
+def query_last_fault(dev: Device) -> uapi.vgpu_info_last_fault:
+    """VGPU_INFO_LAST_FAULT (vgpu's addition): this file's last job that failed with a
+    crash dump (seq_no, ctx_id, ip_type, ring, error) and the N of its devcd<N>;
+    seq_no 0 if none has. Set before the job's fence signals."""
+    return query_info_struct(dev, uapi.VGPU_INFO_LAST_FAULT, uapi.vgpu_info_last_fault)

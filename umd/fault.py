@@ -1,41 +1,33 @@
 """Turning a failed fence into GPUFault / GPUHang.
 
 The fence only carries an errno (EFAULT page fault, EINVAL bad packet or
-instruction, ETIME hang, docs/kmd.md). The rest comes from what the KMD wrote for
-the failed job: its kmsg line (``[ring] GPU fault in job J seq S ctx C client F pid
-P (comm): <what> at IB packet offset K dw (<packet>), wave PC 0x..; ...
-(devcd<N>)``) and the crash dump MOUNT/sys/class/devcoredump/devcd<N>/data
-(docs/crash-dumps.md) for the program address, the reason and the faulting address.
-The program address names the kernel (the runtime knows where it loaded each one),
-and the kernel's line table maps the PC to a source line.
+instruction, ETIME hang, docs/kmd.md). The rest comes from queries of the DRM
+file, never from the driver's log: VGPU_INFO_LAST_FAULT names the file's last
+failed job and the N of its crash dump MOUNT/sys/class/devcoredump/devcd<N>/data
+(docs/crash-dumps.md: the program address, the PC, the reason, the faulting
+address), and AMDGPU_INFO_GPUVM_FAULT gives the VM's last faulting address. Both
+are set before the fence signals. The program address names the kernel (the
+runtime knows where it loaded each one), and the kernel's line table maps the PC
+to a source line.
 """
 from __future__ import annotations
 
 import errno as E
 import os
 import re
-import time
+
+import libvgpu
 
 from .errors import GPUError, GPUFault, GPUHang
 
-_LINE = re.compile(r"\[(?P<ring>[\w.]+)\] GPU fault in job \d+ seq (?P<seq>\d+) ctx (?P<ctx>\d+) "
-                   r"client \d+ pid (?P<pid>\d+) \(.*?\): (?P<what>.*?)(?: at IB packet offset (?P<dw>\d+) dw "
-                   r"\((?P<packet>[^)]*)\))?(?:, wave PC (?P<pc>0x[0-9a-f]+))?; .*\(devcd(?P<devcd>\d+)\)")
 
-
-def _find_kmsg_line(mount: str, ring: str, ctx_id: int, seq: int) -> re.Match | None:
+def _last_fault_of(device, ctx_id: int, seq: int):
+    """The file's last failed job if it is this one (ctx, seq), else None."""
     try:
-        with open(os.path.join(mount, "dev", "kmsg")) as f:
-            text = f.read()
+        last = libvgpu.query_last_fault(device.lv)
     except OSError:
         return None
-    found = None
-    for m in _LINE.finditer(text):
-        if m["ring"] == ring and int(m["ctx"]) == ctx_id and int(m["pid"]) == os.getpid():
-            found = m
-            if int(m["seq"]) == seq:
-                return m
-    return found
+    return last if last.seq_no == seq and last.ctx_id == ctx_id else None
 
 
 def _dump_field(dump: str, name: str) -> str | None:
@@ -55,27 +47,21 @@ def gpu_error(stream, sub, cause: OSError) -> GPUError:
     if err == E.ECANCELED:
         return GPUError(f"stream {stream.name}: {seg.ring} job seq {sub.fence.fence} was cancelled "
                         f"(a job it depended on failed, or its context was reset)", err)
-    m = None
-    for _ in range(50):    # the line is written before the fence signals; be lenient anyway
-        m = _find_kmsg_line(device.mount, seg.ring, stream.ctx.id, sub.fence.fence)
-        if m is not None:
-            break
-        time.sleep(0.02)
+    last = _last_fault_of(device, stream.ctx.id, sub.fence.fence)
     dump_path = dump = None
-    if m is not None:
-        dump_path = os.path.join(device.mount, "sys", "class", "devcoredump", f"devcd{m['devcd']}", "data")
+    if last is not None:
+        dump_path = os.path.join(device.mount, "sys", "class", "devcoredump", f"devcd{last.devcd}", "data")
         try:
             with open(dump_path) as f:
                 dump = f.read()
-        except OSError:
+        except OSError:    # aged out: the device keeps its last 16 dumps
             dump = None
-    pc = int(m["pc"], 16) if m is not None and m["pc"] else None
-    if dump is not None and pc is None:
-        pc = _hex(_dump_field(dump, "PC"))
+    pc = _hex(_dump_field(dump, "PC")) if dump else None
     reason = _dump_field(dump, "reason") if dump else None
     address = _hex(_dump_field(dump, "address")) if dump else None
-    if address is None and m is not None:
-        address = _hex((re.search(r"of VA (0x[0-9a-f]+)", m["what"]) or [None, None])[1])
+    if address is None and last is not None and err == E.EFAULT:
+        fault = libvgpu.query_gpuvm_fault(device.lv)
+        address = fault.addr if fault.status else None
     program = _hex(_dump_field(dump, "program address")) if dump else None
 
     # Which kernel: the program address, else the one dispatch of the segment.
@@ -113,6 +99,6 @@ def gpu_error(stream, sub, cause: OSError) -> GPUError:
     elif address is not None:
         what = f"{reason or 'fault'} at address {address:#x}"
     else:
-        what = m["what"] if m is not None else (reason or os.strerror(err))
+        what = reason or os.strerror(err)
     return GPUFault(f"GPU fault in {where}: {what} [{E.errorcode.get(err, err)}]{dump_note}", err, kernel=name, pc=pc, line=line,
                     source_file=source, address=address, reason=reason, dump=dump_path)
