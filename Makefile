@@ -57,5 +57,5 @@ bench/c_echo/echo_fuse: bench/c_echo/echo_fuse.c
 	gcc -O2 -Wall -o $@ $< $$(pkg-config --cflags --libs fuse3)
 
 clean:
-	rm -rf build *.egg-info kmd/hw/_core.cpp kmd/hw/_core*.so kmd/hw/_aperture.c kmd/hw/_aperture*.so bench/c_echo/echo_fuse $(PRELOAD) $(C_SAMPLES)
+	rm -rf build *.egg-info kmd/hw/_core.cpp kmd/hw/_core*.so kmd/hw/_aperture.c kmd/hw/_aperture*.so kmd/hw/_sdma_defs.pxi kmd/hw/_cu_defs.pxi bench/c_echo/echo_fuse $(PRELOAD) $(C_SAMPLES)
 	find . -name __pycache__ -prune -exec rm -rf {} +

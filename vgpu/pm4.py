@@ -2,7 +2,7 @@
 chaining IB builder.
 
 Hardware ABI shared by both sides of the syscall boundary (as Mesa's sid.h is):
-the command processor (kmd/cp.py) decodes these packets and libvgpu builds them.
+the command processor (kmd/hw/cp.py) decodes these packets and libvgpu builds them.
 Opcodes are AMD's (Linux drivers/gpu/drm/amd/amdgpu/soc15d.h, Mesa sid.h); packet
 bodies follow how gfx_v9_0.c emits them (gfx_v9_0_ring_emit_fence,
 gfx_v9_0_wait_reg_mem, gfx_v9_0_ring_emit_ib_compute, gfx_v9_0_emit_mem_sync).
