@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from vgpu import uapi
+from vgpu.paths import mount_point, node_path
 
 from .errors import error_for, from_oserror
 from .handle import Handle
 from .ioctl import drm_ioctl
 from .va import VaManager
 
-RENDER_NODE = Path("dev/dri/renderD128")
 
 
 class DrmVersion(NamedTuple):
@@ -45,7 +45,7 @@ class Device(Handle):
     def __init__(self, fd: int, node: Path):
         self.fd = fd
         self.node = node
-        self.mount = node.parents[2]  # MOUNT/dev/dri/<node>
+        self.mount = mount_point(node)  # MOUNT/dev/dri/<node>
         self._lock = threading.RLock()
         self._bos: dict[int, object] = {}  # GEM handle -> Bo, for unmapping at deinit
         self.version: DrmVersion | None = None
@@ -75,18 +75,13 @@ class Device(Handle):
     close = free
 
 
-def _node_path(path: str | os.PathLike) -> Path:
-    p = Path(path)
-    return p / RENDER_NODE if p.is_dir() else p
-
-
 def device_initialize(path: str | os.PathLike) -> Device:
     """Open a vgpu device: ``path`` is the mount point (the render node is used)
     or a node (``MOUNT/dev/dri/card0`` / ``renderD128``). Like
     amdgpu_device_initialize: queries VERSION and DEV_INFO, builds the VA managers.
     Raises :class:`VgpuError`; nothing stays open on failure.
     """
-    node = _node_path(path)
+    node = node_path(path)
     try:
         fd = os.open(node, os.O_RDWR | os.O_CLOEXEC)
     except OSError as e:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from vgpu import uapi
+from vgpu.paths import mount_point
 from vgpu.timeout import S64_MAX, deadline_ns
 
 from .errors import error_for, from_oserror
@@ -175,7 +176,8 @@ def syncobj_import_sync_file(syncobj: Syncobj, token: int) -> None:
 
 
 def sync_file_path(dev_or_mount, token: int) -> Path:
-    mount = dev_or_mount.mount if hasattr(dev_or_mount, "mount") else Path(dev_or_mount)
+    """MOUNT/sync/<token-hex> for a Device, a mount point or a node path under it."""
+    mount = dev_or_mount.mount if hasattr(dev_or_mount, "mount") else mount_point(dev_or_mount)
     return Path(mount) / "sync" / format(token, "x")
 
 

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from vgpu.paths import mount_point
+
 DEFAULT_MOUNT = "/tmp/vgpu"
 # The repository root, so the detached daemon imports the same vdev/kmd as we do.
 _ROOT = str(Path(__file__).resolve().parent.parent)
@@ -193,7 +195,7 @@ def _read(path: str) -> str:
 
 
 def cmd_dmesg(args) -> int:
-    kmsg = os.path.join(args.mount, "dev", "kmsg")
+    kmsg = os.path.join(mount_point(args.mount), "dev", "kmsg")
     try:
         text = _read(kmsg)
     except OSError as e:
@@ -224,7 +226,7 @@ def cmd_dmesg(args) -> int:
 
 
 def cmd_info(args) -> int:
-    sysfs = os.path.join(args.mount, "sys", "class", "drm", "card0", "device")
+    sysfs = os.path.join(mount_point(args.mount), "sys", "class", "drm", "card0", "device")
     try:
         names = sorted(os.listdir(sysfs))
         values = {n: _read(os.path.join(sysfs, n)).strip() for n in names}
