@@ -2,7 +2,7 @@
 
 Every failure below the runtime arrives as a libvgpu ``VgpuError`` (an ``OSError``
 carrying the errno); the runtime raises its own domain errors ``from`` it, so the
-errno stays reachable as ``exc.__cause__.errno`` (STYLE.md 5).
+errno stays reachable as ``exc.__cause__.errno`` (errors keep their errno through every layer).
 """
 from __future__ import annotations
 
