@@ -5,7 +5,8 @@ Hardware ABI shared by both sides of the syscall boundary (as Mesa's sid.h is):
 the command processor (kmd/hw/cp.py) decodes these packets and libvgpu builds them.
 Opcodes are AMD's (Linux drivers/gpu/drm/amd/amdgpu/soc15d.h, Mesa sid.h); packet
 bodies follow how gfx_v9_0.c emits them (gfx_v9_0_ring_emit_fence,
-gfx_v9_0_wait_reg_mem, gfx_v9_0_ring_emit_ib_compute, gfx_v9_0_emit_mem_sync).
+gfx_v9_0_wait_reg_mem, gfx_v9_0_ring_emit_ib_compute, gfx_v9_0_emit_mem_sync), and
+DMA_DATA as Mesa's CP DMA (si_cp_dma.c / ac_cmdbuf) and libdrm's tests emit it.
 Register offsets are GFX9's, counted in dwords from the SH base 0x2C00 as
 SET_SH_REG takes them. docs/pm4.md lists every field.
 """
@@ -28,13 +29,15 @@ PKT3_WRITE_DATA = 0x37
 PKT3_WAIT_REG_MEM = 0x3C
 PKT3_INDIRECT_BUFFER = 0x3F
 PKT3_RELEASE_MEM = 0x49
+PKT3_DMA_DATA = 0x50
 PKT3_ACQUIRE_MEM = 0x58
 PKT3_SET_SH_REG = 0x76
 
 PKT3_NAMES = {
     PKT3_NOP: "NOP", PKT3_DISPATCH_DIRECT: "DISPATCH_DIRECT", PKT3_WRITE_DATA: "WRITE_DATA",
     PKT3_WAIT_REG_MEM: "WAIT_REG_MEM", PKT3_INDIRECT_BUFFER: "INDIRECT_BUFFER",
-    PKT3_RELEASE_MEM: "RELEASE_MEM", PKT3_ACQUIRE_MEM: "ACQUIRE_MEM", PKT3_SET_SH_REG: "SET_SH_REG",
+    PKT3_RELEASE_MEM: "RELEASE_MEM", PKT3_DMA_DATA: "DMA_DATA", PKT3_ACQUIRE_MEM: "ACQUIRE_MEM",
+    PKT3_SET_SH_REG: "SET_SH_REG",
 }
 
 # amdgpu pads rings and IBs with PACKET3(NOP, 0x3FFF) = 0xFFFF1000, which the CP
@@ -47,6 +50,7 @@ PKT3_BODY_DW = {
     PKT3_WAIT_REG_MEM: 6,        # control, addr lo, addr hi, reference, mask, poll interval
     PKT3_INDIRECT_BUFFER: 3,     # addr lo, addr hi, control
     PKT3_RELEASE_MEM: 7,         # event, data/int select, addr lo, hi, data lo, hi, int ctx
+    PKT3_DMA_DATA: 6,            # control, src addr lo (or data), src hi, dst lo, dst hi, command
     PKT3_ACQUIRE_MEM: 6,         # coher cntl, size, size hi, base lo, base hi, poll interval
 }
 
@@ -192,6 +196,25 @@ WRITE_DST_MEMORY = frozenset((WRITE_DST_MEM_SYNC, WRITE_DST_TC_L2, WRITE_DST_MEM
 WR_ONE_ADDR = 1 << 16
 WR_CONFIRM = 1 << 20
 
+# DMA_DATA (soc15d.h PACKET3_DMA_DATA_*, Mesa sid.h S_411_* / S_415_*), the CP DMA:
+# dw1 CONTROL: ENGINE [0] (ignored), SRC_CACHE_POLICY [14:13], DST_SEL [21:20],
+# DST_CACHE_POLICY [26:25], SRC_SEL [30:29], CP_SYNC [31] (cache and sync bits are
+# ignored: vgpu has no caches and runs packets in order); dw2/dw3 the source address
+# (or, SRC_SEL DATA, dw2 the dword to fill with); dw4/dw5 the destination address;
+# dw6 COMMAND: BYTE_COUNT [25:0] (GFX9's width), SAS [26] / DAS [27] (1: register
+# space), SAIC [28] / DAIC [29] (1: the source / destination address does not
+# increment), RAW_WAIT [30], DIS_WC [31] (ignored).
+DMA_DATA_DST_SEL_SHIFT, DMA_DATA_SRC_SEL_SHIFT = 20, 29
+DMA_DATA_CP_SYNC = 1 << 31
+DMA_DST_ADDR, DMA_DST_GDS, DMA_DST_NOWHERE, DMA_DST_ADDR_TC_L2 = 0, 1, 2, 3
+DMA_SRC_ADDR, DMA_SRC_GDS, DMA_SRC_DATA, DMA_SRC_ADDR_TC_L2 = 0, 1, 2, 3
+DMA_BYTE_COUNT_MASK = (1 << 26) - 1
+DMA_CMD_SAS, DMA_CMD_DAS = 1 << 26, 1 << 27
+DMA_CMD_SAIC, DMA_CMD_DAIC = 1 << 28, 1 << 29
+DMA_CMD_RAW_WAIT, DMA_CMD_DIS_WC = 1 << 30, 1 << 31
+DMA_SRC_NAMES = ("addr", "gds", "data", "addr_l2")
+DMA_DST_NAMES = ("addr", "gds", "nowhere", "addr_l2")
+
 
 class Pm4Ib:
     """Builds a PM4 indirect buffer for the compute ring; every method appends and
@@ -260,6 +283,21 @@ class Pm4Ib:
         data = list(data)
         return self._pkt(PKT3_WRITE_DATA, WRITE_DST_MEM << 8 | WR_CONFIRM, addr, addr >> 32, *data)
 
+    def dma_data(self, dst: int, src: int, nbytes: int, src_sel: int = DMA_SRC_ADDR_TC_L2,
+                 dst_sel: int = DMA_DST_ADDR_TC_L2, command: int = 0, cp_sync: bool = True) -> Pm4Ib:
+        """CP DMA: copy `nbytes` from `src` to `dst` (SRC_SEL/DST_SEL L2, as Mesa's
+        GFX9 CP DMA does); with src_sel=DMA_SRC_DATA, `src` is the dword to fill with."""
+        if not 0 <= nbytes <= DMA_BYTE_COUNT_MASK:
+            raise ValueError(f"DMA_DATA of {nbytes} bytes (at most {DMA_BYTE_COUNT_MASK})")
+        control = (dst_sel << DMA_DATA_DST_SEL_SHIFT | src_sel << DMA_DATA_SRC_SEL_SHIFT
+                   | (DMA_DATA_CP_SYNC if cp_sync else 0))
+        return self._pkt(PKT3_DMA_DATA, control, src, src >> 32, dst, dst >> 32,
+                         (command & ~DMA_BYTE_COUNT_MASK) | nbytes)
+
+    def dma_fill(self, dst: int, value: int, nbytes: int) -> Pm4Ib:
+        """CP DMA fill: `nbytes` (a multiple of 4) at `dst` with the dword `value`."""
+        return self.dma_data(dst, value & 0xFFFFFFFF, nbytes, src_sel=DMA_SRC_DATA)
+
     def acquire_mem(self, base: int = 0, size: int = 0xFFFFFFFF) -> Pm4Ib:
         """Cache invalidate before later packets read memory (a no-op in vgpu)."""
         return self._pkt(PKT3_ACQUIRE_MEM, 0, size, 0, base >> 8, base >> 40, 10)
@@ -322,6 +360,14 @@ def describe_packet(dws, pos: int) -> tuple[str, int]:
     elif op == PKT3_WRITE_DATA:
         data = " ".join(f"{d:#x}" for d in b[3:7]) + (" ..." if n > 7 else "")
         text = f"WRITE_DATA dst_sel={b[0] >> 8 & 0xF} addr={_addr(b, 1)} dwords={n - 3} data=[{data}]"
+    elif op == PKT3_DMA_DATA:
+        src_sel, dst_sel = b[0] >> DMA_DATA_SRC_SEL_SHIFT & 3, b[0] >> DMA_DATA_DST_SEL_SHIFT & 3
+        src = f"data={b[1]:#x}" if src_sel == DMA_SRC_DATA else f"src={DMA_SRC_NAMES[src_sel]}:{_addr(b, 1)}"
+        cmd = "".join(f" {name}" for bit, name in ((DMA_CMD_SAS, "sas"), (DMA_CMD_DAS, "das"),
+                                                     (DMA_CMD_SAIC, "saic"), (DMA_CMD_DAIC, "daic"))
+                      if b[5] & bit)
+        text = (f"DMA_DATA {src} dst={DMA_DST_NAMES[dst_sel]}:{_addr(b, 3)} "
+                f"bytes={b[5] & DMA_BYTE_COUNT_MASK}{cmd}")
     else:
         text = f"ACQUIRE_MEM coher_cntl={b[0]:#x} size={b[1]:#x} base={(b[3] | b[4] << 32) << 8:#x}"
     return text, 1 + n

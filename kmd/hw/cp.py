@@ -6,7 +6,8 @@ interface, so kmd/ring.py's Ring drives it unchanged. It fetches the IB through 
 file's page table, decodes PM4 type-3 packets (vgpu/pm4.py, docs/pm4.md), keeps the
 SH registers the packets set, hands DISPATCH_DIRECT to the compute units
 (`ComputeEngine.dispatch`), follows INDIRECT_BUFFER chains, writes fences
-(RELEASE_MEM) and data (WRITE_DATA), and polls memory (WAIT_REG_MEM). Anything it
+(RELEASE_MEM) and data (WRITE_DATA), copies and fills memory (DMA_DATA, the CP DMA)
+and polls memory (WAIT_REG_MEM). Anything it
 cannot decode is a fault, reported like an SDMA fault: an IH entry, a result with
 status 'fault', the offset of the packet.
 
@@ -28,6 +29,7 @@ from kmd.hw.ih import IH_SRC_CP_EOP, IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_
 from kmd.hw.mmu import GpuFault
 
 POLL_STEP_S = 50e-6             # WAIT_REG_MEM sleeps this long between reads
+DMA_STEP_BYTES = 1 << 20        # DMA_DATA moves this much between abort checks
 MAX_WORKGROUP_THREADS = 1024    # NUM_THREAD_X * Y * Z, as on GFX9
 
 # Fault reasons of the CP itself (the compute units add their own, docs/pm4.md).
@@ -199,6 +201,8 @@ class CommandProcessor:
                 self._wait_reg_mem(pt, body)
             elif op == P.PKT3_WRITE_DATA:
                 self._write_data(pt, body)
+            elif op == P.PKT3_DMA_DATA:
+                self._dma_data(pt, body, res)
             else:
                 raise _Stop("fault", REASON_ILLEGAL_PACKET)
         except GpuFault as fault:
@@ -302,6 +306,56 @@ class CommandProcessor:
         if body[0] & P.WR_ONE_ADDR:  # every dword to the same address: the last stays
             data = data[-1:]
         pt.write(addr, struct.pack(f"<{len(data)}I", *data))
+
+    def _dma_data(self, pt, body, res: CpResult) -> None:
+        """DMA_DATA as a GFX9 MEC runs it for the forms Mesa's CP DMA and libdrm's
+        tests emit: memory to memory (SRC_SEL 0 with SAS 0, or 3: L2), the DATA dword
+        repeated over the destination (SRC_SEL 2), destination memory (DST_SEL 0
+        with DAS 0, or 3) or NOWHERE (2: the source is read, as a prefetch, and
+        nothing written). SAIC / DAIC keep the source / destination address fixed:
+        the first source dword is read over and over / every dword lands on the
+        same address (the last stays). Copies run front to back in steps of
+        DMA_STEP_BYTES, so an abort stops a long one. BYTE_COUNT 0 moves nothing.
+        Faults: illegal_packet for GDS or register (SAS/DAS) addressing, which vgpu
+        does not model; misaligned for a DATA fill, or a SAIC/DAIC transfer, whose
+        count or address is not a multiple of 4; a page fault for memory it cannot
+        read or write."""
+        control, command = body[0], body[5]
+        src_sel = control >> P.DMA_DATA_SRC_SEL_SHIFT & 3
+        dst_sel = control >> P.DMA_DATA_DST_SEL_SHIFT & 3
+        if (src_sel == P.DMA_SRC_GDS or dst_sel == P.DMA_DST_GDS
+                or (src_sel == P.DMA_SRC_ADDR and command & P.DMA_CMD_SAS)
+                or (dst_sel == P.DMA_DST_ADDR and command & P.DMA_CMD_DAS)):
+            raise _Stop("fault", REASON_ILLEGAL_PACKET)
+        src, dst = body[1] | body[2] << 32, body[3] | body[4] << 32
+        nbytes = command & P.DMA_BYTE_COUNT_MASK
+        fill = src_sel == P.DMA_SRC_DATA
+        src_fixed = fill or bool(command & P.DMA_CMD_SAIC)
+        dst_fixed = dst_sel != P.DMA_DST_NOWHERE and bool(command & P.DMA_CMD_DAIC)
+        if nbytes == 0:
+            return
+        if src_fixed or dst_fixed:
+            self._aligned(nbytes, 4)
+            if dst_sel != P.DMA_DST_NOWHERE:
+                self._aligned(dst, 4)
+            if src_fixed and not fill:
+                self._aligned(src, 4)
+        if fill:
+            word = struct.pack("<I", body[1])
+        elif src_fixed:
+            word = pt.read(src, 4)
+        done = 0
+        while done < nbytes:
+            if self._abort:
+                raise _Stop("aborted")
+            n = min(DMA_STEP_BYTES, nbytes - done)
+            data = word * (n // 4) if src_fixed else pt.read(src + done, n)
+            if dst_fixed:
+                pt.write(dst, data[-4:])
+            elif dst_sel != P.DMA_DST_NOWHERE:
+                pt.write(dst + done, data)
+            done += n
+        res.bytes_moved += nbytes
 
     def _push_fault(self, res: CpResult) -> None:
         if res.dispatch is not None and res.dispatch.status == "fault" and res.fault is res.dispatch.fault:
