@@ -100,6 +100,7 @@ def cs(dev, file, args, extra):
             bo = lookup_bo(file, f.handle)
             check(f.offset % 8 == 0 and f.offset + 8 <= bo.size, errno.EINVAL,
                   f"user fence offset {f.offset:#x} outside the BO")
+            check(not bo.on_chip, errno.EINVAL, "user fence in a GDS/GWS/OA BO (no memory to write)")
             user_fence = (bo, f.offset)
         elif chunk_id in (uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, uapi.AMDGPU_CHUNK_ID_SCHEDULED_DEPENDENCIES):
             size = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk_dep)

@@ -1,8 +1,15 @@
-"""GPU contexts and the CTX ioctl (amdgpu_ctx.c): alloc, free, query state.
+"""GPU contexts and the CTX ioctl (amdgpu_ctx.c): alloc, free, query state, and
+the stable power state (GET/SET_STABLE_PSTATE, DRM 3.45).
 
 A context carries a scheduling priority and its reset state: `guilty` when one of
 its jobs faulted or hung, and the device's reset counter at creation, so that a
 later reset is reported to every context (innocent or guilty), as amdgpu does.
+
+The stable pstate is the device's (amdgpu's forced DPM level): one context at a
+time may pin it (SET_STABLE_PSTATE STANDARD, MIN_SCLK, MIN_MCLK or PEAK), others
+get EBUSY until it sets NONE again or is freed, which puts back the level the
+context found when it was made. vgpu's clocks do not change with it; the level is
+recorded and reported, so a profiler's request behaves as on amdgpu.
 """
 import errno
 from dataclasses import dataclass, field
@@ -26,6 +33,7 @@ class Context:
     id: int
     priority: int
     reset_counter: int            # device resets seen when the context was made
+    stable_pstate: int = uapi.AMDGPU_CTX_STABLE_PSTATE_NONE  # device level at creation
     guilty: bool = False
     hangs: int = 0
     inflight: int = 0             # jobs queued or running (capped by kmd.sched)
@@ -43,18 +51,84 @@ def check_priority(file, priority: int) -> None:
           f"priority {PRIORITIES[priority]} needs root")
 
 
-def ctx_ioctl(dev, file, args, extra):
-    """ALLOC (priority checked), FREE, QUERY_STATE and QUERY_STATE2.
+STABLE_PSTATE_NAMES = {
+    uapi.AMDGPU_CTX_STABLE_PSTATE_NONE: "NONE", uapi.AMDGPU_CTX_STABLE_PSTATE_STANDARD: "STANDARD",
+    uapi.AMDGPU_CTX_STABLE_PSTATE_MIN_SCLK: "MIN_SCLK", uapi.AMDGPU_CTX_STABLE_PSTATE_MIN_MCLK: "MIN_MCLK",
+    uapi.AMDGPU_CTX_STABLE_PSTATE_PEAK: "PEAK",
+}
 
-    EINVAL: unknown op, invalid priority, nonzero flags on ALLOC. EACCES: priority
-    above NORMAL for a non-root file. ENOENT: unknown ctx_id."""
+
+class StablePstate:
+    """The device's stable pstate: the level (AMDGPU_CTX_STABLE_PSTATE_*, amdgpu's
+    forced DPM level) and the context that pinned it (adev->pm.stable_pstate_ctx)."""
+
+    def __init__(self):
+        self.level = uapi.AMDGPU_CTX_STABLE_PSTATE_NONE
+        self.owner: Context | None = None
+
+
+def set_stable_pstate(dev, ctx: Context, level: int) -> None:
+    """amdgpu_ctx_set_stable_pstate: EBUSY while another context holds the pstate;
+    the same level again is a no-op; NONE lets go of it, any other level pins it."""
+    ps = dev.pstate
+    if ps.owner is not None and ps.owner is not ctx:
+        raise KmdError(errno.EBUSY, f"context {ps.owner.id} holds the stable pstate "
+                                    f"({STABLE_PSTATE_NAMES[ps.level]})")
+    if level == ps.level:
+        return
+    ps.level = level
+    ps.owner = None if level == uapi.AMDGPU_CTX_STABLE_PSTATE_NONE else ctx
+
+
+def release_stable_pstate(dev, ctx: Context) -> None:
+    """A context being freed that holds the stable pstate puts back the level it
+    found when it was made (amdgpu_ctx_fini); vgpu then lets go of it whatever the
+    level, where Linux would leave a pinned level owned by the freed context."""
+    ps = dev.pstate
+    if ps.owner is ctx:
+        ps.level, ps.owner = ctx.stable_pstate, None
+
+
+def _stable_pstate_op(dev, file, a, out) -> None:
+    """GET_STABLE_PSTATE / SET_STABLE_PSTATE, checked in amdgpu_ctx_ioctl's order:
+    flags (GET: none; SET: the level, at most PEAK), then the context (EINVAL when
+    unknown, as amdgpu_ctx_stable_pstate answers)."""
+    if a.op == uapi.AMDGPU_CTX_OP_GET_STABLE_PSTATE:
+        check(a.flags == 0, errno.EINVAL, f"GET_STABLE_PSTATE with flags {a.flags:#x}")
+    else:
+        check(not a.flags & ~uapi.AMDGPU_CTX_STABLE_PSTATE_FLAGS_MASK, errno.EINVAL,
+              f"unknown stable pstate flags {a.flags:#x}")
+        check(a.flags <= uapi.AMDGPU_CTX_STABLE_PSTATE_PEAK, errno.EINVAL,
+              f"stable pstate {a.flags} past PEAK")
+    ctx = file.contexts.get(a.ctx_id)
+    check(ctx is not None, errno.EINVAL, f"no context {a.ctx_id}")
+    if a.op == uapi.AMDGPU_CTX_OP_GET_STABLE_PSTATE:
+        out.pstate.flags = dev.pstate.level
+        out.pstate._pad = 0
+    else:
+        set_stable_pstate(dev, ctx, a.flags)
+
+
+def ctx_ioctl(dev, file, args, extra):
+    """ALLOC (priority checked), FREE, QUERY_STATE, QUERY_STATE2,
+    GET_STABLE_PSTATE and SET_STABLE_PSTATE.
+
+    EINVAL: unknown op, invalid priority, nonzero flags on ALLOC or
+    GET_STABLE_PSTATE, a SET_STABLE_PSTATE level other than NONE..PEAK, a
+    stable-pstate op on an unknown ctx_id. EACCES: priority above NORMAL for a
+    non-root file. ENOENT: unknown ctx_id (FREE, QUERY_STATE, QUERY_STATE2).
+    EBUSY: SET_STABLE_PSTATE while another context holds the stable pstate."""
     a = args.in_
     if a.op == uapi.AMDGPU_CTX_OP_ALLOC_CTX:
         check(a.flags == 0, errno.EINVAL, f"unknown ctx flags {a.flags:#x}")
         check_priority(file, a.priority)
         ctx = file.add_ctx(a.priority, dev.reset_counter)
+        ctx.stable_pstate = dev.pstate.level
         args.out.alloc.ctx_id = ctx.id
         args.out.alloc._pad = 0
+        return
+    if a.op in (uapi.AMDGPU_CTX_OP_GET_STABLE_PSTATE, uapi.AMDGPU_CTX_OP_SET_STABLE_PSTATE):
+        _stable_pstate_op(dev, file, a, args.out)
         return
     ctx = file.contexts.get(a.ctx_id)
     if a.op not in (uapi.AMDGPU_CTX_OP_FREE_CTX, uapi.AMDGPU_CTX_OP_QUERY_STATE,

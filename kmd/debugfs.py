@@ -9,7 +9,8 @@ from .gem import DOMAIN_NAMES
 
 def files(dev) -> dict:
     return {
-        "name": lambda: "vgpu dev=0000:00:00.0 unique=0000:00:00.0\n",
+        # drm_name_info: the driver's name (amdgpu_drv.c DRIVER_NAME), then the device.
+        "name": lambda: "amdgpu dev=0000:00:00.0 unique=0000:00:00.0\n",
         "clients": lambda: clients(dev),
         "gem_info": lambda: gem_info(dev),
         "vm_info": lambda: vm_info(dev),
@@ -47,9 +48,8 @@ def gem_info(dev) -> str:
         for f in dev.files.values():
             out.append(f"pid {f.pid:8d} command {f.comm} client {f.id}:")
             for handle, bo in sorted(f.bos.items()):
-                where = f"vram@{bo.vram.offset:#x}" if bo.vram else "gtt"
                 out.append(f"\t{handle:#010x}: {bo.size:12d} byte {DOMAIN_NAMES[bo.domain]:>4} "
-                           f"{where} flags {bo.flags:#x} offset {bo.mmap_offset:#x}")
+                           f"{bo.where} flags {bo.flags:#x} offset {bo.mmap_offset:#x}")
     return "\n".join(out) + "\n" if out else ""
 
 

@@ -196,7 +196,7 @@ def _capture_bos(job) -> list:
     for m in f.vm.mappings():
         maps.setdefault(id(m.bo), []).append(f"{m.va:#x}")
     return [(handles.get(id(bo), 0), bo.size, DOMAIN_NAMES.get(bo.domain, "?"),
-             f"vram@{bo.vram.offset:#x}" if bo.vram else "gtt", maps.get(id(bo), [])) for bo in job.bos]
+             bo.where, maps.get(id(bo), [])) for bo in job.bos]
 
 
 def capture(dev, ring, job) -> Snapshot:

@@ -10,7 +10,7 @@ import time
 
 from vgpu import uapi
 
-from . import debugfs as _debugfs, devcoredump as _devcoredump, hw, info as _info
+from . import ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, hw, info as _info
 from . import sched as _sched, syncobj as _syncobj, sysfs as _sysfs
 from .drm_file import DrmFile
 from .errors import KmdError
@@ -42,6 +42,8 @@ class Device:
         self.bos_by_offset: dict[int, BufferObject] = {}
         self.sync_tokens = _syncobj.SyncTokens()  # MOUNT/sync/<token-hex>
         self.reset_counter = 0
+        self.pstate = _ctx.StablePstate()   # CTX GET/SET_STABLE_PSTATE (amdgpu_ctx.c)
+        self.reserved_vmid = None           # the DrmFile holding AMDGPU_VM RESERVE_VMID (kmd/vm.py)
         self._t0 = time.monotonic()
         # Closed BOs whose memory a job may still touch: {id(bo): bo}, and for each job
         # in flight the zombies waiting for it (see free_bo).
@@ -317,6 +319,7 @@ class Device:
     # -- contexts ------------------------------------------------------------
     def free_ctx(self, f: DrmFile, ctx) -> None:
         f.contexts.pop(ctx.id, None)
+        _ctx.release_stable_pstate(self, ctx)
 
     # -- clocks and views ----------------------------------------------------
     def gpu_timestamp(self) -> int:
@@ -350,6 +353,13 @@ class Device:
                 assert held.get(id(bo), 0) == bo.handle_count, "handle_count mismatch"
                 assert bo.handle_count > 0, "a BO without handles is still alive"
             live += self.zombie_bos.values()
+            # GDS/GWS/OA BOs have no BO file and their own heaps (kmd/onchip.py).
+            on_chip = {id(bo): bo for bo in live if bo.on_chip}
+            on_chip.update((id(bo), bo) for f in self.files.values() for bo in f.bos.values() if bo.on_chip)
+            for domain, heap in self.memory.onchip.heaps.items():
+                used = sum(bo.size for bo in on_chip.values() if bo.domain == domain)
+                assert used == heap.used, f"{heap.name} used {heap.used} != BOs {used}"
+            live = [bo for bo in live if not bo.on_chip]
             vram = sum(bo.size for bo in live if bo.vram)
             gtt = sum(bo.size for bo in live if not bo.vram)
             assert len(live) == self.memory.bo_count, f"{self.memory.bo_count} BO files for {len(live)} BOs"

@@ -1,5 +1,5 @@
 """GEM buffer objects and the GEM ioctls (GEM_CREATE, GEM_MMAP, GEM_CLOSE,
-GEM_WAIT_IDLE, GEM_OP), after amdgpu_gem.c.
+GEM_WAIT_IDLE, GEM_OP, GEM_METADATA), after amdgpu_gem.c.
 
 A BufferObject lives while any DRM file holds a handle to it (or a job still uses
 it). Its bytes are one file of the device's ShmemStore, mapped into the VRAM or GTT
@@ -7,6 +7,7 @@ aperture at the BO's physical address (kmd.memory); `storage` views them there.
 Each BO has an unguessable fake mmap offset naming MOUNT/bo/<offset-hex>, a
 symlink to that file, so CPU mappings and the engines share the same pages.
 """
+import ctypes
 import errno
 import secrets
 import threading
@@ -19,10 +20,13 @@ from .errors import KmdError, check
 from .fence import abs_timeout_to_relative
 from .ioctl import PendingReply
 from .memory import Placement
+from .onchip import NAMES as ON_CHIP_NAMES, ON_CHIP_DOMAINS, units as on_chip_units
 from .vram import PAGE_SIZE, VramAllocation
 
-DOMAIN_NAMES = {uapi.AMDGPU_GEM_DOMAIN_VRAM: "VRAM", uapi.AMDGPU_GEM_DOMAIN_GTT: "GTT"}
+DOMAIN_NAMES = {uapi.AMDGPU_GEM_DOMAIN_VRAM: "VRAM", uapi.AMDGPU_GEM_DOMAIN_GTT: "GTT", **ON_CHIP_NAMES}
 SUPPORTED_DOMAINS = uapi.AMDGPU_GEM_DOMAIN_VRAM | uapi.AMDGPU_GEM_DOMAIN_GTT
+# What GEM_CREATE takes: VRAM and GTT, and the on-chip GDS, GWS and OA (kmd/onchip.py).
+CREATE_DOMAINS = SUPPORTED_DOMAINS | ON_CHIP_DOMAINS
 # Creation flags vgpu accepts; they are recorded and reported back, placement
 # hints have no further effect on an emulated device.
 SUPPORTED_CREATE_FLAGS = (
@@ -48,6 +52,10 @@ class BufferObject:
         self.domain = placement.domain  # where it was placed
         self.preferred_domains = preferred
         self.flags = flags
+        # GEM_METADATA (amdgpu_bo_user: tiling_flags, metadata, metadata_flags).
+        self.tiling_flags = 0
+        self.metadata = b""
+        self.metadata_flags = 0
         self.placement = placement
         self.storage = storage
         self.uid = uid
@@ -63,6 +71,20 @@ class BufferObject:
     def vram(self) -> VramAllocation | None:
         """The VRAM block, or None for a GTT BO."""
         return self.placement.block if self.domain == uapi.AMDGPU_GEM_DOMAIN_VRAM else None
+
+    @property
+    def on_chip(self) -> bool:
+        """A GDS, GWS or OA BO: no bytes, no BO file (kmd/onchip.py)."""
+        return self.domain in ON_CHIP_NAMES
+
+    @property
+    def where(self) -> str:
+        """Its placement for debugfs and crash dumps: vram@0x.., gtt, gds@0x.."""
+        if self.vram:
+            return f"vram@{self.vram.offset:#x}"
+        if self.on_chip:
+            return f"{ON_CHIP_NAMES[self.domain].lower()}@{self.gpu_offset:#x}"
+        return "gtt"
 
     @property
     def path(self) -> str:
@@ -99,24 +121,54 @@ def lookup_bo(file, handle: int) -> BufferObject:
 
 
 def gem_create(dev, file, args, extra):
-    """Create a BO in VRAM or GTT (VRAM is tried first when both are allowed).
+    """Create a BO in VRAM or GTT (VRAM is tried first when both are allowed), or in
+    an on-chip domain, GDS, GWS or OA (see _create_on_chip).
 
     EINVAL: zero or oversized size, alignment not a power of two, unknown or no
-    domain, unknown flags. ENOMEM: the domain is full (logged to kmsg)."""
+    domain, unknown flags, an on-chip domain with VM_ALWAYS_VALID. ENOMEM: the
+    domain is full (logged to kmsg)."""
     a = args.in_
     size = -(-a.bo_size // PAGE_SIZE) * PAGE_SIZE
     align = a.alignment or PAGE_SIZE
     check(a.bo_size > 0, errno.EINVAL, "bo_size is 0")
     check(align & (align - 1) == 0 and align <= MAX_ALIGNMENT, errno.EINVAL,
           f"alignment {a.alignment:#x} is not a power of two <= 1 GiB")
-    check(a.domains & SUPPORTED_DOMAINS and not a.domains & ~SUPPORTED_DOMAINS, errno.EINVAL,
-          f"unsupported domains {a.domains:#x} (VRAM and GTT only)")
+    check(a.domains & CREATE_DOMAINS and not a.domains & ~CREATE_DOMAINS, errno.EINVAL,
+          f"unsupported domains {a.domains:#x} (VRAM, GTT, GDS, GWS, OA)")
     check(not a.domain_flags & ~SUPPORTED_CREATE_FLAGS, errno.EINVAL,
           f"unknown flags {a.domain_flags & ~SUPPORTED_CREATE_FLAGS:#x}")
-    bo = dev.create_bo(file, size, max(align, PAGE_SIZE), a.domains, a.domain_flags)
+    if a.domains & ON_CHIP_DOMAINS:
+        bo = _create_on_chip(dev, file, a)
+    else:
+        bo = dev.create_bo(file, size, max(align, PAGE_SIZE), a.domains, a.domain_flags)
     handle = file.add_bo(bo)
     args.out.handle = handle
     args.out._pad = 0
+
+
+def _create_on_chip(dev, file, a) -> BufferObject:
+    """amdgpu_gem_create_ioctl's GDS/GWS/OA path: refused with VM_ALWAYS_VALID (such
+    a BO must travel in the BO list), made NO_CPU_ACCESS (so GEM_MMAP answers
+    EPERM), sized and aligned in the domain's units as amdgpu_bo_create() does
+    (GDS: bytes rounded up to 4; GWS, OA: entries), and placed in the first of the
+    named on-chip domains with room (GDS, GWS, OA). VRAM or GTT named alongside is
+    kept as a preference but not tried (Linux would try them first with one page
+    per unit). The BO has no bytes and no BO file (kmd/onchip.py).
+
+    EINVAL: VM_ALWAYS_VALID. ENOMEM: no named on-chip heap has room (logged)."""
+    check(not a.domain_flags & uapi.AMDGPU_GEM_CREATE_VM_ALWAYS_VALID, errno.EINVAL,
+          "GDS bo cannot be per-vm-bo (VM_ALWAYS_VALID with a GDS, GWS or OA domain)")
+    flags = a.domain_flags | uapi.AMDGPU_GEM_CREATE_NO_CPU_ACCESS
+    size, align = on_chip_units(a.domains, a.bo_size, a.alignment)
+    try:
+        domain, block = dev.memory.onchip.alloc(a.domains, size, align)
+    except MemoryError as e:
+        dev.kmsg.log(f"out of memory: cannot allocate {size} units in "
+                     f"{'|'.join(n for d, n in ON_CHIP_NAMES.items() if d & a.domains)} "
+                     f"for client {file.id} (pid {file.pid}): {e}")
+        raise KmdError(errno.ENOMEM, f"out of on-chip memory ({size} units)") from None
+    return BufferObject(size, align, a.domains, flags, Placement(domain, block, ""),
+                        np.zeros(0, np.uint8), file.uid, file.pid)
 
 
 def gem_mmap(dev, file, args, extra):
@@ -176,3 +228,36 @@ def gem_op(dev, file, args, extra):
         bo.preferred_domains = args.value
         return None
     raise KmdError(errno.EINVAL, f"unknown GEM_OP {args.op}")
+
+
+METADATA_MAX_BYTES = uapi._drm_amdgpu_gem_metadata_data.data.size   # 64 dwords, 256 bytes
+
+
+def gem_metadata(dev, file, args, extra):
+    """SET_METADATA keeps the BO's tiling flags (`data.tiling_info`) and up to 64
+    dwords of UMD metadata (`data.data_size_bytes` bytes of `data.data`) with their
+    `data.flags`; GET_METADATA returns the three (amdgpu_gem_metadata_ioctl with
+    amdgpu_bo_set_tiling_flags, amdgpu_bo_set_metadata and amdgpu_bo_get_metadata).
+    A SET of 0 bytes drops the metadata and keeps the old flags, as
+    amdgpu_bo_set_metadata does; GET leaves `data.data` past the stored bytes as
+    sent. The tiling flags are not checked: Linux checks TILE_SPLIT only for
+    families up to CZ, and vgpu reports AI. Any other op does nothing and succeeds,
+    as in Linux (the ioctl returns the reserve's 0).
+
+    ENOENT: bad handle. EINVAL: SET with data_size_bytes over 256."""
+    bo = lookup_bo(file, args.handle)
+    d = args.data
+    if args.op == uapi.AMDGPU_GEM_METADATA_OP_GET_METADATA:
+        d.tiling_info = bo.tiling_flags
+        d.data_size_bytes = len(bo.metadata)
+        ctypes.memmove(ctypes.addressof(d.data), bo.metadata, len(bo.metadata))
+        d.flags = bo.metadata_flags
+    elif args.op == uapi.AMDGPU_GEM_METADATA_OP_SET_METADATA:
+        check(d.data_size_bytes <= METADATA_MAX_BYTES, errno.EINVAL,
+              f"data_size_bytes {d.data_size_bytes} over {METADATA_MAX_BYTES}")
+        bo.tiling_flags = d.tiling_info
+        if d.data_size_bytes:
+            bo.metadata = bytes(d.data)[:d.data_size_bytes]
+            bo.metadata_flags = d.flags
+        else:
+            bo.metadata = b""

@@ -1,26 +1,41 @@
-"""Device identity and queries: VERSION, GET_CAP and INFO (amdgpu_kms.c).
+"""Device identity and queries: VERSION, GET_CAP, GET_CLIENT and INFO (amdgpu_kms.c,
+drm_ioctl.c).
 
-vgpu presents itself as a GFX9-class part (family AI) so that code written for
-libdrm_amdgpu finds the fields it expects: a usable VA range with a nonzero
-alignment, two SDMA rings and one compute ring.
+vgpu answers as amdgpu 3.x does for an AMD compute-only part, an Arcturus (MI100,
+GC 9.4.1, family AI): that part has no GFX ring, like vgpu, and libdrm and Mesa
+recognise it by chip_external_rev - chip_rev == 0x32 (amdgpu_test's
+asic_is_gfx_pipe_removed, Mesa's ac_gpu_info.c ARCTURUS range) and send their work
+to COMPUTE (and DMA) instead of GFX. Every other DEV_INFO field says what vgpu
+really has: one shader engine with 2 compute units of 32-lane waves, the VA range
+of kmd/vm.py, no high VA range; INFO READ_MMR_REG answers GB_ADDR_CONFIG with the
+same engine and render-backend counts (docs/kmd.md, "What the device reports").
 """
 import ctypes
 import errno
 
-from vgpu import uapi
+from vgpu import isa, uapi
 
+from . import onchip
 from .errors import KmdError, check
 from .vm import VA_END, VA_START
 from .vram import PAGE_SIZE
 
-DRIVER_NAME = b"vgpu"
+DRIVER_NAME = b"amdgpu"    # amdgpu_drv.c DRIVER_NAME: what libdrm programs and Mesa look for
 DRIVER_DATE = b"20261129"
 DRIVER_DESC = b"vgpu virtual GPU (FUSE-emulated, amdgpu-compatible uapi)"
 # KMS major version 3 is what libdrm_amdgpu's amdgpu_device_initialize() accepts.
 VERSION = (3, 49, 0)
 PCI_VENDOR = 0x1002
-PCI_DEVICE = 0x687F
-CHIP_REV = 1
+PCI_DEVICE = 0x738C        # AMD Instinct MI100 (Arcturus), amdgpu_drv.c pciidlist CHIP_ARCTURUS
+PCI_REVISION = 0x01        # pci_rev: the PCI config space revision
+CHIP_REV = 1               # chip_rev: adev->rev_id
+# soc15.c soc15_common_early_init, CHIP_ARCTURUS: external_rev_id = rev_id + 0x32.
+EXTERNAL_REV = CHIP_REV + 0x32
+# What the shader engine holds (gfx config): vgpu's compute units (kmd/hw, 2 of them).
+NUM_SHADER_ENGINES = 1
+NUM_SH_PER_SE = 1
+NUM_CU_PER_SH = 2
+NUM_RB_PER_SE = 1
 MAX_INFO_RETURN = 64 * 1024
 # Rings per hardware IP: ip type -> number of rings (docs/design.md 5.1).
 RINGS = {uapi.AMDGPU_HW_IP_DMA: 2, uapi.AMDGPU_HW_IP_COMPUTE: 1}
@@ -58,37 +73,194 @@ def get_cap(dev, file, args, extra):
     args.value = CAPS[args.capability]
 
 
+def get_client(dev, file, args, extra):
+    """drm_getclient (drm_ioctl.c): only `idx` 0, the caller, is answered, with
+    `auth` (1 for a card0 file: every card0 file is authenticated on vgpu), `pid`
+    (the pid that opened the file; Linux gives the caller's, which vgpu does not
+    see per request), `uid` the overflow uid 65534, `magic` and `iocs` 0. libdrm's
+    amdgpu_get_auth asks it on a primary node; the table refuses it on renderD128
+    (flags 0, no DRM_RENDER_ALLOW: EACCES), as Linux does.
+
+    EINVAL: idx other than 0 (what old tools stop enumerating at)."""
+    check(args.idx == 0, errno.EINVAL, f"client idx {args.idx}: only 0 (the caller) is answered")
+    args.auth = 1 if file.authenticated else 0
+    args.pid = file.pid
+    args.uid = OVERFLOW_UID
+    args.magic = 0
+    args.iocs = 0
+
+
+OVERFLOW_UID = 65534
+
+
+def _cu_mask() -> int:
+    return (1 << NUM_CU_PER_SH) - 1
+
+
 def dev_info(dev) -> uapi.drm_amdgpu_info_device:
+    """AMDGPU_INFO_DEV_INFO as amdgpu_kms.c fills it, for an Arcturus part with
+    vgpu's own engine: the identity of an MI100 (family AI, external_rev = chip_rev
+    + 0x32: compute-only), the shape of vgpu's compute units (1 SE x 1 SH x 2 CUs,
+    32-lane waves, 128 VGPRs), no GFX (no CE RAM, no GS buffers), vgpu's VA range."""
     d = uapi.drm_amdgpu_info_device()
     d.device_id = PCI_DEVICE
     d.chip_rev = CHIP_REV
-    d.external_rev = CHIP_REV + 0x28
+    d.external_rev = EXTERNAL_REV
+    d.pci_rev = PCI_REVISION
     d.family = uapi.AMDGPU_FAMILY_AI
-    d.num_shader_engines = 1
-    d.num_shader_arrays_per_engine = 1
+    d.num_shader_engines = NUM_SHADER_ENGINES
+    d.num_shader_arrays_per_engine = NUM_SH_PER_SE
     d.gpu_counter_freq = 1_000_000  # kHz: TIMESTAMP counts nanoseconds
     d.max_engine_clock = 1_000_000
     d.max_memory_clock = 1_000_000
-    d.cu_active_number = 2
-    d.cu_ao_mask = 0x3
-    d.cu_bitmap[0][0] = 0x3
-    d.num_rb_pipes = 1
-    d.enabled_rb_pipes_mask = 1
-    d.num_hw_gfx_contexts = 8
+    d.cu_active_number = NUM_SHADER_ENGINES * NUM_SH_PER_SE * NUM_CU_PER_SH
+    d.cu_ao_mask = _cu_mask()
+    for se in range(NUM_SHADER_ENGINES):
+        for sh in range(NUM_SH_PER_SE):
+            d.cu_bitmap[se][sh] = d.cu_ao_bitmap[se][sh] = _cu_mask()
+    d.num_rb_pipes = NUM_SHADER_ENGINES * NUM_RB_PER_SE
+    d.enabled_rb_pipes_mask = (1 << d.num_rb_pipes) - 1
+    d.num_hw_gfx_contexts = 8       # gfx_v9_0_gpu_early_init: max_hw_contexts for GC 9.4.1
     d.virtual_address_offset = VA_START
     d.virtual_address_max = VA_END
     d.virtual_address_alignment = PAGE_SIZE
     d.pte_fragment_size = 2 << 20
     d.gart_page_size = PAGE_SIZE
     d.vram_type = uapi.AMDGPU_VRAM_TYPE_HBM
-    d.vram_bit_width = 2048
-    d.wave_front_size = 32
-    d.num_shader_visible_vgprs = 256
-    d.num_cu_per_sh = 2
+    d.vram_bit_width = 4096         # MI100: four HBM2 stacks
+    d.wave_front_size = isa.WAVE_SIZE
+    d.num_shader_visible_vgprs = isa.MAX_VGPRS
+    d.num_cu_per_sh = NUM_CU_PER_SH
     d.num_tcc_blocks = 1
     d.high_va_offset = 0
     d.high_va_max = 0
     return d
+
+
+# -- INFO READ_MMR_REG ---------------------------------------------------------------
+# The registers soc15.c's soc15_allowed_read_registers whitelist lets a client read
+# (amdgpu_read_mm_registers, answered by soc15_read_register), as absolute dword
+# offsets: the IP's base for Arcturus (arct_ip_offset.h: GC 0x2000, SDMA0 0x1260,
+# SDMA1 0x1860) plus the register (gc_9_0_offset.h; sdma*_STATUS_REG is 0x25).
+GC_BASE, SDMA0_BASE, SDMA1_BASE = 0x2000, 0x1260, 0x1860
+mmGRBM_STATUS = GC_BASE + 0x0004
+mmGRBM_STATUS2 = GC_BASE + 0x0002
+mmGRBM_STATUS_SE0 = GC_BASE + 0x0005
+mmGRBM_STATUS_SE1 = GC_BASE + 0x0006
+mmGRBM_STATUS_SE2 = GC_BASE + 0x000E
+mmGRBM_STATUS_SE3 = GC_BASE + 0x000F
+mmSDMA0_STATUS_REG = SDMA0_BASE + 0x0025
+mmSDMA1_STATUS_REG = SDMA1_BASE + 0x0025
+mmCP_STAT = GC_BASE + 0x01A0
+mmCP_STALLED_STAT1 = GC_BASE + 0x019D
+mmCP_STALLED_STAT2 = GC_BASE + 0x019E
+mmCP_STALLED_STAT3 = GC_BASE + 0x019C
+mmCP_CPF_BUSY_STAT = GC_BASE + 0x0088
+mmCP_CPF_STALLED_STAT1 = GC_BASE + 0x0089
+mmCP_CPF_STATUS = GC_BASE + 0x0087
+mmCP_CPC_BUSY_STAT = GC_BASE + 0x0085
+mmCP_CPC_STALLED_STAT1 = GC_BASE + 0x0086
+mmCP_CPC_STATUS = GC_BASE + 0x0084
+mmGB_ADDR_CONFIG = GC_BASE + 0x063E
+mmDB_DEBUG2 = GC_BASE + 0x060D
+# In soc15_allowed_read_registers' order; none of them is GRBM-indexed.
+READABLE_REGISTERS = {
+    mmGRBM_STATUS: "GRBM_STATUS", mmGRBM_STATUS2: "GRBM_STATUS2",
+    mmGRBM_STATUS_SE0: "GRBM_STATUS_SE0", mmGRBM_STATUS_SE1: "GRBM_STATUS_SE1",
+    mmGRBM_STATUS_SE2: "GRBM_STATUS_SE2", mmGRBM_STATUS_SE3: "GRBM_STATUS_SE3",
+    mmSDMA0_STATUS_REG: "SDMA0_STATUS_REG", mmSDMA1_STATUS_REG: "SDMA1_STATUS_REG",
+    mmCP_STAT: "CP_STAT", mmCP_STALLED_STAT1: "CP_STALLED_STAT1",
+    mmCP_STALLED_STAT2: "CP_STALLED_STAT2", mmCP_STALLED_STAT3: "CP_STALLED_STAT3",
+    mmCP_CPF_BUSY_STAT: "CP_CPF_BUSY_STAT", mmCP_CPF_STALLED_STAT1: "CP_CPF_STALLED_STAT1",
+    mmCP_CPF_STATUS: "CP_CPF_STATUS", mmCP_CPC_BUSY_STAT: "CP_CPC_BUSY_STAT",
+    mmCP_CPC_STALLED_STAT1: "CP_CPC_STALLED_STAT1", mmCP_CPC_STATUS: "CP_CPC_STATUS",
+    mmGB_ADDR_CONFIG: "GB_ADDR_CONFIG", mmDB_DEBUG2: "DB_DEBUG2",
+}
+# amdgpu_kms.c: at most 128 registers per query; se and sh indices below
+# AMDGPU_GFX_MAX_SE (4) and AMDGPU_GFX_MAX_SH_PER_SE (2), or all ones (broadcast).
+MAX_MMR_COUNT = 128
+AMDGPU_GFX_MAX_SE = 4
+AMDGPU_GFX_MAX_SH_PER_SE = 2
+# Register fields vgpu sets (gc_9_0_sh_mask.h, sdma0_4_2_2_sh_mask.h).
+GRBM_STATUS_CP_BUSY = 1 << 29
+GRBM_STATUS_GUI_ACTIVE = 1 << 31
+CP_STAT_CP_BUSY = 1 << 31
+SDMA_STATUS_REG_IDLE = 1 << 0
+# gfx_v9_0_gpu_early_init, GC 9.4.1: gb_addr_config keeps the hardware's bits under
+# 0x0C188800 (NUM_SHADER_ENGINES [20:19], NUM_RB_PER_SE [27:26], two reserved bits)
+# and takes the rest from 0x22014042: 4 pipes, 256-byte interleave, 2 compressed
+# fragments, 16 banks.
+GB_ADDR_CONFIG_GOLDEN = 0x22014042
+GB_ADDR_CONFIG_NUM_SHADER_ENGINES_SHIFT = 19
+GB_ADDR_CONFIG_NUM_RB_PER_SE_SHIFT = 26
+
+
+def gb_addr_config() -> int:
+    """GB_ADDR_CONFIG as Arcturus's gfx_v9_0 leaves it, with log2 of the shader
+    engines and of the render backends per engine DEV_INFO reports."""
+    return (GB_ADDR_CONFIG_GOLDEN
+            | (NUM_SHADER_ENGINES.bit_length() - 1) << GB_ADDR_CONFIG_NUM_SHADER_ENGINES_SHIFT
+            | (NUM_RB_PER_SE.bit_length() - 1) << GB_ADDR_CONFIG_NUM_RB_PER_SE_SHIFT)
+
+
+def _busy(dev, ip_type: int, index: int) -> bool:
+    ring = dev.rings.get((ip_type, index))
+    return ring is not None and ring.running is not None
+
+
+def read_register(dev, offset: int) -> int | None:
+    """The value of whitelisted register `offset`, None if it is not readable.
+    Status registers say whether the engines are busy now (GRBM_STATUS.GUI_ACTIVE
+    and CP_BUSY, CP_STAT.CP_BUSY while the compute ring runs a job;
+    SDMAn_STATUS_REG.IDLE while sdma<n> runs none); the other status and stall
+    registers read 0; GB_ADDR_CONFIG is gb_addr_config(); DB_DEBUG2 is 0 (no
+    depth block on a compute-only part)."""
+    if offset not in READABLE_REGISTERS:
+        return None
+    compute = _busy(dev, uapi.AMDGPU_HW_IP_COMPUTE, 0)
+    if offset == mmGB_ADDR_CONFIG:
+        return gb_addr_config()
+    if offset == mmGRBM_STATUS:
+        return GRBM_STATUS_GUI_ACTIVE | GRBM_STATUS_CP_BUSY if compute else 0
+    if offset == mmCP_STAT:
+        return CP_STAT_CP_BUSY if compute else 0
+    if offset in (mmSDMA0_STATUS_REG, mmSDMA1_STATUS_REG):
+        idle = not _busy(dev, uapi.AMDGPU_HW_IP_DMA, 0 if offset == mmSDMA0_STATUS_REG else 1)
+        return SDMA_STATUS_REG_IDLE if idle else 0
+    return 0
+
+
+def read_mmr_reg(dev, r) -> bytes:
+    """amdgpu_kms.c AMDGPU_INFO_READ_MMR_REG: `count` consecutive registers from
+    `dword_offset`, each of soc15's whitelist. `instance` holds the SE index in
+    bits [7:0] and the SH index in [15:8], 0xff meaning all (libdrm passes
+    0xffffffff); the whitelisted registers are not GRBM-indexed, so a valid index
+    reads the same value. EINVAL: an SE index >= 4 or SH index >= 2 that is not
+    0xff, count over 128. EFAULT: a register off the whitelist ("unallowed offset")."""
+    se = r.instance >> uapi.AMDGPU_INFO_MMR_SE_INDEX_SHIFT & uapi.AMDGPU_INFO_MMR_SE_INDEX_MASK
+    sh = r.instance >> uapi.AMDGPU_INFO_MMR_SH_INDEX_SHIFT & uapi.AMDGPU_INFO_MMR_SH_INDEX_MASK
+    check(se == uapi.AMDGPU_INFO_MMR_SE_INDEX_MASK or se < AMDGPU_GFX_MAX_SE, errno.EINVAL,
+          f"READ_MMR_REG shader engine {se} (0..{AMDGPU_GFX_MAX_SE - 1} or 0xff)")
+    check(sh == uapi.AMDGPU_INFO_MMR_SH_INDEX_MASK or sh < AMDGPU_GFX_MAX_SH_PER_SE, errno.EINVAL,
+          f"READ_MMR_REG shader array {sh} (0..{AMDGPU_GFX_MAX_SH_PER_SE - 1} or 0xff)")
+    check(r.count <= MAX_MMR_COUNT, errno.EINVAL, f"READ_MMR_REG count {r.count} over {MAX_MMR_COUNT}")
+    out = []
+    for i in range(r.count):
+        value = read_register(dev, r.dword_offset + i)
+        if value is None:
+            raise KmdError(errno.EFAULT, f"unallowed offset {r.dword_offset + i:#x}")
+        out.append(value)
+    return b"".join(v.to_bytes(4, "little") for v in out)
+
+
+def gds_config() -> uapi.drm_amdgpu_info_gds:
+    """AMDGPU_INFO_GDS_CONFIG as amdgpu_kms.c answers it: the compute partition is
+    the whole of each on-chip heap (kmd/onchip.py); no GFX partition."""
+    g = uapi.drm_amdgpu_info_gds()
+    g.compute_partition_size = g.gds_total_size = onchip.GDS_SIZE
+    g.gws_per_compute_partition = onchip.GWS_SIZE
+    g.oa_per_compute_partition = onchip.OA_SIZE
+    return g
 
 
 def heap(total: int, used: int, largest: int) -> uapi.drm_amdgpu_heap_info:
@@ -107,6 +279,10 @@ def _answer(dev, file, a) -> bytes:
         return ctypes.c_uint32(1).value.to_bytes(4, "little")
     if q == uapi.AMDGPU_INFO_DEV_INFO:
         return bytes(dev_info(dev))
+    if q == uapi.AMDGPU_INFO_READ_MMR_REG:
+        return read_mmr_reg(dev, a.read_mmr_reg)
+    if q == uapi.AMDGPU_INFO_GDS_CONFIG:
+        return bytes(gds_config())
     if q == uapi.AMDGPU_INFO_VRAM_USAGE or q == uapi.AMDGPU_INFO_VIS_VRAM_USAGE:
         return mem.vram_allocator.used.to_bytes(8, "little")
     if q == uapi.AMDGPU_INFO_GTT_USAGE:
@@ -158,10 +334,12 @@ def info(dev, file, args, extra):
     """Answer one AMDGPU_INFO_* query. The answer comes back as out-data of exactly
     `return_size` bytes (cut, or zero-padded), as the kernel's copy_to_user would
     leave the user's buffer. EINVAL: unknown query or hw ip, return_size 0 or over
-    64 KiB.
+    64 KiB; READ_MMR_REG with an SE/SH index out of range or a count over 128.
+    EFAULT: READ_MMR_REG of a register off soc15's whitelist (see read_mmr_reg).
 
     Queries: ACCEL_WORKING, DEV_INFO, VRAM_USAGE, VIS_VRAM_USAGE, GTT_USAGE,
-    VRAM_GTT, MEMORY, TIMESTAMP, HW_IP_INFO, HW_IP_COUNT, FW_VERSION; GPUVM_FAULT
+    VRAM_GTT, MEMORY, TIMESTAMP, HW_IP_INFO, HW_IP_COUNT, FW_VERSION, READ_MMR_REG
+    (soc15.c's register whitelist), GDS_CONFIG; GPUVM_FAULT
     (Linux 6.x, amdgpu 3.55: drm_amdgpu_info_gpuvm_fault, the last page fault of the
     file's VM, zeros if none; answered although VERSION says 3.49); and vgpu's own
     VGPU_INFO_LAST_FAULT (vgpu_info_last_fault: the file's last failed job and the

@@ -4,8 +4,8 @@ Two lists, as Linux has them: DRM_IOCTLS, the core ioctls vgpu answers (a subset
 drm_ioctls[] in drm_ioctl.c), and AMDGPU_IOCTLS_KMS, the driver's (amdgpu_ioctls_kms[]
 in amdgpu_drv.c, in that file's order). Each entry carries the flags Linux gives the
 same ioctl; dispatch (kmd/ioctl.py) enforces them as drm_ioctl_permit() does, so the
-render node renderD128 refuses an ioctl without DRM_RENDER_ALLOW (only AMDGPU_SCHED
-among vgpu's) with EACCES.
+render node renderD128 refuses an ioctl without DRM_RENDER_ALLOW (GET_CLIENT and
+AMDGPU_SCHED among vgpu's) with EACCES.
 
 vgpu has no DRM master and no drmAuthMagic: every open of card0 counts as the master
 and as authenticated (the rights of a process that opened the primary node first on
@@ -24,6 +24,7 @@ from .ioctl import (DRM_AUTH, DRM_IOCTL_DEF, DRM_IOCTL_DEF_DRV, DRM_MASTER, DRM_
 # drm_ioctl.c, drm_ioctls[]: the core ioctls of vgpu's uapi, in number order.
 DRM_IOCTLS: list[IoctlDesc] = [
     DRM_IOCTL_DEF("VERSION", info.version, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("GET_CLIENT", info.get_client, 0),
     DRM_IOCTL_DEF("GEM_CLOSE", gem.gem_close, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("GET_CAP", info.get_cap, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("PRIME_HANDLE_TO_FD",
@@ -48,9 +49,7 @@ DRM_IOCTLS: list[IoctlDesc] = [
 AMDGPU_IOCTLS_KMS: list[IoctlDesc] = [
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_CREATE", gem.gem_create, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_CTX", ctx.ctx_ioctl, DRM_AUTH | DRM_RENDER_ALLOW),
-    DRM_IOCTL_DEF_DRV("AMDGPU_VM",
-                      not_implemented("VMID reservation: vgpu's engines have no VMIDs to reserve"),
-                      DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_VM", vm.vm_ioctl, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_SCHED", sched.sched_ioctl, DRM_MASTER),
     DRM_IOCTL_DEF_DRV("AMDGPU_BO_LIST", bo_list.bo_list, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_FENCE_TO_HANDLE", cs.fence_to_handle, DRM_AUTH | DRM_RENDER_ALLOW),
@@ -60,9 +59,7 @@ AMDGPU_IOCTLS_KMS: list[IoctlDesc] = [
     DRM_IOCTL_DEF_DRV("AMDGPU_INFO", info.info, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_WAIT_CS", cs.wait_cs, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_WAIT_FENCES", cs.wait_fences, DRM_AUTH | DRM_RENDER_ALLOW),
-    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_METADATA",
-                      not_implemented("BO metadata (tiling info, opaque UMD data) is not stored yet"),
-                      DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_METADATA", gem.gem_metadata, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_VA", vm.gem_va, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_OP", gem.gem_op, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_USERPTR",

@@ -19,6 +19,7 @@ import numpy as np
 from vgpu import uapi
 
 from . import hw
+from .onchip import OnChipMemory
 from .shmem import ShmemStore
 from .vram import PAGE_SIZE, VramAllocation, VramAllocator
 
@@ -62,6 +63,8 @@ class DeviceMemory:
         self.vram = Heap(uapi.AMDGPU_GEM_DOMAIN_VRAM, vram_size)
         self.gtt = Heap(uapi.AMDGPU_GEM_DOMAIN_GTT, gtt_size)
         self.heaps = {h.domain: h for h in (self.vram, self.gtt)}
+        # GDS, GWS and OA: no aperture, no BO file, not counted in bo_count (kmd/onchip.py).
+        self.onchip = OnChipMemory()
         self.bo_count = 0
 
     # Names the sysfs/INFO code and the tests read.
@@ -107,7 +110,11 @@ class DeviceMemory:
         return self.heaps[p.domain].window[p.offset: p.offset + p.block.size]
 
     def free(self, p: Placement) -> None:
-        """Zero pages back over the range, the file unlinked, the block freed."""
+        """Zero pages back over the range, the file unlinked, the block freed (an
+        on-chip placement only gives its block back)."""
+        if p.domain in self.onchip.heaps:
+            self.onchip.free(p.domain, p.block)
+            return
         heap = self.heaps[p.domain]
         heap.aperture.zero(p.offset, p.block.size)
         self.store.remove(p.path)
@@ -117,6 +124,7 @@ class DeviceMemory:
     def check(self) -> None:
         for heap in self.heaps.values():
             heap.allocator.check()
+        self.onchip.check()
 
     def close(self) -> None:
         """Remove every BO file (daemon exit). The apertures stay mapped while views

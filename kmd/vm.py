@@ -1,4 +1,5 @@
-"""Per-file GPU virtual memory (amdgpu_vm.c) and the GEM_VA ioctl.
+"""Per-file GPU virtual memory (amdgpu_vm.c), the GEM_VA ioctl and the VM ioctl
+(VMID reservation).
 
 Each DRM file owns one VM: a list of mappings (VA range -> BO range + page flags)
 kept for overlap checks and debugfs, and a hardware page table (kmd.hw.PageTable)
@@ -13,6 +14,7 @@ from vgpu import uapi
 from . import hw
 from .errors import KmdError, check
 from .gem import lookup_bo
+from .ioctl import PendingReply
 from .vram import PAGE_SIZE
 
 # amdgpu_vm.h keeps the bottom of the address space reserved; vgpu reserves 2 MiB
@@ -152,7 +154,9 @@ def gem_va(dev, file, args, extra):
     EINVAL: nonzero padding, unknown operation or flags, VA/offset/size not 4 KiB
     aligned or zero size, range outside [virtual_address_offset, virtual_address_max),
     BO range past the end of the BO, MAP over an existing mapping.
-    ENOENT: bad handle (MAP/UNMAP/REPLACE), UNMAP of a VA this BO is not mapped at."""
+    ENOENT: bad handle (MAP/UNMAP/REPLACE), UNMAP of a VA this BO is not mapped at.
+    EINVAL also for MAP/REPLACE of a GDS, GWS or OA BO (vgpu has no memory behind
+    them; Linux would map the on-chip offsets)."""
     op, va, size, offset = args.operation, args.va_address, args.map_size, args.offset_in_bo
     check(args._pad == 0, errno.EINVAL, "nonzero padding")
     check(op in (uapi.AMDGPU_VA_OP_MAP, uapi.AMDGPU_VA_OP_UNMAP, uapi.AMDGPU_VA_OP_CLEAR,
@@ -173,6 +177,53 @@ def gem_va(dev, file, args, extra):
         return
     check(offset + size <= bo.size, errno.EINVAL,
           f"offset {offset:#x} + size {size:#x} past BO end {bo.size:#x}")
+    check(not bo.on_chip, errno.EINVAL, "a GDS/GWS/OA BO has no memory to map into a VM")
     if op == uapi.AMDGPU_VA_OP_REPLACE:
         vm.clear(va, size)
     vm.map(bo, offset, va, size, args.flags & PAGE_FLAGS)
+
+
+# amdgpu_vm_ioctl waits this long for the VM to go idle before it unreserves.
+UNRESERVE_IDLE_TIMEOUT = 2.0
+
+
+def vm_ioctl(dev, file, args, extra):
+    """RESERVE_VMID and UNRESERVE_VMID (amdgpu_vm_ioctl, Linux 6.1): a file reserves
+    the device's one reservable VMID (AMDGPU_VM_MAX_RESERVED_VMID is 1, see
+    amdgpu_vmid_alloc_reserved), for tools such as SPM that must know which VMID its
+    jobs run under. Reserving it again is a no-op; UNRESERVE first waits, at most
+    2 s, for the file's jobs to finish (in read(), as a PendingReply), then gives it
+    back (a no-op if the file does not hold it). Closing the file gives it back
+    (amdgpu_vm_fini). vgpu's engines do not look at VMIDs: the reservation is kept
+    and enforced between files, nothing else changes. The reply is the request,
+    unchanged.
+
+    EINVAL: nonzero flags, unknown op, RESERVE_VMID while another file holds it."""
+    a = args.in_
+    check(a.flags == 0, errno.EINVAL, f"unknown VM flags {a.flags:#x}")
+    holder = dev.reserved_vmid
+    if holder is not None and holder.closed:
+        dev.reserved_vmid = holder = None
+    if a.op == uapi.AMDGPU_VM_OP_RESERVE_VMID:
+        check(holder in (None, file), errno.EINVAL,
+              f"Over limitation of reserved vmid: client {holder.id if holder else 0} holds it")
+        dev.reserved_vmid = file
+        return None
+    if a.op != uapi.AMDGPU_VM_OP_UNRESERVE_VMID:
+        raise KmdError(errno.EINVAL, f"unknown VM op {a.op}")
+
+    def release():
+        with dev.lock:
+            if dev.reserved_vmid is file:
+                dev.reserved_vmid = None
+
+    if not file.jobs:
+        release()
+        return None
+
+    def complete():
+        with dev.idle_cv:
+            dev.idle_cv.wait_for(lambda: not file.jobs, UNRESERVE_IDLE_TIMEOUT)
+        release()
+
+    return PendingReply(complete)

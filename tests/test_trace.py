@@ -165,18 +165,64 @@ def test_ctx_bo_list_info_version():
     bl_out.out.list_handle = 1
     info = uapi.drm_amdgpu_info(return_size=4, query=uapi.AMDGPU_INFO_HW_IP_COUNT)
     info.query_hw_ip.type = uapi.AMDGPU_HW_IP_DMA
-    v = uapi.drm_version(name_len=4, date_len=8, desc_len=3)
-    v_out = uapi.drm_version(version_major=3, version_minor=49, name_len=4, date_len=8, desc_len=3)
+    v = uapi.drm_version(name_len=6, date_len=8, desc_len=3)
+    v_out = uapi.drm_version(version_major=3, version_minor=49, name_len=6, date_len=8, desc_len=3)
     log = (pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_CTX, ctx), rep(ctx_out))
            + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_BO_LIST, bl, entries), rep(bl_out))
            + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_INFO, info), rep(info, (2).to_bytes(4, "little")))
-           + pair(yfd(3), req(uapi.DRM_IOCTL_VERSION, v), rep(v_out, b"vgpu20261129abc")))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_VERSION, v), rep(v_out, b"amdgpu20261129abc")))
     assert decode_lines(log) == [
         "renderD128: AMDGPU_CTX {op=ALLOC_CTX, priority=HIGH} = 0 {ctx_id=4}",
         "renderD128: AMDGPU_BO_LIST {op=CREATE, bo_number=2, handles=[1, 3@prio2]} = 0 {list_handle=1}",
         "renderD128: AMDGPU_INFO {query=HW_IP_COUNT, return_size=4, ip=DMA} = 0 {value=2}",
-        'renderD128: VERSION {name_len=4, date_len=8, desc_len=3} = 0 {version=3.49.0, name="vgpu", '
+        'renderD128: VERSION {name_len=6, date_len=8, desc_len=3} = 0 {version=3.49.0, name="amdgpu", '
         'date="20261129", desc="abc"}']
+
+
+def test_libdrm_start_up_requests():
+    """GET_CLIENT, READ_MMR_REG, GEM_METADATA, the stable-pstate CTX ops and AMDGPU_VM,
+    decoded with their names (docs/trace.md)."""
+    card = f"{M}/dev/dri/card0"
+    gc = uapi.drm_client(idx=0)
+    gc_out = uapi.drm_client(idx=0, auth=1, pid=42, uid=65534)
+    mmr = uapi.drm_amdgpu_info(return_size=8, query=uapi.AMDGPU_INFO_READ_MMR_REG)
+    mmr.read_mmr_reg.dword_offset, mmr.read_mmr_reg.count, mmr.read_mmr_reg.instance = 0x263E, 2, 0xFFFFFFFF
+    md = uapi.drm_amdgpu_gem_metadata(handle=3, op=uapi.AMDGPU_GEM_METADATA_OP_SET_METADATA)
+    md.data.tiling_info, md.data.data_size_bytes, md.data.data[0] = 0x19, 4, 0x64636261
+    md_get = uapi.drm_amdgpu_gem_metadata(handle=3, op=uapi.AMDGPU_GEM_METADATA_OP_GET_METADATA)
+    pset = uapi.drm_amdgpu_ctx()
+    pset.in_.op, pset.in_.ctx_id, pset.in_.flags = uapi.AMDGPU_CTX_OP_SET_STABLE_PSTATE, 1, 4
+    pget = uapi.drm_amdgpu_ctx()
+    pget.in_.op, pget.in_.ctx_id = uapi.AMDGPU_CTX_OP_GET_STABLE_PSTATE, 1
+    pget_out = uapi.drm_amdgpu_ctx()
+    pget_out.out.pstate.flags = 4
+    vm = uapi.drm_amdgpu_vm()
+    vm.in_.op = uapi.AMDGPU_VM_OP_RESERVE_VMID
+    log = (pair(yfd(4, card), req(uapi.DRM_IOCTL_GET_CLIENT, gc), rep(gc_out))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_INFO, mmr),
+                  rep(mmr, (0x22014042).to_bytes(4, "little") + bytes(4)))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_GEM_METADATA, md), rep(md))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_GEM_METADATA, md_get), rep(md))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_CTX, pset), rep(pset))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_CTX, pget), rep(pget_out))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_VM, vm), rep(vm)))
+    assert decode_lines(log) == [
+        "card0: GET_CLIENT {idx=0} = 0 {auth=1, pid=42, uid=65534}",
+        "renderD128: AMDGPU_INFO {query=READ_MMR_REG, return_size=8, dword_offset=0x263e (GB_ADDR_CONFIG), "
+        "count=2, instance=0xffffffff} = 0 {GB_ADDR_CONFIG=0x22014042, 0x263f=0x00000000}",
+        "renderD128: AMDGPU_GEM_METADATA {handle=3, op=SET_METADATA, tiling_info=0x19, flags=0x0, "
+        "data_size_bytes=4, data=61626364} = 0",
+        "renderD128: AMDGPU_GEM_METADATA {handle=3, op=GET_METADATA} = 0 {tiling_info=0x19, flags=0x0, "
+        "data_size_bytes=4, data=61626364}",
+        "renderD128: AMDGPU_CTX {op=SET_STABLE_PSTATE, ctx_id=1, pstate=PEAK} = 0",
+        "renderD128: AMDGPU_CTX {op=GET_STABLE_PSTATE, ctx_id=1} = 0 {pstate=PEAK}",
+        "renderD128: AMDGPU_VM {op=RESERVE_VMID} = 0"]
+
+
+def test_trace_register_names_are_the_kmds():
+    from kmd import info as kinfo
+    from vgpu_tools.trace_ioctls import MMR_REGISTERS
+    assert MMR_REGISTERS == kinfo.READABLE_REGISTERS
 
 
 def test_syncobj_wait_fences_and_generic_fallback():

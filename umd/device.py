@@ -26,10 +26,13 @@ from .memory import EventSlots, IbPool, MemoryPool
 DEFAULT_MOUNT = "/tmp/vgpu"
 
 #: The KMD interface this runtime is written against (kmd/info.py VERSION): the
-#: driver name, the major version (a different major is a different ABI) and the
-#: lowest minor that has everything used here (the compute ring, RELEASE_MEM
-#: timestamps, syncobjs).
-REQUIRED_DRIVER = "vgpu"
+#: driver name (amdgpu's, as a vgpu device answers like amdgpu 3.x), the major
+#: version (a different major is a different ABI) and the lowest minor that has
+#: everything used here (the compute ring, RELEASE_MEM timestamps, syncobjs).
+REQUIRED_DRIVER = "amdgpu"
+#: A real amdgpu device says "AMD GPU" here: it runs AMD's ISA, not vISA, so the
+#: description must name vgpu.
+REQUIRED_DESC = "vgpu"
 REQUIRED_MAJOR = 3
 REQUIRED_MINOR = 49
 #: DRM capabilities the runtime relies on, with what it uses them for.
@@ -51,9 +54,9 @@ def check_kmd(dev: libvgpu.Device) -> None:
     Raises :class:`VersionMismatch`."""
     v = dev.version
     where = dev.mount
-    if v.name != REQUIRED_DRIVER:
-        raise VersionMismatch(f"{dev.node} is driven by {v.name!r}, not {REQUIRED_DRIVER!r}: "
-                              f"point VGPU_MOUNT at a vgpu mount")
+    if v.name != REQUIRED_DRIVER or not v.desc.startswith(REQUIRED_DESC):
+        raise VersionMismatch(f"{dev.node} is driven by {v.name!r} ({v.desc!r}), not vgpu's "
+                              f"{REQUIRED_DRIVER!r} ({REQUIRED_DESC}...): point VGPU_MOUNT at a vgpu mount")
     have = f"{v.major}.{v.minor}.{v.patchlevel}"
     need = f"{REQUIRED_MAJOR}.{REQUIRED_MINOR}"
     if v.major < REQUIRED_MAJOR or (v.major == REQUIRED_MAJOR and v.minor < REQUIRED_MINOR):

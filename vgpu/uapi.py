@@ -198,6 +198,24 @@ class drm_version(_Struct):
     ]
 
 
+class drm_client(_Struct):
+    """DRM_IOCTL_GET_CLIENT: in ``idx``; out ``auth``, ``pid``, ``uid``,
+    ``magic``, ``iocs``. As Linux drm_getclient (drm_ioctl.c), only ``idx`` 0
+    (the caller) is answered: ``auth`` 1 for an authenticated (card0) file,
+    ``pid`` the file's pid, ``uid`` the overflow uid 65534, ``magic`` and
+    ``iocs`` 0. libdrm's amdgpu_get_auth asks it on a primary node.
+    Errors: EINVAL (idx not 0), EACCES (render node: no DRM_RENDER_ALLOW).
+    """
+    _fields_ = [
+        ("idx", c_int32),
+        ("auth", c_int32),
+        ("pid", _u64),          # unsigned long
+        ("uid", _u64),
+        ("magic", _u64),
+        ("iocs", _u64),
+    ]
+
+
 class drm_gem_close(_Struct):
     """DRM_IOCTL_GEM_CLOSE: drop a GEM handle. ``pad`` must be 0.
 
@@ -395,8 +413,10 @@ class drm_amdgpu_gem_create_out(_Struct):
 class drm_amdgpu_gem_create(_Union):
     """DRM_IOCTL_AMDGPU_GEM_CREATE: allocate a BO, return a GEM handle.
 
+    Domains VRAM, GTT, and the on-chip GDS (size in bytes), GWS and OA (size in
+    entries); an on-chip BO is NO_CPU_ACCESS (amdgpu_gem_create_ioctl).
     Errors: EINVAL (size 0, alignment not a power of two, unknown domain or
-    flags), ENOMEM (no space in the domain).
+    flags, an on-chip domain with VM_ALWAYS_VALID), ENOMEM (no space in the domain).
     """
     _fields_ = [("in_", drm_amdgpu_gem_create_in), ("out", drm_amdgpu_gem_create_out)]
 
@@ -502,10 +522,14 @@ class drm_amdgpu_ctx_out(_Union):
 
 class drm_amdgpu_ctx(_Union):
     """DRM_IOCTL_AMDGPU_CTX: ALLOC_CTX (``priority``) -> ``out.alloc.ctx_id``;
-    FREE_CTX; QUERY_STATE/QUERY_STATE2 -> ``out.state`` (QUERY2 flags).
+    FREE_CTX; QUERY_STATE/QUERY_STATE2 -> ``out.state`` (QUERY2 flags);
+    GET_STABLE_PSTATE -> ``out.pstate.flags``; SET_STABLE_PSTATE (``in.flags``:
+    AMDGPU_CTX_STABLE_PSTATE_*).
 
-    Errors: EINVAL (op, priority, flags), ENOENT (ctx_id), EACCES (priority
-    above NORMAL on an unprivileged file).
+    Errors: EINVAL (op, priority, flags, a stable-pstate op on an unknown
+    ctx_id), ENOENT (ctx_id of the other ops), EACCES (priority above NORMAL on
+    an unprivileged file), EBUSY (SET_STABLE_PSTATE while another context holds
+    the device's stable pstate).
     """
     _fields_ = [("in_", drm_amdgpu_ctx_in), ("out", drm_amdgpu_ctx_out)]
 
@@ -523,7 +547,10 @@ class drm_amdgpu_vm_out(_Struct):
 
 
 class drm_amdgpu_vm(_Union):
-    """DRM_IOCTL_AMDGPU_VM: reserve/unreserve a VMID. Errors: EINVAL (op)."""
+    """DRM_IOCTL_AMDGPU_VM: RESERVE_VMID / UNRESERVE_VMID (amdgpu_vm_ioctl): one
+    file of the device at a time may hold the reserved VMID; reserving twice is
+    a no-op, unreserving waits (at most 2 s) for the file's jobs. Errors: EINVAL
+    (unknown op, nonzero flags, the VMID is reserved by another file)."""
     _fields_ = [("in_", drm_amdgpu_vm_in), ("out", drm_amdgpu_vm_out)]
 
 
@@ -577,7 +604,12 @@ class _drm_amdgpu_gem_metadata_data(_Struct):
 
 
 class drm_amdgpu_gem_metadata(_Struct):
-    """DRM_IOCTL_AMDGPU_GEM_METADATA: set/get a BO's opaque metadata."""
+    """DRM_IOCTL_AMDGPU_GEM_METADATA: set/get a BO's tiling flags and opaque UMD
+    metadata (amdgpu_gem_metadata_ioctl). SET_METADATA stores
+    ``data.tiling_info`` and ``data.data_size_bytes`` (at most 256) bytes of
+    ``data.data`` with ``data.flags``; GET_METADATA returns them (the rest of
+    ``data.data`` comes back as sent). Errors: ENOENT (handle), EINVAL (SET with
+    data_size_bytes over 256). Any other op does nothing and succeeds, as in Linux."""
     _fields_ = [
         ("handle", _u32),
         ("op", _u32),
@@ -1223,6 +1255,7 @@ class vgpu_reply_header(_Struct):
 # Request codes (direction bits as the headers declare them)
 # ===========================================================================
 DRM_IOCTL_VERSION = DRM_IOWR(0x00, drm_version)
+DRM_IOCTL_GET_CLIENT = DRM_IOWR(0x05, drm_client)
 DRM_IOCTL_GEM_CLOSE = DRM_IOW(0x09, drm_gem_close)
 DRM_IOCTL_GET_CAP = DRM_IOWR(0x0C, drm_get_cap)
 DRM_IOCTL_PRIME_HANDLE_TO_FD = DRM_IOWR(0x2D, drm_prime_handle)
@@ -1281,6 +1314,7 @@ def _build_ioctl_table(defs: list[IoctlDef]) -> dict[int, IoctlDef]:
 #: is a decision about this list (and about the KMD's table, kmd/ioctl_table.py).
 IOCTL_LIST: list[IoctlDef] = [
     IoctlDef("VERSION", DRM_IOCTL_VERSION, drm_version),
+    IoctlDef("GET_CLIENT", DRM_IOCTL_GET_CLIENT, drm_client),
     IoctlDef("GEM_CLOSE", DRM_IOCTL_GEM_CLOSE, drm_gem_close),
     IoctlDef("GET_CAP", DRM_IOCTL_GET_CAP, drm_get_cap),
     IoctlDef("PRIME_HANDLE_TO_FD", DRM_IOCTL_PRIME_HANDLE_TO_FD, drm_prime_handle),

@@ -54,6 +54,19 @@ GEM_OPS = _enum("AMDGPU_GEM_OP_")
 SYNCOBJ_WAIT_FLAGS = _enum("DRM_SYNCOBJ_WAIT_FLAGS_")
 PRIME_FLAGS = {uapi.DRM_CLOEXEC: "CLOEXEC", uapi.DRM_RDWR: "RDWR"}
 FENCE_TO_HANDLE = _enum("AMDGPU_FENCE_TO_HANDLE_")
+STABLE_PSTATES = _enum("AMDGPU_CTX_STABLE_PSTATE_", skip=("FLAGS_MASK",))
+METADATA_OPS = _enum("AMDGPU_GEM_METADATA_OP_")
+VM_OPS = _enum("AMDGPU_VM_OP_")
+# INFO READ_MMR_REG: the register names of soc15's whitelist (absolute dword offsets,
+# as kmd/info.py answers them for an Arcturus part: GC at 0x2000, SDMA0 0x1260, SDMA1 0x1860).
+MMR_REGISTERS = {
+    0x2004: "GRBM_STATUS", 0x2002: "GRBM_STATUS2", 0x2005: "GRBM_STATUS_SE0", 0x2006: "GRBM_STATUS_SE1",
+    0x200E: "GRBM_STATUS_SE2", 0x200F: "GRBM_STATUS_SE3", 0x1285: "SDMA0_STATUS_REG",
+    0x1885: "SDMA1_STATUS_REG", 0x21A0: "CP_STAT", 0x219D: "CP_STALLED_STAT1", 0x219E: "CP_STALLED_STAT2",
+    0x219C: "CP_STALLED_STAT3", 0x2088: "CP_CPF_BUSY_STAT", 0x2089: "CP_CPF_STALLED_STAT1",
+    0x2087: "CP_CPF_STATUS", 0x2085: "CP_CPC_BUSY_STAT", 0x2086: "CP_CPC_STALLED_STAT1",
+    0x2084: "CP_CPC_STATUS", 0x263E: "GB_ADDR_CONFIG", 0x260D: "DB_DEBUG2",
+}
 
 
 def name_of(value: int, table: dict[int, str]) -> str:
@@ -177,7 +190,9 @@ def _req_ctx(s, extra):
         parts.append(f"priority={name_of(i.priority, CTX_PRIORITIES)}")
     else:
         parts.append(f"ctx_id={i.ctx_id}")
-    if i.flags:
+    if i.op == uapi.AMDGPU_CTX_OP_SET_STABLE_PSTATE:
+        parts.append(f"pstate={name_of(i.flags, STABLE_PSTATES)}")
+    elif i.flags:
         parts.append(f"flags={i.flags:#x}")
     return _braces(*parts)
 
@@ -191,8 +206,8 @@ def _rep_ctx(req, s, extra):
         return _braces(f"reset_status={name_of(st.reset_status, CTX_RESET)}", f"hangs={st.hangs}")
     if op == uapi.AMDGPU_CTX_OP_QUERY_STATE2:
         return _braces(f"flags={flags_of(s.out.state.flags, CTX_QUERY2_FLAGS)}")
-    if op in (uapi.AMDGPU_CTX_OP_GET_STABLE_PSTATE, uapi.AMDGPU_CTX_OP_SET_STABLE_PSTATE):
-        return _braces(f"pstate={s.out.pstate.flags}")
+    if op == uapi.AMDGPU_CTX_OP_GET_STABLE_PSTATE:
+        return _braces(f"pstate={name_of(s.out.pstate.flags, STABLE_PSTATES)}")
     return ""
 
 
@@ -300,8 +315,9 @@ def _req_info(s, extra):
         parts.append(f"sensor={name_of(s.sensor_info.type, SENSORS)}")
     elif q == uapi.AMDGPU_INFO_READ_MMR_REG:
         r = s.read_mmr_reg
-        parts += [f"dword_offset={r.dword_offset:#x}", f"count={r.count}",
-                  f"instance={r.instance:#x}"]
+        reg = MMR_REGISTERS.get(r.dword_offset)
+        parts += [f"dword_offset={r.dword_offset:#x}" + (f" ({reg})" if reg else ""),
+                  f"count={r.count}", f"instance={r.instance:#x}"]
     elif q == uapi.AMDGPU_INFO_MEMORY or q == uapi.AMDGPU_INFO_DEV_INFO:
         pass
     elif any(bytes(s._u)):
@@ -317,9 +333,15 @@ def _rep_info(req, s, extra):
         return _braces(f"value={int.from_bytes(extra[:8], 'little')}")
     if q in _INFO_U32 and len(extra) >= 4:
         return _braces(f"value={int.from_bytes(extra[:4], 'little')}")
+    if q == uapi.AMDGPU_INFO_READ_MMR_REG:
+        r = req.read_mmr_reg
+        values = _u32s(extra, min(r.count, len(extra) // 4))
+        return _braces(*(f"{MMR_REGISTERS.get(r.dword_offset + k, hex(r.dword_offset + k))}={v:#010x}"
+                         for k, v in enumerate(values)))
     if q == uapi.AMDGPU_INFO_DEV_INFO:
         d = uapi.drm_amdgpu_info_device.from_bytes(extra)
         return _braces(f"{len(extra)} bytes", f"device_id={d.device_id:#x}", f"family={d.family}",
+                       f"chip_rev={d.chip_rev}", f"external_rev={d.external_rev:#x}",
                        f"va={d.virtual_address_offset:#x}..{d.virtual_address_max:#x}",
                        f"va_alignment={d.virtual_address_alignment}",
                        f"cu_active_number={d.cu_active_number}")
@@ -468,12 +490,46 @@ def _req_handle(s, extra):
     return _braces(f"handle={s.handle}")
 
 
+def _req_get_client(s, extra):
+    return _braces(f"idx={s.idx}")
+
+
+def _rep_get_client(req, s, extra):
+    return _braces(f"auth={s.auth}", f"pid={s.pid}", f"uid={s.uid}")
+
+
+def _metadata(d, with_data: bool) -> list[str]:
+    parts = [f"tiling_info={d.tiling_info:#x}", f"flags={d.flags:#x}", f"data_size_bytes={d.data_size_bytes}"]
+    if with_data and d.data_size_bytes:
+        n = min(d.data_size_bytes, 256)
+        parts.append(f"data={bytes(d.data)[:min(n, 16)].hex()}" + ("..." if n > 16 else ""))
+    return parts
+
+
+def _req_gem_metadata(s, extra):
+    parts = [f"handle={s.handle}", f"op={name_of(s.op, METADATA_OPS)}"]
+    if s.op == uapi.AMDGPU_GEM_METADATA_OP_SET_METADATA:
+        parts += _metadata(s.data, True)
+    return _braces(*parts)
+
+
+def _rep_gem_metadata(req, s, extra):
+    if req.op == uapi.AMDGPU_GEM_METADATA_OP_GET_METADATA:
+        return _braces(*_metadata(s.data, True))
+    return ""
+
+
+def _req_vm(s, extra):
+    return _braces(f"op={name_of(s.in_.op, VM_OPS)}", f"flags={s.in_.flags:#x}" if s.in_.flags else "")
+
+
 def _req_mmap(s, extra):
     return _braces(f"handle={s.in_.handle}")
 
 
 _REQUEST_FMT = {
     "VERSION": _req_version,
+    "GET_CLIENT": _req_get_client,
     "GEM_CLOSE": _req_handle,
     "GET_CAP": _req_get_cap,
     "PRIME_HANDLE_TO_FD": _req_prime,
@@ -500,10 +556,13 @@ _REQUEST_FMT = {
     "AMDGPU_GEM_OP": _req_gem_op,
     "AMDGPU_WAIT_FENCES": _req_wait_fences,
     "AMDGPU_FENCE_TO_HANDLE": _req_fence_to_handle,
+    "AMDGPU_GEM_METADATA": _req_gem_metadata,
+    "AMDGPU_VM": _req_vm,
 }
 
 _REPLY_FMT = {
     "VERSION": _rep_version,
+    "GET_CLIENT": _rep_get_client,
     "GEM_CLOSE": lambda r, s, e: "",
     "GET_CAP": _rep_get_cap,
     "PRIME_HANDLE_TO_FD": _rep_prime_to_fd,
@@ -531,6 +590,8 @@ _REPLY_FMT = {
     "AMDGPU_GEM_OP": _rep_gem_op,
     "AMDGPU_WAIT_FENCES": _rep_wait_fences,
     "AMDGPU_FENCE_TO_HANDLE": _handle_only("out.handle"),
+    "AMDGPU_GEM_METADATA": _rep_gem_metadata,
+    "AMDGPU_VM": lambda r, s, e: "",
 }
 
 

@@ -50,7 +50,7 @@ def test_trace_memory_client(vgpu_mount):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "open renderD128 -> fd " in out
-    assert 'renderD128: VERSION {name_len=4, date_len=8, desc_len=' in out and 'name="vgpu"' in out
+    assert 'renderD128: VERSION {name_len=6, date_len=8, desc_len=' in out and 'name="amdgpu"' in out
     assert "renderD128: AMDGPU_INFO {query=DEV_INFO, return_size=" in out
     assert ("renderD128: AMDGPU_GEM_CREATE {bo_size=4096, alignment=4096, domains=GTT, flags=0} "
             "= 0 {handle=1}") in out

@@ -78,14 +78,15 @@ def test_table_covers_every_uapi_ioctl():
         assert (desc.name, desc.request, desc.struct) == (d.name, d.request, d.struct)
         assert desc.implemented == callable(desc.func), desc.name
     assert [d.name for d in DRM_IOCTLS + AMDGPU_IOCTLS_KMS if not d.implemented] == [
-        "PRIME_HANDLE_TO_FD", "PRIME_FD_TO_HANDLE", "AMDGPU_VM", "AMDGPU_GEM_METADATA", "AMDGPU_GEM_USERPTR"]
+        "PRIME_HANDLE_TO_FD", "PRIME_FD_TO_HANDLE", "AMDGPU_GEM_USERPTR"]
 
 
 def test_flags_are_linuxs():
-    """drm_ioctls[] gives the core ioctls vgpu has DRM_RENDER_ALLOW only;
-    amdgpu_ioctls_kms[] gives its ioctls DRM_AUTH|DRM_RENDER_ALLOW, but SCHED DRM_MASTER."""
+    """drm_ioctls[] gives the core ioctls vgpu has DRM_RENDER_ALLOW only, but GET_CLIENT
+    no flag at all; amdgpu_ioctls_kms[] gives its ioctls DRM_AUTH|DRM_RENDER_ALLOW, but
+    SCHED DRM_MASTER."""
     for d in DRM_IOCTLS:
-        assert d.flags == DRM_RENDER_ALLOW, d.name
+        assert d.flags == (0 if d.name == "GET_CLIENT" else DRM_RENDER_ALLOW), d.name
     for d in AMDGPU_IOCTLS_KMS:
         want = DRM_MASTER if d.name == "AMDGPU_SCHED" else DRM_AUTH | DRM_RENDER_ALLOW
         assert d.flags == want, d.name
@@ -114,8 +115,7 @@ def test_render_file_is_refused_an_ioctl_without_render_allow(dev, client, root_
     dev.close_file(root_render)
 
 
-@pytest.mark.parametrize("name", ["PRIME_HANDLE_TO_FD", "PRIME_FD_TO_HANDLE", "AMDGPU_VM",
-                                  "AMDGPU_GEM_METADATA", "AMDGPU_GEM_USERPTR"])
+@pytest.mark.parametrize("name", ["PRIME_HANDLE_TO_FD", "PRIME_FD_TO_HANDLE", "AMDGPU_GEM_USERPTR"])
 def test_not_implemented_ioctl_is_enotty_and_says_so(dev, client, name):
     d = next(d for d in uapi.IOCTLS.values() if d.name == name)
     e = fails(errno.ENOTTY, dev, client, name, d.struct())

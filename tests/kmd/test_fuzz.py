@@ -83,6 +83,20 @@ def template(rng: random.Random, name: str) -> tuple[bytes, bytes]:
         a.in_.ctx_id = rng.randint(0, 3)
         a.in_.timeout = rng.choice([0, 1 << 63])  # never a finite wait in the future
         return bytes(a), b""
+    if name == "AMDGPU_GEM_METADATA":
+        a = uapi.drm_amdgpu_gem_metadata()
+        a.handle = rng.randint(0, 6)
+        a.op = rng.choice([1, 2, 2, 0, 3])
+        a.data.data_size_bytes = rng.choice([0, 4, 256, 257])
+        a.data.tiling_info = rng.getrandbits(64)
+        return bytes(a), b""
+    if name == "AMDGPU_VM":
+        a = uapi.drm_amdgpu_vm()
+        a.in_.op = rng.choice([1, 2, 2, 0, 3])
+        a.in_.flags = rng.choice([0, 0, 0, 1])
+        return bytes(a), b""
+    if name == "GET_CLIENT":
+        return bytes(uapi.drm_client(idx=rng.choice([0, 0, 1]))), b""
     size = ctypes.sizeof(uapi.IOCTLS[next(nr for nr, d in uapi.IOCTLS.items() if d.name == name)].struct)
     return random_struct(rng, size), random_struct(rng, rng.choice([0, 0, 8, 24, 64]))
 

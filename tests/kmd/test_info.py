@@ -23,8 +23,8 @@ def test_version(dev, client):
     v.name_len, v.date_len, v.desc_len = 16, 3, 0
     out, extra = call(dev, client, "VERSION", v)
     assert out.version_major == 3
-    assert extra[:16].rstrip(b"\0") == b"vgpu" and len(extra) == 19
-    assert out.name_len == 4 and out.date_len == 8 and out.desc_len > 0
+    assert extra[:16].rstrip(b"\0") == b"amdgpu" and len(extra) == 19   # amdgpu_drv.c DRIVER_NAME
+    assert out.name_len == 6 and out.date_len == 8 and out.desc_len > 0
     v.name_len = 1 << 20
     fails(errno.EINVAL, dev, client, "VERSION", v)
 

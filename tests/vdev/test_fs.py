@@ -132,7 +132,7 @@ async def test_an_internal_error_in_a_provider_becomes_eio_with_a_kmsg_line(dev,
     fs = VgpuFs(dev)
     await fails(errno.EIO, cat(fs, "sys/kernel/debug/dri/0/fence_info"))
     assert "vdev: internal error in open: RuntimeError('bug in a view')" in dev.kmsg.text()
-    assert (await cat(fs, "sys/kernel/debug/dri/0/name")).startswith(b"vgpu")
+    assert (await cat(fs, "sys/kernel/debug/dri/0/name")).startswith(b"amdgpu")
 
 
 def bo_path(dev, f, handle: int) -> str:
