@@ -1,4 +1,4 @@
-"""Fuzz the control-file protocol without FUSE: framing (vdev.control) + KMD dispatch.
+"""Fuzz the control-file protocol without FUSE: framing (vgpu.frame) + KMD dispatch.
 
 10,000+ requests: valid request numbers with random and mutated payloads, truncated
 and oversized frames, wrong magic. Each must end in an errno (FrameError/KmdError)
@@ -14,8 +14,8 @@ from kmd.device import Device
 from kmd.errors import KmdError
 from kmd.ioctl import PendingReply
 from kmd.ioctl_table import TABLE
-from vdev.control import FrameError, encode_request, parse_request
 from vgpu import uapi
+from vgpu.frame import FrameError, encode_request, parse_request
 
 MiB = 1 << 20
 INTERESTING = [0, 1, 2, 3, 4, 5, 8, 0x10, 0x1000, 0x2000, 0x10000, 0x200000, 0x7FFFFFFF,
