@@ -11,7 +11,7 @@ import time
 from vgpu import uapi
 
 from . import ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, hw, info as _info
-from . import sched as _sched, syncobj as _syncobj, sysfs as _sysfs
+from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _sysfs
 from .drm_file import DrmFile
 from .errors import KmdError
 from .gem import DOMAIN_NAMES, BufferObject
@@ -41,6 +41,7 @@ class Device:
         self.files: dict[int, DrmFile] = {}
         self.bos_by_offset: dict[int, BufferObject] = {}
         self.sync_tokens = _syncobj.SyncTokens()  # MOUNT/sync/<token-hex>
+        self.prime = _prime.PrimeTokens()         # MOUNT/prime/<token-hex>
         self.reset_counter = 0
         self.pstate = _ctx.StablePstate()   # CTX GET/SET_STABLE_PSTATE (amdgpu_ctx.c)
         self.reserved_vmid = None           # the DrmFile holding AMDGPU_VM RESERVE_VMID (kmd/vm.py)
@@ -91,6 +92,7 @@ class Device:
                 self.free_ctx(f, ctx)
             for handle in list(f.bos):
                 self.close_handle(f, handle)
+            _prime.close_file(self, f)
             del self.files[f.id]
         self.kmsg.log(f"client {f.id} closed {f.node}: {f.describe()}")
 
@@ -135,7 +137,8 @@ class Device:
         bo, last_here = f.remove_bo(handle)
         if last_here:
             f.vm.unmap_bo(bo)  # amdgpu_gem_object_close: the file's bo_va goes
-        if bo.handle_count == 0:
+            _prime.handle_closed(self, f, bo)
+        if bo.handle_count == 0 and bo.export is None:  # an export holds the BO too
             self.free_bo(bo, f.jobs)
 
     def free_bo(self, bo: BufferObject, vm_jobs: set[int] = frozenset()) -> None:
@@ -180,6 +183,12 @@ class Device:
     def bo_by_offset(self, offset: int) -> BufferObject | None:
         with self.lock:
             return self.bos_by_offset.get(offset)
+
+    def prime_by_token(self, token: int):
+        """The kmd.prime.PrimeExport behind MOUNT/prime/<token-hex>, or None."""
+        with self.lock:
+            ex = self.prime.get(token)
+            return ex if ex is not None and not ex.dead else None
 
     def sync_file_by_token(self, token: int):
         """The kmd.syncobj.SyncExport behind MOUNT/sync/<token-hex>, or None."""
@@ -351,7 +360,7 @@ class Device:
                 if id(bo) in self.zombie_bos:
                     continue
                 assert held.get(id(bo), 0) == bo.handle_count, "handle_count mismatch"
-                assert bo.handle_count > 0, "a BO without handles is still alive"
+                assert bo.handle_count > 0 or bo.export is not None, "a BO without handles or export is still alive"
             live += self.zombie_bos.values()
             # GDS/GWS/OA BOs have no BO file and their own heaps (kmd/onchip.py).
             on_chip = {id(bo): bo for bo in live if bo.on_chip}

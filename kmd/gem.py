@@ -66,6 +66,14 @@ class BufferObject:
         self.awaiting: set[int] = set()  # once closed: ids of jobs its memory waits for
         self.freed = False
         self.lock = threading.Lock()
+        self.uids = {uid}              # who may map it: the creator, and importers (kmd/prime.py)
+        self.export = None             # its kmd.prime.PrimeExport while exported
+        self.userptr = None            # kmd.userptr.UserPages for a GEM_USERPTR BO
+
+    def may_access(self, uid: int) -> bool:
+        """True if `uid` may follow bo/<hex> and open the BO's file: root, its creator,
+        or a uid that imported it (PRIME)."""
+        return uid == 0 or uid in self.uids
 
     @property
     def vram(self) -> VramAllocation | None:

@@ -17,7 +17,7 @@ An ioctl that vgpu/uapi.py defines but vgpu does not implement yet is listed wit
 table says what is intended. tests/kmd/test_dispatch.py checks that the table covers
 every request of uapi.IOCTLS.
 """
-from . import bo_list, cs, ctx, gem, info, sched, syncobj, vm
+from . import bo_list, cs, ctx, gem, info, prime, sched, syncobj, vm
 from .ioctl import (DRM_AUTH, DRM_IOCTL_DEF, DRM_IOCTL_DEF_DRV, DRM_MASTER, DRM_RENDER_ALLOW, IoctlDesc,
                     index, not_implemented)
 
@@ -27,11 +27,8 @@ DRM_IOCTLS: list[IoctlDesc] = [
     DRM_IOCTL_DEF("GET_CLIENT", info.get_client, 0),
     DRM_IOCTL_DEF("GEM_CLOSE", gem.gem_close, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("GET_CAP", info.get_cap, DRM_RENDER_ALLOW),
-    DRM_IOCTL_DEF("PRIME_HANDLE_TO_FD",
-                  not_implemented("PRIME export (MOUNT/prime/<token-hex>) is not written yet"),
-                  DRM_RENDER_ALLOW),
-    DRM_IOCTL_DEF("PRIME_FD_TO_HANDLE",
-                  not_implemented("PRIME import is not written yet"), DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("PRIME_HANDLE_TO_FD", prime.prime_handle_to_fd, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("PRIME_FD_TO_HANDLE", prime.prime_fd_to_handle, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("SYNCOBJ_CREATE", syncobj.syncobj_create, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("SYNCOBJ_DESTROY", syncobj.syncobj_destroy, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("SYNCOBJ_HANDLE_TO_FD", syncobj.syncobj_handle_to_fd, DRM_RENDER_ALLOW),

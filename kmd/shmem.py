@@ -18,6 +18,7 @@ import fcntl
 import os
 import secrets
 import shutil
+import struct
 
 DEFAULT_BASE = "/dev/shm"
 PREFIX = "vgpu-"
@@ -31,6 +32,11 @@ MAP_HEADROOM = 8192
 # The most BOs one device holds at once, whatever vm.max_map_count allows
 # (docs/memory.md: GEM_CREATE past it fails with ENOMEM).
 MAX_BOS = 262144
+# A file's access ACL (acl(5)), in the kernel's xattr encoding (posix_acl_xattr.h):
+# version 2, then (tag u16, perm u16, id u32) entries in tag order.
+ACL_XATTR = "system.posix_acl_access"
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_MASK, _ACL_OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+_ACL_UNDEFINED_ID = 0xFFFFFFFF
 
 
 class StoreError(OSError):
@@ -65,6 +71,15 @@ def clean_stale(base: str = DEFAULT_BASE) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+def posix_acl(uids: list[int]) -> bytes:
+    """The ACL of a 0600 BO file that ``uids`` (sorted) may also read and write."""
+    entries = [(_ACL_USER_OBJ, 6, _ACL_UNDEFINED_ID)]
+    entries += [(_ACL_USER, 6, uid) for uid in uids]
+    entries += [(_ACL_GROUP_OBJ, 0, _ACL_UNDEFINED_ID), (_ACL_MASK, 6, _ACL_UNDEFINED_ID),
+                (_ACL_OTHER, 0, _ACL_UNDEFINED_ID)]
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
 
 
 def map_count_limit() -> int:
@@ -106,6 +121,7 @@ class ShmemStore:
         self._lock_fd = _hold_lock(os.path.join(self.path, LOCK_NAME))
         os.chmod(self.path, 0o711)  # searchable, not listable, once the lock is ours
         self.max_bos = max(0, min(MAX_BOS, map_count_limit() - MAP_HEADROOM))
+        self._granted: dict[str, set[int]] = {}  # BO file -> uids given access by grant()
 
     def create(self, size: int, uid: int) -> tuple[str, int]:
         """A new zero-filled file of ``size`` bytes owned by ``uid`` (when we are root).
@@ -122,8 +138,20 @@ class ShmemStore:
             raise
         return path, fd
 
+    def grant(self, path: str, uid: int) -> None:
+        """Let ``uid`` read and write a BO's file too (a PRIME import by another uid,
+        kmd/prime.py): a POSIX ACL entry ``user:<uid>:rw-`` next to the owner's, with
+        mask rw- and nothing for group and others. Only the daemon changes it, so the
+        whole ACL is written from the uids the store has granted. Raises OSError
+        (EOPNOTSUPP on a tmpfs without ACLs, EPERM for a daemon that is not root and
+        does not own the file)."""
+        granted = self._granted.setdefault(path, set())
+        granted.add(uid)
+        os.setxattr(path, ACL_XATTR, posix_acl(sorted(granted)), follow_symlinks=False)
+
     def remove(self, path: str) -> None:
         """Unlink a BO's file: its name goes now, its pages with the last mapping."""
+        self._granted.pop(path, None)
         try:
             os.unlink(path)
         except FileNotFoundError:

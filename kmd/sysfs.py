@@ -1,7 +1,65 @@
-"""MOUNT/sys/class/drm/card0/device/*: the sysfs attributes amdgpu exposes, live."""
+"""The PCI device's sysfs attributes, as amdgpu's device shows them, live:
+MOUNT/sys/devices/pci0000:00/0000:00:00.0/*, also reached as
+MOUNT/sys/class/drm/card0/device/* and MOUNT/sys/dev/char/226:N/device/* (vdev builds
+the links, docs/vdev.md "sysfs").
+
+The identity files (vendor, device, subsystem_*, revision, class, config, uevent)
+are what libdrm's drmGetDevices2 and drmGetDevice2 read (xf86drm.c: drmParsePciBusInfo
+takes PCI_SLOT_NAME from uevent, drmParsePciDeviceInfo the id files, or config); their
+values are those of the part DEV_INFO reports, read from kmd/info.py at each open.
+"""
+import struct
 import time
 
 from . import info
+
+PCI_SLOT_NAME = "0000:00:00.0"
+# Board identity by PCI device id: (subsystem vendor, subsystem device, class), from
+# the boards amdgpu drives with those ids (lspci -nnv): Vega 10 XT, a display
+# controller; Arcturus, the Instinct MI100 accelerator, class "display controller,
+# other" (0x0380) as compute-only parts are. kmd/info.py may name them itself
+# (PCI_SUBSYSTEM_VENDOR, PCI_SUBSYSTEM_DEVICE, PCI_CLASS).
+BOARDS = {0x687F: (0x1002, 0x0B36, 0x030000), 0x738C: (0x1002, 0x0C34, 0x038000)}
+
+
+def pci_identity(dev) -> dict[str, int]:
+    """vendor, device, revision, subsystem_vendor, subsystem_device, class: the values
+    DEV_INFO (device_id, pci_rev) and kmd/info.py give now."""
+    d = info.dev_info(dev)
+    device = d.device_id or info.PCI_DEVICE
+    sub_vendor, sub_device, pci_class = BOARDS.get(device, (info.PCI_VENDOR, 0, 0x030000))
+    return {
+        "vendor": info.PCI_VENDOR,
+        "device": device,
+        "revision": d.pci_rev or getattr(info, "PCI_REVISION", 0),
+        "subsystem_vendor": getattr(info, "PCI_SUBSYSTEM_VENDOR", sub_vendor),
+        "subsystem_device": getattr(info, "PCI_SUBSYSTEM_DEVICE", sub_device),
+        "class": getattr(info, "PCI_CLASS", pci_class),
+    }
+
+
+def uevent(dev) -> str:
+    """The PCI device's uevent, as the PCI core writes it (pci_uevent)."""
+    p = pci_identity(dev)
+    c = p["class"]
+    return (f"DRIVER=amdgpu\n"
+            f"PCI_CLASS={c:X}\n"
+            f"PCI_ID={p['vendor']:04X}:{p['device']:04X}\n"
+            f"PCI_SUBSYS_ID={p['subsystem_vendor']:04X}:{p['subsystem_device']:04X}\n"
+            f"PCI_SLOT_NAME={PCI_SLOT_NAME}\n"
+            f"MODALIAS=pci:v{p['vendor']:08X}d{p['device']:08X}sv{p['subsystem_vendor']:08X}"
+            f"sd{p['subsystem_device']:08X}bc{c >> 16:02X}sc{(c >> 8) & 0xFF:02X}i{c & 0xFF:02X}\n")
+
+
+def config(dev) -> bytes:
+    """The first 256 bytes of PCI config space (a type 0 header, no BARs shown): what
+    libdrm reads when it asks for the revision and the revision file is missing."""
+    p = pci_identity(dev)
+    c = p["class"]
+    head = struct.pack("<HHHHBBBBBBBB", p["vendor"], p["device"], 0x0007, 0x0010, p["revision"],
+                       c & 0xFF, (c >> 8) & 0xFF, c >> 16, 0x10, 0, 0, 0)
+    head += bytes(0x2C - len(head)) + struct.pack("<HH", p["subsystem_vendor"], p["subsystem_device"])
+    return head + bytes(256 - len(head))
 
 
 class BusyMeter:
@@ -34,10 +92,14 @@ def files(dev) -> dict:
     m = dev.memory
     meter = dev.busy_meter
     return {
-        "vendor": lambda: f"{info.PCI_VENDOR:#06x}\n",
-        "device": lambda: f"{info.PCI_DEVICE:#06x}\n",
-        "uevent": lambda: (f"DRIVER=vgpu\nPCI_CLASS=30000\nPCI_ID={info.PCI_VENDOR:04X}:"
-                           f"{info.PCI_DEVICE:04X}\nPCI_SLOT_NAME=0000:00:00.0\n"),
+        "vendor": lambda: f"{pci_identity(dev)['vendor']:#06x}\n",
+        "device": lambda: f"{pci_identity(dev)['device']:#06x}\n",
+        "subsystem_vendor": lambda: f"{pci_identity(dev)['subsystem_vendor']:#06x}\n",
+        "subsystem_device": lambda: f"{pci_identity(dev)['subsystem_device']:#06x}\n",
+        "revision": lambda: f"{pci_identity(dev)['revision']:#04x}\n",
+        "class": lambda: f"{pci_identity(dev)['class']:#08x}\n",
+        "config": lambda: config(dev),
+        "uevent": lambda: uevent(dev),
         "mem_info_vram_total": lambda: f"{m.vram_allocator.size}\n",
         "mem_info_vram_used": lambda: f"{m.vram_allocator.used}\n",
         "mem_info_gtt_total": lambda: f"{m.gtt_size}\n",

@@ -49,6 +49,7 @@ class Bo(Handle):
         self._map: mmap.mmap | None = None
         self._view: memoryview | None = None
         self._map_count = 0
+        self._refs = 1  # bo_import of a handle the Device already has adds one (libdrm's refcount)
 
     # -- object-style API, same verbs as the functions below -------------------------
     def cpu_map(self) -> memoryview:
@@ -74,6 +75,9 @@ class Bo(Handle):
 
     def free(self) -> None:
         bo_free(self)
+
+    def export(self, handle_type: int | None = None) -> int:
+        return bo_export(self, handle_type)
 
     # -- mapping internals ------------------------------------------------------------
     def _drop_mapping(self) -> None:
@@ -117,8 +121,12 @@ def _gem_close(dev, handle: int) -> None:
 
 
 def bo_free(bo: Bo) -> None:
-    """Unmap and GEM_CLOSE the BO (amdgpu_bo_free). Idempotent."""
+    """Unmap and GEM_CLOSE the BO (amdgpu_bo_free). Idempotent. A Bo that
+    :func:`bo_import` returned more than once is released by its last free."""
     if bo.handle == 0:
+        return
+    if bo._refs > 1:
+        bo._refs -= 1
         return
     try:
         bo._drop_mapping()
@@ -188,3 +196,63 @@ def bo_query_info(bo: Bo) -> BoInfo:
     _, extra = bo.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_OP, req, reply_extra=size)
     info = uapi.drm_amdgpu_gem_create_in.from_bytes(extra)
     return BoInfo(info.bo_size, info.alignment, info.domains, info.domain_flags)
+
+
+# -- sharing: PRIME (amdgpu_bo_export / amdgpu_bo_import) --------------------------
+
+#: amdgpu_bo_handle_type (amdgpu.h): what bo_export returns and bo_import takes.
+amdgpu_bo_handle_type_gem_flink_name = 0
+amdgpu_bo_handle_type_kms = 1
+amdgpu_bo_handle_type_dma_buf_fd = 2
+amdgpu_bo_handle_type_kms_noimport = 3
+
+
+def bo_export(bo: Bo, handle_type: int | None = None) -> int:
+    """amdgpu_bo_export. ``dma_buf_fd`` (the default) is PRIME_HANDLE_TO_FD: a token
+    (vgpu's stand-in for the dma-buf fd, docs/design.md section 3) naming
+    ``MOUNT/prime/<token-hex>``, which another process imports with :func:`bo_import`
+    into its own Device; the same token for every export of one BO. ``kms`` and
+    ``kms_noimport`` return the GEM handle. Flink names do not exist on vgpu
+    (VgpuNotSupported). EPERM (VgpuPermissionDenied) for a userptr BO."""
+    handle_type = amdgpu_bo_handle_type_dma_buf_fd if handle_type is None else handle_type
+    if bo.handle == 0:
+        raise error_for(errno.EINVAL, "bo_export: BO was freed")
+    if handle_type in (amdgpu_bo_handle_type_kms, amdgpu_bo_handle_type_kms_noimport):
+        return bo.handle
+    if handle_type != amdgpu_bo_handle_type_dma_buf_fd:
+        raise error_for(errno.EOPNOTSUPP if handle_type == amdgpu_bo_handle_type_gem_flink_name else errno.EINVAL,
+                        f"bo_export: handle type {handle_type} (vgpu shares BOs as dma-buf tokens only)")
+    req = uapi.drm_prime_handle(handle=bo.handle, flags=uapi.DRM_CLOEXEC | uapi.DRM_RDWR)
+    bo.dev.ioctl(uapi.DRM_IOCTL_PRIME_HANDLE_TO_FD, req)
+    return req.fd
+
+
+def bo_import(dev, token: int, handle_type: int | None = None) -> Bo:
+    """amdgpu_bo_import of a ``dma_buf_fd`` (the default): PRIME_FD_TO_HANDLE with the
+    token of :func:`bo_export` gives this Device a handle to the same BO, whose pages
+    :meth:`Bo.cpu_map` maps (the same shared pages the exporter and the GPU use),
+    then GEM_OP GET_GEM_CREATE_INFO tells its size (libdrm lseeks the dma-buf fd).
+    Importing a BO the Device already has returns the same Bo (freed by its last
+    :func:`bo_free`). ENOENT (VgpuNoSuchObject): no live export has this token."""
+    handle_type = amdgpu_bo_handle_type_dma_buf_fd if handle_type is None else handle_type
+    if handle_type != amdgpu_bo_handle_type_dma_buf_fd:
+        raise error_for(errno.EOPNOTSUPP if handle_type == amdgpu_bo_handle_type_gem_flink_name else errno.EINVAL,
+                        f"bo_import: handle type {handle_type} (vgpu imports dma-buf tokens only)")
+    req = uapi.drm_prime_handle(fd=token)
+    dev.ioctl(uapi.DRM_IOCTL_PRIME_FD_TO_HANDLE, req)
+    handle = req.handle
+    known = dev._bos.get(handle)
+    if known is not None:
+        known._refs += 1
+        return known
+    try:
+        op = uapi.drm_amdgpu_gem_op(handle=handle, op=uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO)
+        _, extra = dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_OP, op,
+                             reply_extra=ctypes.sizeof(uapi.drm_amdgpu_gem_create_in))
+        info = uapi.drm_amdgpu_gem_create_in.from_bytes(extra)
+        bo = Bo(dev, handle, info.bo_size, info.alignment, info.domains, info.domain_flags)
+        dev._bos[handle] = bo
+    except BaseException:
+        _gem_close(dev, handle)
+        raise
+    return bo

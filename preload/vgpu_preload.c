@@ -717,10 +717,89 @@ static void *bo_mmap(void *addr, size_t len, int prot, int flags, off_t offset)
 	return p;
 }
 
+/* One request on a DRM file of our own (prime_mmap's): the struct alone, no extra. */
+static int raw_call(int fd, unsigned long request, void *arg, size_t size)
+{
+	char req[sizeof(struct vgpu_request_header) + 64], rep[sizeof(struct vgpu_reply_header) + 64];
+	struct vgpu_request_header h = {VGPU_MAGIC, (uint32_t)request, (uint32_t)size, 0};
+	struct vgpu_reply_header rh;
+	ssize_t n;
+	if (size > 64)
+		return EINVAL;
+	memcpy(req, &h, sizeof(h));
+	memcpy(req + sizeof(h), arg, size);
+	if (write(fd, req, sizeof(h) + size) < 0)
+		return errno;
+	while ((n = read(fd, rep, sizeof(rep))) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		return errno;
+	if ((size_t)n < sizeof(rh))
+		return EIO;
+	memcpy(&rh, rep, sizeof(rh));
+	if (rh.result)
+		return rh.result < 0 ? -rh.result : rh.result;
+	memcpy(arg, rep + sizeof(rh), MIN(size, (size_t)n - sizeof(rh)));
+	return 0;
+}
+
+/* mmap of a dma-buf fd (MOUNT/prime/<token-hex>). vdev serves that file direct_io,
+ * which FUSE cannot map, so the library maps the BO's own file instead: a DRM file of
+ * its own on the render node, PRIME_FD_TO_HANDLE of the token, GEM_MMAP, mmap of
+ * MOUNT/bo/<offset-hex> at the requested offset, then that DRM file is closed again
+ * (the program's dma-buf fd holds the export, the mapping holds the pages). */
+static void *prime_mmap(void *addr, size_t len, int prot, int flags, uint32_t token, off_t offset)
+{
+	char path[PATH_MAX];
+	void *p = MAP_FAILED;
+	int err;
+	snprintf(path, sizeof(path), "%s/dev/dri/renderD128", mount_path);
+	int dfd = REAL(openat64)(AT_FDCWD, path, O_RDWR | O_CLOEXEC, 0);
+	if (dfd < 0)
+		return MAP_FAILED;
+	struct drm_prime_handle import = {.fd = (int32_t)token};
+	union drm_amdgpu_gem_mmap m = {0};
+	if (!(err = raw_call(dfd, DRM_IOCTL_PRIME_FD_TO_HANDLE, &import, sizeof(import)))) {
+		m.in.handle = import.handle;
+		err = raw_call(dfd, DRM_IOCTL_AMDGPU_GEM_MMAP, &m, sizeof(m));
+	}
+	if (!err) {
+		int mode = (prot & PROT_WRITE) && (flags & MAP_SHARED) ? O_RDWR : O_RDONLY;
+		snprintf(path, sizeof(path), "%s/bo/%llx", mount_path, (unsigned long long)m.out.addr_ptr);
+		int bofd = REAL(openat64)(AT_FDCWD, path, mode | O_CLOEXEC, 0);
+		if (bofd < 0 || (p = REAL(mmap)(addr, len, prot, flags, bofd, offset)) == MAP_FAILED)
+			err = errno;
+		if (bofd >= 0)
+			REAL(close)(bofd);
+	}
+	REAL(close)(dfd);
+	DBG("mmap of dma-buf %x size %zu offset %lld -> %p (%s)", token, len, (long long)offset, p,
+	    err ? strerror(err) : "ok");
+	errno = err;
+	return p;
+}
+
+/* The dma-buf token a tracked fd stands for (0 for any other fd): a table lookup only,
+ * so that mmap of ordinary files costs nothing more. */
+static uint32_t tracked_prime_token(int fd)
+{
+	uint32_t token = 0;
+	if (!fd_ok(fd))
+		return 0;
+	pthread_mutex_lock(&fdtab_lock);
+	if (fdtab[fd].kind == 'p')
+		token = fdtab[fd].token;
+	pthread_mutex_unlock(&fdtab_lock);
+	return token;
+}
+
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset)
 {
+	uint32_t token;
 	if (fd >= 0 && !(flags & MAP_ANONYMOUS) && fd_minor(fd) >= 0)
 		return bo_mmap(addr, len, prot, flags, offset);
+	if (fd >= 0 && !(flags & MAP_ANONYMOUS) && mount_len && (token = tracked_prime_token(fd)))
+		return prime_mmap(addr, len, prot, flags, token, offset);
 	return REAL(mmap)(addr, len, prot, flags, fd, offset);
 }
 

@@ -1,6 +1,6 @@
 """vdev: the FUSE file system that exposes a vgpu KMD as a device tree.
 
-``control`` frames ioctls on the control files (pure, no FUSE), ``fs`` is the
-pyfuse3 ``Operations`` serving MOUNT/, ``daemon`` mounts and runs it. See
-docs/vdev.md.
+``nodes`` are the files of the tree and their open files (the control files frame
+ioctls with ``vgpu.frame``), ``fs`` is the pyfuse3 ``Operations`` serving MOUNT/,
+``daemon`` mounts and runs it. See docs/vdev.md.
 """

@@ -6,10 +6,13 @@
     dev/kmsg                            the KMD log, snapshotted at open
     bo/<offset-hex>                     one symlink per mmap-able BO (never listed),
                                         to its shared-memory file (kmd.shmem)
-    prime/                              exported BOs (empty for now)
+    prime/<token-hex>                   exported BOs (PRIME, never listed): size = the BO's,
+                                        read()/write() reach its bytes
     sync/<token-hex>                    exported syncobjs and sync files (never listed):
                                         poll() gives POLLIN once signalled, read() a status
-    sys/class/drm/card0/device/*        sysfs numbers, from Device.sysfs_files()
+    sys/devices/pci0000:00/0000:00:00.0/*  sysfs numbers, from Device.sysfs_files(), with
+                                        drm/<node>/ and the links of Linux's shape:
+                                        sys/class/drm/<node>, sys/dev/char/226:N (_build_sysfs)
     sys/kernel/debug/dri/0/*            debugfs views, from Device.debugfs_files()
     sys/class/devcoredump/devcd<N>/data crash dumps, from Device.devcoredumps()
 
@@ -44,11 +47,16 @@ import pyfuse3
 from vgpu.frame import FrameError
 
 from .kmd_interface import KmdDevice, KmdError
-from .nodes import ALWAYS_READY, BoFile, ControlFile, Dir, GeneratedFile, Handle, Node, SyncFile
+from .nodes import (ALWAYS_READY, BoFile, ControlFile, Dir, GeneratedFile, Handle, Node, PrimeFile, Symlink,
+                    SyncFile)
 
 log = logging.getLogger(__name__)
 
 BO_INODE_BASE = 1 << 32
+# The device's place in the sysfs tree: one amdgpu at this PCI address, its DRM minors.
+PCI_SLOT = "0000:00:00.0"
+DRM_MAJOR = 226
+DRM_NODES = (("card0", 0), ("renderD128", 128))
 _HEX_NAME = re.compile(r"[0-9a-f]{1,16}")
 
 
@@ -97,12 +105,10 @@ class VgpuFs(pyfuse3.Operations):
         self._link(dri, "renderD128", ControlFile(self._ino(), render=True))
         self._link(dev_dir, "kmsg", GeneratedFile(self._ino(), lambda: dev.kmsg.text()))
         self.bo_dir = self._mkdir(root, "bo")
-        self._mkdir(root, "prime")
+        self.prime_dir = self._mkdir(root, "prime")
         self.sync_dir = self._mkdir(root, "sync")
         sys_dir = self._mkdir(root, "sys")
-        cls = self._mkdir(sys_dir, "class")
-        card0 = self._mkdir(self._mkdir(cls, "drm"), "card0")
-        self._mkdir(card0, "device", provider=dev.sysfs_files)
+        cls = self._build_sysfs(sys_dir)
         self._mkdir(cls, "devcoredump", provider=self._devcoredumps)
         debug = self._mkdir(self._mkdir(sys_dir, "kernel"), "debug")
         self._mkdir(self._mkdir(debug, "dri"), "0", provider=dev.debugfs_files)
@@ -116,11 +122,48 @@ class VgpuFs(pyfuse3.Operations):
         return node
 
     def _link(self, parent: Dir, name: str, node: Node) -> Node:
-        parent.children[name] = self._add(node)
+        parent.children[name] = parent.fixed[name] = self._add(node)
         return node
 
     def _mkdir(self, parent: Dir, name: str, provider=None) -> Dir:
         return self._link(parent, name, Dir(self._ino(), parent, provider))
+
+    def _mkdirs(self, parent: Dir, path: str) -> Dir:
+        for name in path.split("/"):
+            child = parent.children.get(name)
+            parent = child if isinstance(child, Dir) else self._mkdir(parent, name)
+        return parent
+
+    def _symlink(self, parent: Dir, name: str, target: str) -> Symlink:
+        return self._link(parent, name, Symlink(self._ino(), target))
+
+    def _build_sysfs(self, sys_dir: Dir) -> Dir:
+        """sys/ in Linux's shape for one amdgpu PCI device at PCI_SLOT, what libdrm's
+        drmGetDevices2 / drmGetDevice2 / drmGetNodeTypeFromFd read (docs/vdev.md,
+        "sysfs"). Returns sys/class/. Every link is relative: it stays in the mount."""
+        pci = self._mkdirs(sys_dir, f"devices/pci0000:00/{PCI_SLOT}")
+        pci.provider = self.dev.sysfs_files  # vendor, device, ..., uevent, mem_info_*
+        self._symlink(pci, "subsystem", "../../../bus/pci")
+        self._symlink(pci, "driver", "../../../bus/pci/drivers/amdgpu")
+        drm = self._mkdir(pci, "drm")
+        cls = self._mkdir(sys_dir, "class")
+        class_drm = self._mkdir(cls, "drm")
+        self._link(class_drm, "version", GeneratedFile(self._ino(), lambda: "drm 1.1.0 20060810\n"))
+        char = self._mkdirs(sys_dir, "dev/char")
+        for name, minor in DRM_NODES:
+            node = self._mkdir(drm, name)
+            self._link(node, "uevent", GeneratedFile(self._ino(), lambda n=name, m=minor: (
+                f"MAJOR={DRM_MAJOR}\nMINOR={m}\nDEVNAME=dri/{n}\nDEVTYPE=drm_minor\n")))
+            self._link(node, "dev", GeneratedFile(self._ino(), lambda m=minor: f"{DRM_MAJOR}:{m}\n"))
+            self._symlink(node, "device", f"../../../{PCI_SLOT}")
+            self._symlink(node, "subsystem", "../../../../../class/drm")
+            self._symlink(class_drm, name, f"../../devices/pci0000:00/{PCI_SLOT}/drm/{name}")
+            self._symlink(char, f"{DRM_MAJOR}:{minor}", f"../../devices/pci0000:00/{PCI_SLOT}/drm/{name}")
+        bus = self._mkdirs(sys_dir, "bus/pci")
+        self._symlink(self._mkdir(bus, "devices"), PCI_SLOT, f"../../../devices/pci0000:00/{PCI_SLOT}")
+        self._symlink(self._mkdirs(bus, "drivers/amdgpu"), PCI_SLOT,
+                      f"../../../../devices/pci0000:00/{PCI_SLOT}")
+        return cls
 
     def _devcoredumps(self) -> dict:
         """The provider of sys/class/devcoredump/: {devcd<N>: {data: text}}."""
@@ -131,17 +174,19 @@ class VgpuFs(pyfuse3.Operations):
         """The current children of ``d``; provider entries keep their inode by name."""
         if d.provider is None:
             return d.children
-        current = {}
+        current = dict(d.fixed)
         for name, entry in d.provider().items():
+            if name in d.fixed:
+                continue  # the tree's own entries win
             node = d.children.get(name)
             if isinstance(entry, dict):
                 if not isinstance(node, Dir):
-                    node = self._link(d, name, Dir(self._ino(), d))
+                    node = d.children[name] = self._add(Dir(self._ino(), d))
                 node.provider = (lambda e=entry: e)
             else:
                 read_fn, write_fn = entry if isinstance(entry, tuple) else (entry, None)
                 if not isinstance(node, GeneratedFile) or bool(node.write_fn) != bool(write_fn):
-                    node = self._link(d, name, GeneratedFile(self._ino(), read_fn, write_fn))
+                    node = d.children[name] = self._add(GeneratedFile(self._ino(), read_fn, write_fn))
                 node.read_fn, node.write_fn = read_fn, write_fn
             current[name] = node
         return current
@@ -198,6 +243,8 @@ class VgpuFs(pyfuse3.Operations):
             return self._attr(self._lookup_bo(text))
         if parent is self.sync_dir:
             return self._attr(self._lookup_sync(text))
+        if parent is self.prime_dir:
+            return self._attr(self._lookup_prime(text))
         node = self._refresh(parent).get(text)
         if node is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
@@ -228,6 +275,16 @@ class VgpuFs(pyfuse3.Operations):
         if export is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return self._add(SyncFile(next(self._next_bo_inode), export))
+
+    def _lookup_prime(self, name: str) -> PrimeFile:
+        # As sync/: canonical lowercase hex, a fresh inode per lookup, the KMD's
+        # token table rechecked at open.
+        if not _HEX_NAME.fullmatch(name) or format(int(name, 16), "x") != name:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        export = self.dev.prime_by_token(int(name, 16))
+        if export is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._add(PrimeFile(next(self._next_bo_inode), export))
 
     @_guard
     async def readlink(self, inode, ctx):
@@ -260,8 +317,8 @@ class VgpuFs(pyfuse3.Operations):
         if not isinstance(node, Dir):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         fh = next(self._next_fh)
-        # bo/ and sync/ list nothing: their names are capabilities (GEM_MMAP, tokens).
-        children = {} if node in (self.bo_dir, self.sync_dir) else self._refresh(node)
+        # bo/, sync/ and prime/ list nothing: their names are capabilities (GEM_MMAP, tokens).
+        children = {} if node in (self.bo_dir, self.sync_dir, self.prime_dir) else self._refresh(node)
         self._dir_listings[fh] = sorted(children.items())
         return fh
 

@@ -26,7 +26,7 @@ from typing import Callable, Protocol, Tuple, Union, runtime_checkable
 from kmd.errors import KmdError
 from kmd.ioctl import PendingReply, Reply
 
-__all__ = ["KmdError", "PendingReply", "Reply", "KernelLog", "BufferObject", "SyncExport",
+__all__ = ["KmdError", "PendingReply", "Reply", "KernelLog", "BufferObject", "PrimeExport", "SyncExport",
            "KmdDevice", "ProviderEntry"]
 
 #: A generated file in a provider's answer: ``read()`` -> its text, taken once per
@@ -51,9 +51,38 @@ class BufferObject(Protocol):
     """What ``bo/<offset-hex>`` shows of a BO. ``mmap_offset`` and ``path`` never
     change while the BO lives."""
 
-    uid: int            # the creator's uid: the only one (with root) that may readlink
+    uid: int            # the creator's uid
     mmap_offset: int    # GEM_MMAP's fake offset, the name under bo/
     path: str           # its shared-memory file, the symlink's target (docs/memory.md)
+
+    def may_access(self, uid: int) -> bool:
+        """True if ``uid`` may readlink bo/<hex> (and open the file behind it): root,
+        the creator, a uid that imported the BO through PRIME."""
+
+
+@runtime_checkable
+class PrimeExport(Protocol):
+    """What ``prime/<token-hex>`` names: an exported BO (kmd/prime.py)."""
+
+    token: int          # the name under prime/
+    uid: int            # the exporter's uid (the file's owner)
+    size: int           # the BO's size: the file's size
+
+    def may_access(self, uid: int) -> bool:
+        """True if ``uid`` may open the file: root and the uids that may map the BO."""
+
+    def hold(self) -> bool:
+        """An open starts holding the export (a dma-buf fd); False if it is gone."""
+
+    def unhold(self) -> None:
+        """A release stops holding it; may free the BO. Takes the device lock: vdev
+        calls it in a worker thread."""
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` of the BO's bytes at ``offset`` (b"" past the end). Does not wait."""
+
+    def write(self, offset: int, data: bytes) -> int:
+        """Store into the BO; returns the bytes stored (KmdError ENOSPC past the end)."""
 
 
 @runtime_checkable
@@ -103,6 +132,10 @@ class KmdDevice(Protocol):
     def bo_by_offset(self, offset: int) -> BufferObject | None:
         """The live BO whose mmap offset is ``offset``, or None (never created, or
         freed). Does not wait."""
+
+    def prime_by_token(self, token: int) -> PrimeExport | None:
+        """The export behind ``prime/<token-hex>``, or None once nothing holds it.
+        Does not wait."""
 
     def sync_file_by_token(self, token: int) -> SyncExport | None:
         """The export behind ``sync/<token-hex>``, or None once its exporter closed

@@ -30,7 +30,7 @@ import trio
 
 from vgpu.frame import encode_reply, parse_request
 
-from .kmd_interface import BufferObject, KmdDevice, KmdError, PendingReply, SyncExport
+from .kmd_interface import BufferObject, KmdDevice, KmdError, PendingReply, PrimeExport, SyncExport
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Node:
 
 
 class Dir(Node):
-    """A directory: fixed children, or children computed by ``provider`` each time
+    """A directory: fixed children, plus children computed by ``provider`` each time
     the directory is listed or searched (sysfs, debugfs, devcoredump)."""
 
     nlink = 2
@@ -121,7 +121,8 @@ class Dir(Node):
     def __init__(self, inode: int, parent: "Dir | None", provider: Callable[[], dict] | None = None):
         super().__init__(inode, stat.S_IFDIR | 0o755)
         self.parent = parent or self
-        self.children: dict[str, Node] = {}
+        self.children: dict[str, Node] = {}   # every child the kernel may know, by name
+        self.fixed: dict[str, Node] = {}      # those that do not come from the provider
         self.provider = provider
 
     def open(self, dev, flags, ctx):
@@ -162,32 +163,45 @@ class GeneratedFile(Node):
         return SnapshotHandle(self, _to_bytes(self.read_fn) if acc != os.O_WRONLY else b"")
 
 
-class BoFile(Node):
+class Symlink(Node):
+    """A symbolic link to a fixed ``target``: the sysfs links (sys/dev/char/226:N,
+    sys/class/drm/<node>, device, subsystem...), always relative so that they stay
+    inside the mount; and, as BoFile, the links to BO files."""
+
+    def __init__(self, inode: int, target: bytes | str, uid: int = 0):
+        super().__init__(inode, stat.S_IFLNK | 0o777, uid)
+        self.target = target.encode() if isinstance(target, str) else target
+
+    @property
+    def size(self) -> int:
+        return len(self.target)
+
+    def readlink(self, dev, ctx) -> bytes:
+        return self.target
+
+
+class BoFile(Symlink):
     """MOUNT/bo/<offset-hex>: a symlink to the BO's shared-memory file. The kernel
     follows it, so open(), mmap() and I/O reach the tmpfs file and never this node."""
 
     cache_timeout = LONG_TIMEOUT
 
     def __init__(self, inode: int, bo: BufferObject):
-        super().__init__(inode, stat.S_IFLNK | 0o777, bo.uid)
+        super().__init__(inode, bo.path, bo.uid)
         self.bo = bo
         self.offset = bo.mmap_offset
-        self.target = bo.path.encode()
         self.nlookup = 0  # references the kernel holds (lookup minus forget)
 
-    @property
-    def size(self) -> int:
-        return len(self.target)
-
     def may_access(self, uid: int) -> bool:
-        return uid in (0, self.uid)
+        return self.bo.may_access(uid)
 
     def readlink(self, dev, ctx) -> bytes:
-        """The target, for the BO's uid or root (EACCES, logged to kmsg, for any
-        other); ENOENT once the BO is freed, even if the kernel still caches the name."""
+        """The target, for the BO's uid, a uid that imported it (PRIME) or root
+        (EACCES, logged to kmsg, for any other); ENOENT once the BO is freed, even if
+        the kernel still caches the name."""
         if dev.bo_by_offset(self.offset) is not self.bo:
             _fail(errno.ENOENT)
-        if ctx.uid not in (0, self.bo.uid):
+        if not self.bo.may_access(ctx.uid):
             dev.kmsg.log(f"bo/{self.offset:x}: access by uid {ctx.uid} (pid {ctx.pid}) denied, "
                          f"owner uid {self.bo.uid}")
             _fail(errno.EACCES)
@@ -196,6 +210,44 @@ class BoFile(Node):
     def forget(self, nlookup: int) -> bool:
         self.nlookup -= nlookup
         return self.nlookup <= 0
+
+
+class PrimeFile(Node):
+    """MOUNT/prime/<token-hex>: an exported BO (kmd/prime.py), a regular file vdev
+    serves itself so that /proc/self/fd/N names the token. Its size is the BO's
+    (stat, lseek SEEK_END); read() and write() reach the BO's bytes. Each open holds
+    the export, as a dma-buf fd does. It cannot be mmap()ed (direct_io): a mapping
+    of the BO is GEM_MMAP + bo/<hex> after PRIME_FD_TO_HANDLE (docs/vdev.md)."""
+
+    #: not cached: a name must vanish as soon as the last holder of the export goes
+    cache_timeout = 0.0
+
+    def __init__(self, inode: int, export: PrimeExport):
+        super().__init__(inode, stat.S_IFREG | 0o600, export.uid)
+        self.export = export
+
+    @property
+    def size(self) -> int:
+        return self.export.size
+
+    def may_access(self, uid: int) -> bool:
+        return self.export.may_access(uid)
+
+    def open(self, dev, flags, ctx) -> "PrimeHandle":
+        """For root, the BO's uid, the exporter's and every uid that imported it
+        (EACCES, logged); ENOENT once the export is gone."""
+        if dev.prime_by_token(self.export.token) is not self.export:
+            _fail(errno.ENOENT)
+        if not self.export.may_access(ctx.uid):
+            dev.kmsg.log(f"prime/{self.export.token:x}: open by uid {ctx.uid} (pid {ctx.pid}) "
+                         f"denied, exporter uid {self.uid}")
+            _fail(errno.EACCES)
+        if not self.export.hold():
+            _fail(errno.ENOENT)
+        return PrimeHandle(self.export, flags & os.O_ACCMODE)
+
+    def forget(self, nlookup: int) -> bool:
+        return True
 
 
 class SyncFile(Node):
@@ -317,6 +369,32 @@ class SnapshotHandle(Handle):
             _fail(errno.EBADF)
         await trio.to_thread.run_sync(self.node.write_fn, bytes(buf))
         return len(buf)
+
+
+class PrimeHandle(Handle):
+    """An open prime file: it holds the export until release (a dma-buf fd)."""
+
+    def __init__(self, export: PrimeExport, accmode: int):
+        self.export = export
+        self.accmode = accmode
+        self.released = False
+
+    async def read(self, off, size) -> bytes:
+        if self.accmode == os.O_WRONLY:
+            _fail(errno.EBADF)
+        return self.export.read(off, size)
+
+    async def write(self, off, buf) -> int:
+        if self.accmode == os.O_RDONLY:
+            _fail(errno.EBADF)
+        return self.export.write(off, bytes(buf))
+
+    async def release(self) -> None:
+        """Stop holding the export; the last holder's release frees it (and its BO if
+        no handle names it). In a worker thread: it takes the device lock."""
+        if not self.released:
+            self.released = True
+            await trio.to_thread.run_sync(self.export.unhold)
 
 
 class SyncHandle(Handle):

@@ -228,7 +228,10 @@ def cmd_dmesg(args) -> int:
 def cmd_info(args) -> int:
     sysfs = os.path.join(mount_point(args.mount), "sys", "class", "drm", "card0", "device")
     try:
-        names = sorted(os.listdir(sysfs))
+        # The text attributes: not the drm/ directory, the subsystem and driver links,
+        # or the binary PCI config space.
+        names = sorted(n for n in os.listdir(sysfs) if n != "config"
+                       and os.path.isfile(os.path.join(sysfs, n)) and not os.path.islink(os.path.join(sysfs, n)))
         values = {n: _read(os.path.join(sysfs, n)).strip() for n in names}
     except OSError as e:
         print(f"vgpu info: {sysfs}: {e.strerror}", file=sys.stderr)

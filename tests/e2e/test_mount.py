@@ -11,8 +11,10 @@ from tests.helpers import (daemon_log, make_mount_dir, mount, read_text, run_cli
 from vgpu_tools.cli import _alive, state_paths
 
 SYSFS = "sys/class/drm/card0/device"
-SYSFS_NAMES = ["vendor", "device", "uevent", "mem_info_vram_total", "mem_info_vram_used",
-               "mem_info_gtt_total", "mem_info_gtt_used", "gpu_busy_percent"]
+SYSFS_TEXT = ["vendor", "device", "subsystem_vendor", "subsystem_device", "revision", "class", "uevent",
+              "mem_info_vram_total", "mem_info_vram_used", "mem_info_gtt_total", "mem_info_gtt_used",
+              "gpu_busy_percent"]
+SYSFS_NAMES = SYSFS_TEXT + ["config", "drm", "subsystem", "driver"]  # config is binary
 
 # Client prelude: raw os.write/os.read on a control file (tests.helpers.Drm).
 PRELUDE = """
@@ -138,7 +140,7 @@ def test_tree(vgpu_mount):
 
 
 def test_generated_files_work_with_cat_and_grep(vgpu_mount):
-    for name in SYSFS_NAMES:
+    for name in SYSFS_TEXT:
         out = subprocess.run(["cat", f"{vgpu_mount}/{SYSFS}/{name}"], capture_output=True, text=True)
         assert out.returncode == 0 and out.stdout.endswith("\n"), name
     assert read_text(f"{vgpu_mount}/{SYSFS}/vendor").strip() == "0x1002"

@@ -25,10 +25,6 @@ pytestmark = pytest.mark.skipif(not LIBRARY.is_file(),
 NOT_AMDGPU_YET = ("the device does not answer as amdgpu yet: VERSION names the driver 'vgpu'; "
                   "amdgpu_device_initialize needs MOUNT/sys/dev/char/226:128/device/drm (else it "
                   "sends GET_CLIENT: ENOTTY) and INFO READ_MMR_REG GB_ADDR_CONFIG (EINVAL)")
-NO_PRIME_YET = NOT_AMDGPU_YET + "; amdgpu_bo_export(dma_buf_fd) sends PRIME_HANDLE_TO_FD: ENOTTY"
-NO_DRM_SYSFS_YET = ("MOUNT/sys has no sys/dev/char/226:N, device/drm/, device/subsystem link, "
-                    "revision, subsystem_vendor/device or per-node uevent (DEVNAME): libdrm's "
-                    "drmGetDevices2 and drmGetNodeTypeFromFd find no DRM device")
 
 PRELUDE = r"""
 #include <errno.h>
@@ -201,6 +197,62 @@ int main(void)
 	return 0;
 }
 """,
+    # PRIME through the library: the dma-buf fd is MOUNT/prime/<token-hex>; a child
+    # that inherits it across exec imports it (the token read back from the fd's path),
+    # lseek gives the size, mmap of the fd maps the BO's pages.
+    "prime": r"""
+#include <sys/wait.h>
+int main(int argc, char **argv)
+{
+	int fd = open("/dev/dri/renderD128", O_RDWR | O_CLOEXEC);
+	CHECK("open", fd < 0);
+	if (argc > 1) { /* the child: its own DRM file, the inherited dma-buf fd */
+		int dmabuf = atoi(argv[1]);
+		uint32_t h = 0;
+		CHECK("child: drmPrimeFDToHandle", drmPrimeFDToHandle(fd, dmabuf, &h));
+		CHECK("child: lseek SEEK_END is the size", lseek(dmabuf, 0, SEEK_END) != 16384);
+		uint64_t off = gem_mmap_offset(fd, h);
+		char *p = mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+		CHECK("child: GEM_MMAP + mmap", !off || p == MAP_FAILED);
+		CHECK("child: sees the parent's bytes", memcmp(p + 100, "parent", 6) != 0);
+		memcpy(p + 200, "child", 5);
+		return 0;
+	}
+	uint32_t h = gem_create(fd, 16384);
+	uint64_t off = gem_mmap_offset(fd, h);
+	char *p = mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+	CHECK("GEM_CREATE + mmap", !h || p == MAP_FAILED);
+	memcpy(p + 100, "parent", 6);
+	int dmabuf = -1;
+	CHECK("drmPrimeHandleToFD", drmPrimeHandleToFD(fd, h, DRM_RDWR, &dmabuf));
+	char path[64], target[256] = "";
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", dmabuf);
+	CHECK("readlink of the dma-buf fd", readlink(path, target, sizeof(target) - 1) < 0);
+	printf("dma-buf %s\n", strstr(target, "/prime/") ? "is a prime file" : target);
+	uint32_t again = 0;
+	CHECK("drmPrimeFDToHandle in the exporter's own file gives its handle",
+	      drmPrimeFDToHandle(fd, dmabuf, &again) || again != h);
+	char *q = mmap(NULL, 16384, PROT_READ | PROT_WRITE, MAP_SHARED, dmabuf, 0);
+	CHECK("mmap of the dma-buf fd", q == MAP_FAILED);
+	CHECK("the dma-buf mapping shares the BO's pages", memcmp(q + 100, "parent", 6) != 0);
+	char arg[16];
+	snprintf(arg, sizeof(arg), "%d", dmabuf);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl(argv[0], argv[0], arg, (char *)NULL);
+		_exit(127);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	CHECK("child passed", !WIFEXITED(status) || WEXITSTATUS(status) != 0);
+	CHECK("the child's write shows in both mappings", memcmp(p + 200, "child", 5) || memcmp(q + 200, "child", 5));
+	struct drm_gem_close c = {.handle = h};
+	CHECK("GEM_CLOSE", drmIoctl(fd, DRM_IOCTL_GEM_CLOSE, &c));
+	char buf[6] = "";
+	CHECK("pread of the dma-buf after the handle is gone", pread(dmabuf, buf, 6, 100) != 6 || memcmp(buf, "parent", 6));
+	return 0;
+}
+""",
     # libdrm's device discovery: sysfs through the mount.
     "devices": r"""
 int main(void)
@@ -346,6 +398,12 @@ def test_trace_decodes_a_preloaded_program(vgpu_mount, progs):
     assert "renderD128: AMDGPU_GEM_MMAP {handle=1}" in r.stdout
 
 
+def test_prime_through_the_library(vgpu_mount, progs):
+    r = run(vgpu_mount, progs["prime"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "dma-buf is a prime file\n" in r.stdout and "ok child passed" in r.stdout
+
+
 def linux_shaped_sysfs(root: Path) -> None:
     """The tree a vgpu mount should show under sys/ (as Linux does for an amdgpu at
     0000:00:00.0), here as plain files and symlinks."""
@@ -384,11 +442,28 @@ def test_drm_device_discovery_reads_sysfs_under_the_mount(tmp_path, progs):
     assert "node_type=2\nprimary=/dev/dri/card0\nname=/dev/dri/renderD128\ndrmGetDevice2=0" in r.stdout
 
 
-@pytest.mark.xfail(reason=NO_DRM_SYSFS_YET, strict=False)
 def test_drm_device_discovery_on_a_mount(vgpu_mount, progs):
+    """The mount's own sys/ (vdev/fs.py) has Linux's shape: drmGetDevices2 finds one
+    PCI device, vendor 0x1002 and the device id of DEV_INFO, with both nodes."""
+    device = int(Path(vgpu_mount, "sys/class/drm/card0/device/device").read_text(), 16)
     r = run(vgpu_mount, progs["devices"])
     assert r.returncode == 0, r.stderr
-    assert "devices=1\n" in r.stdout and "node_type=2\n" in r.stdout, r.stdout
+    assert "devices=1\n" in r.stdout, r.stdout
+    assert (f"bus=0 nodes=0x5 slot=0000:00:00.0 id=1002:{device:04x} /dev/dri/card0 /dev/dri/renderD128"
+            in r.stdout), r.stdout
+    assert "node_type=2\nprimary=/dev/dri/card0\nname=/dev/dri/renderD128\ndrmGetDevice2=0" in r.stdout
+
+
+@pytest.mark.skipif(shutil.which("drmdevice") is None, reason="needs drmdevice (Debian libdrm-tests)")
+def test_drmdevice_lists_the_device(vgpu_mount):
+    device = Path(vgpu_mount, "sys/class/drm/card0/device/device").read_text().strip()[2:]
+    r = run(vgpu_mount, "drmdevice")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "--- Devices reported 1 ---" in r.stdout
+    assert "vendor_id     1002" in r.stdout and f"device_id     {device}" in r.stdout
+    for node in ("/dev/dri/card0", "/dev/dri/renderD128"):
+        assert f"--- Retrieving device info, for node {node} ---" in r.stdout
+    assert "revision_id   " in r.stdout and "Failed" not in r.stdout
 
 
 @pytest.mark.xfail(reason=NOT_AMDGPU_YET, strict=False)
@@ -399,7 +474,7 @@ def test_c_sample_sdma_exercise(vgpu_mount):
     assert r.returncode == 0 and r.stdout.endswith("PASS\n"), r.stdout + r.stderr
 
 
-@pytest.mark.xfail(reason=NO_PRIME_YET, strict=False)
+@pytest.mark.xfail(reason=NOT_AMDGPU_YET, strict=False)
 def test_c_sample_dmabuf_share(vgpu_mount):
     exe = SAMPLES / "dmabuf_share"
     assert exe.is_file(), f"{exe} is not built (make build)"

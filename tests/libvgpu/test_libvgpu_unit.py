@@ -331,3 +331,37 @@ def test_kmd_refusals_raise_the_mapped_error(client):
     with libvgpu.cs_ctx_create(dev) as ctx, pytest.raises(libvgpu.VgpuPermissionDenied) as e:
         libvgpu.cs_ctx_override_priority(ctx, uapi.AMDGPU_CTX_PRIORITY_HIGH)
     assert e.value.errno == errno.EACCES and client.refused[-1] == ("AMDGPU_SCHED", errno.EACCES)
+
+
+def test_bo_export_and_import_share_one_bo(kmd_mount):
+    """bo_export gives a PRIME token, bo_import in another Device a Bo of the same
+    size whose mapping shares the exporter's pages; a second import of a BO the
+    Device has returns the same Bo, released by its last free."""
+    a, b = kmd_mount.connect(), kmd_mount.connect()
+    src = libvgpu.bo_alloc(a.dev, 8192, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    token = libvgpu.bo_export(src)
+    assert 0 < token < 1 << 31 and src.export() == token
+    assert libvgpu.bo_export(src, libvgpu.amdgpu_bo_handle_type_kms) == src.handle
+    with pytest.raises(libvgpu.VgpuNotSupported):
+        libvgpu.bo_export(src, libvgpu.amdgpu_bo_handle_type_gem_flink_name)
+    dst = libvgpu.bo_import(b.dev, token)
+    assert (dst.size, dst.domain) == (8192, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    assert b.file.bos[dst.handle] is a.file.bos[src.handle]
+    src.cpu_map()[:5] = b"hello"
+    assert bytes(dst.cpu_map()[:5]) == b"hello"
+    again = libvgpu.bo_import(b.dev, token)
+    assert again is dst and dst._refs == 2
+    again.free()
+    assert dst.handle in b.file.bos
+    src.free()                             # the exporter's file still holds the export
+    assert bytes(dst.cpu_map()[:5]) == b"hello"
+    dst.cpu_unmap()
+    dst.cpu_unmap()
+    dst.free()
+    assert dst.handle == 0 and dst._map is None
+    with pytest.raises(libvgpu.VgpuNoSuchObject):
+        libvgpu.bo_import(b.dev, 0x7654321)
+    a.wait_closed()
+    with pytest.raises(libvgpu.VgpuNoSuchObject):
+        libvgpu.bo_import(b.dev, token)    # the exporter's file is gone, nothing holds it
+    assert kmd_mount.kmd.memory.gtt_used == 0

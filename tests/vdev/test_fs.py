@@ -57,11 +57,24 @@ def ioctl(name: str) -> int:
     return next(d.request for d in uapi.IOCTLS.values() if d.name == name)
 
 
-async def walk(fs, path):
-    inode = pyfuse3.ROOT_INODE
-    for part in path.split("/"):
-        inode = (await fs.lookup(inode, part.encode(), Ctx())).st_ino
-    return inode
+async def walk(fs, path, follow=True):
+    """The inode of ``path``; relative symlinks on the way (sysfs) are followed as the
+    kernel does, except the last one with ``follow=False``; absolute ones (BO files,
+    outside the mount) are not."""
+    parts, stack = path.split("/"), [pyfuse3.ROOT_INODE]
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            stack.pop()
+            continue
+        attr = await fs.lookup(stack[-1], part.encode(), Ctx())
+        if stat.S_ISLNK(attr.st_mode) and (parts or follow):
+            target = (await fs.readlink(attr.st_ino, Ctx())).decode()
+            if not target.startswith("/"):
+                parts = target.split("/") + parts
+                continue
+        stack.append(attr.st_ino)
+    return stack[-1]
 
 
 async def cat(fs, path, ctx=Ctx()):
@@ -352,3 +365,126 @@ async def test_sync_files_open_for_their_exporter_only(fs, dev):
     dev.close_file(f)
     await fails(errno.ENOENT, fs.open(inode, os.O_RDONLY, Owner()))  # the token went with its file
     await fails(errno.ENOENT, walk(fs, f"sync/{token:x}"))
+
+
+# -- prime files (PRIME export) ----------------------------------------------------
+def export_bo(dev, f, size=8192) -> tuple[int, int]:
+    h = gem_create(dev, f, size, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    return h, call(dev, f, "PRIME_HANDLE_TO_FD", uapi.drm_prime_handle(handle=h, flags=uapi.DRM_RDWR))[0].fd
+
+
+async def test_prime_file_is_the_exported_bo(fs, dev):
+    """prime/<token-hex> is a regular file of the BO's size (never listed), served by
+    vdev (direct_io): read() and write() reach the BO's bytes."""
+    f = dev.open_file(pid=10, uid=1000, comm="t")
+    h, token = export_bo(dev, f)
+    assert await listdir(fs, "prime") == []
+    await fails(errno.ENOENT, walk(fs, f"prime/{token:X}"))
+    await fails(errno.ENOENT, walk(fs, f"prime/0{token:x}"))
+    inode = await walk(fs, f"prime/{token:x}")
+    attr = await fs.getattr(inode)
+    assert stat.S_ISREG(attr.st_mode) and attr.st_size == 8192 and attr.st_uid == 1000
+    fi = await fs.open(inode, os.O_RDWR, Owner())
+    assert fi.direct_io
+    f.bos[h].write(100, b"from the BO")
+    assert await fs.read(fi.fh, 100, 11) == b"from the BO"
+    assert await fs.write(fi.fh, 200, b"into the BO") == 11
+    assert f.bos[h].read(200, 11) == b"into the BO"
+    assert await fs.read(fi.fh, 8190, 100) == bytes(2)
+    await fails(errno.ENOSPC, fs.write(fi.fh, 8192, b"x"))
+    await fs.release(fi.fh)
+    ro = await fs.open(inode, os.O_RDONLY, Owner())
+    await fails(errno.EBADF, fs.write(ro.fh, 0, b"x"))
+    await fs.release(ro.fh)
+    dev.close_file(f)
+
+
+async def test_prime_file_opens_for_the_exporter_and_importers(fs, dev):
+    f = dev.open_file(pid=10, uid=1000, comm="t")
+    _, token = export_bo(dev, f)
+    inode = await walk(fs, f"prime/{token:x}")
+    await fails(errno.EACCES, fs.open(inode, os.O_RDONLY, Other()))
+    assert f"prime/{token:x}: open by uid 1001" in dev.kmsg.text()
+    importer = dev.open_file(pid=11, uid=1001, comm="i")
+    call(dev, importer, "PRIME_FD_TO_HANDLE", uapi.drm_prime_handle(fd=token))
+    fi = await fs.open(inode, os.O_RDONLY, Other())
+    await fs.release(fi.fh)
+    dev.close_file(importer)
+    dev.close_file(f)
+
+
+async def test_an_open_prime_file_holds_the_export(fs, dev):
+    """Like a dma-buf fd: the BO lives while its prime file is open, after the
+    exporter's file is closed; the release frees it, and the name goes."""
+    f = dev.open_file(pid=10, uid=1000, comm="t")
+    h, token = export_bo(dev, f)
+    bo = f.bos[h]
+    inode = await walk(fs, f"prime/{token:x}")
+    fi = await fs.open(inode, os.O_RDWR, Owner())
+    dev.close_file(f)
+    assert not bo.freed
+    assert await fs.write(fi.fh, 0, b"still here") == 10
+    await fs.release(fi.fh)
+    assert bo.freed
+    await fails(errno.ENOENT, fs.open(inode, os.O_RDONLY, Owner()))
+    await fails(errno.ENOENT, walk(fs, f"prime/{token:x}"))
+    dev.check_invariants()
+
+
+async def test_an_importers_uid_may_read_the_bo_link(fs, dev):
+    f = dev.open_file(pid=10, uid=1000, comm="t")
+    h, token = export_bo(dev, f)
+    m = uapi.drm_amdgpu_gem_mmap()
+    m.in_.handle = h
+    name = f"bo/{call(dev, f, 'AMDGPU_GEM_MMAP', m)[0].out.addr_ptr:x}"
+    await fails(errno.EACCES, fs.readlink(await walk(fs, name), Other()))
+    importer = dev.open_file(pid=11, uid=1001, comm="i")
+    call(dev, importer, "PRIME_FD_TO_HANDLE", uapi.drm_prime_handle(fd=token))
+    assert await fs.readlink(await walk(fs, name), Other()) == f.bos[h].path.encode()
+    assert await fs.access(await walk(fs, name), os.R_OK, Other())
+    dev.close_file(importer)
+    dev.close_file(f)
+
+
+# -- sysfs in Linux's shape ------------------------------------------------------------
+async def test_sysfs_has_linuxs_shape(fs, dev):
+    """The links and files libdrm's drmGetDevices2 / drmGetDevice2 read (xf86drm.c),
+    values from kmd/sysfs.py (DEV_INFO's device id)."""
+    pci = "sys/devices/pci0000:00/0000:00:00.0"
+    links = {
+        "sys/dev/char/226:0": "../../devices/pci0000:00/0000:00:00.0/drm/card0",
+        "sys/dev/char/226:128": "../../devices/pci0000:00/0000:00:00.0/drm/renderD128",
+        "sys/class/drm/card0": "../../devices/pci0000:00/0000:00:00.0/drm/card0",
+        "sys/class/drm/renderD128": "../../devices/pci0000:00/0000:00:00.0/drm/renderD128",
+        f"{pci}/subsystem": "../../../bus/pci",
+        f"{pci}/driver": "../../../bus/pci/drivers/amdgpu",
+        f"{pci}/drm/card0/device": "../../../0000:00:00.0",
+        f"{pci}/drm/renderD128/subsystem": "../../../../../class/drm",
+        "sys/bus/pci/devices/0000:00:00.0": "../../../devices/pci0000:00/0000:00:00.0",
+    }
+    for path, target in links.items():
+        inode = await walk(fs, path, follow=False)
+        assert stat.S_ISLNK((await fs.getattr(inode)).st_mode), path
+        assert await fs.readlink(inode, Other()) == target.encode(), path
+    assert await listdir(fs, "sys/dev/char/226:128/device/drm") == ["card0", "renderD128"]
+    assert await walk(fs, "sys/dev/char/226:128/device") == await walk(fs, pci)
+    assert await walk(fs, "sys/class/drm/card0/device/subsystem") == await walk(fs, "sys/bus/pci")
+    ident = dev.sysfs_files()
+    device = f"{dev.sysfs_files()['device']()}".strip()
+    assert device == f"{int(device, 16):#06x}" and int(device, 16) != 0
+    for name in ("vendor", "device", "subsystem_vendor", "subsystem_device", "revision", "class"):
+        text = (await cat(fs, f"sys/dev/char/226:0/device/{name}")).decode()
+        assert text == ident[name]() and text.startswith("0x") and text.endswith("\n"), name
+    assert (await cat(fs, "sys/class/drm/card0/device/vendor")) == b"0x1002\n"
+    uevent = (await cat(fs, f"{pci}/uevent")).decode()
+    assert "DRIVER=amdgpu\n" in uevent and "PCI_SLOT_NAME=0000:00:00.0\n" in uevent
+    assert f"PCI_ID=1002:{int(device, 16):04X}\n" in uevent and "PCI_SUBSYS_ID=1002:" in uevent
+    config = await cat(fs, f"{pci}/config")
+    assert len(config) == 256 and config[:4] == struct.pack("<HH", 0x1002, int(device, 16))
+    assert await cat(fs, "sys/dev/char/226:128/uevent") == (
+        b"MAJOR=226\nMINOR=128\nDEVNAME=dri/renderD128\nDEVTYPE=drm_minor\n")
+    assert await cat(fs, "sys/class/drm/card0/dev") == b"226:0\n"
+    assert await cat(fs, "sys/class/drm/card0/device/mem_info_vram_total") == f"{2 * MiB}\n".encode()
+    names = await listdir(fs, pci)
+    assert {"drm", "subsystem", "driver", "uevent", "vendor", "mem_info_vram_used"} <= set(names)
+    assert await listdir(fs, "sys/class/drm") == ["card0", "renderD128", "version"]

@@ -65,5 +65,7 @@ def test_objects_handed_to_vdev_keep_the_contract(dev):
         export.handle = handle
         token = call(dev, f, "SYNCOBJ_HANDLE_TO_FD", export)[0].fd
         check(dev.sync_file_by_token(token), K.SyncExport)
+        prime = call(dev, f, "PRIME_HANDLE_TO_FD", uapi.drm_prime_handle(handle=m.in_.handle))[0].fd
+        check(dev.prime_by_token(prime), K.PrimeExport)
     finally:
         dev.close_file(f)
