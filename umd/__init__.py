@@ -15,15 +15,18 @@ from . import debug
 from .array import DeviceArray, empty, empty_like, full, to_device, zeros
 from .copy import memcpy_dtod, memcpy_dtoh, memcpy_htod, memset, memset_d32
 from .device import Device, get_device, set_device, synchronize
-from .errors import (GPUError, GPUFault, GPUHang, KernelCompileError, LaunchError, OutOfMemory, UMDError,
-                     VersionMismatch)
+from .errors import (ArgumentTypeError, GPUError, GPUFault, GPUHang, KernelCompileError, LaunchError, OutOfMemory,
+                     UMDError, VersionMismatch)
 from .event import Event, elapsed_time
-from .intrinsics import (atomic_add, atomic_cas, atomic_max, block_dim, block_idx, grid_dim, math, shared_array,
-                         syncthreads, thread_idx)
-from .kernel import kernel
+from .intrinsics import (atomic, atomic_add, atomic_cas, atomic_max, block_dim, block_idx, blockDim, blockIdx, fma,
+                         grid, grid_dim, gridDim, gridsize, local, math, shared, shared_array, syncthreads,
+                         thread_idx, threadIdx)
+from .kernel import DeviceFunction, Kernel, jit, kernel
 from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
 from .stream import Stream, default_stream
-from .types import Ptr, f32, i32, u32
+from .types import Ptr, f32, float32, i32, int32, u32, uint32
+
+device_array, device_array_like = empty, empty_like      # Numba's names
 
 
 def memory_stats(device: Device | None = None) -> dict:

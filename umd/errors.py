@@ -26,6 +26,11 @@ class LaunchError(UMDError, ValueError):
     wrong arguments."""
 
 
+class ArgumentTypeError(LaunchError, TypeError):
+    """A kernel argument of the wrong type: an array whose dtype or number of
+    dimensions is not the one the kernel's annotation names (never reinterpreted)."""
+
+
 class KernelCompileError(UMDError):
     """Placeholder for the kernel compiler (umd/compiler may define its own)."""
 

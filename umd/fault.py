@@ -94,10 +94,14 @@ def gpu_error(stream, sub, cause: OSError) -> GPUError:
                        f"(stream {stream.name}, seq {sub.fence.fence}){dump_note}", err,
                        kernel=name, pc=pc, dump=dump_path)
     detail = re.search(r"\((\w+), (\w+)\)", _dump_field(dump, "address") or "") if dump else None
+    trap = _hex(_dump_field(dump, "trap code")) if dump and reason == "trap" else None
     if address is not None and detail:
         what = f"{detail.group(1)} of address {address:#x} ({detail.group(2)})"
     elif address is not None:
         what = f"{reason or 'fault'} at address {address:#x}"
+    elif trap is not None:
+        meaning = (getattr(compiled, "traps", None) or {}).get(trap)
+        what = f"trap {trap}" + (f": {meaning}" if meaning else "")
     else:
         what = reason or os.strerror(err)
     return GPUFault(f"GPU fault in {where}: {what} [{E.errorcode.get(err, err)}]{dump_note}", err, kernel=name, pc=pc, line=line,

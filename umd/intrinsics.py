@@ -1,9 +1,14 @@
 """Built-ins of the kernel language (docs/umd-compiler.md 3).
 
 Thread geometry (`thread_idx`, `block_idx`, `block_dim`, `grid_dim`, each with
-.x/.y/.z), `shared_array`, `syncthreads`, the atomics and the `math` namespace. They are
-compile-time markers: the compiler recognises them inside a @umd.kernel; touching them
-from plain Python raises `RuntimeError` saying so.
+.x/.y/.z, also under CUDA's names `threadIdx`, `blockIdx`, `blockDim`, `gridDim`),
+`grid(ndim)` and `gridsize(ndim)`, `shared_array` / `shared.array`, `local.array`,
+`syncthreads`, the atomics (`atomic.add`, `.sub`, `.min`, `.max`, `.nanmin`,
+`.nanmax`, `.exch`, `.cas`, `.compare_and_swap`, and the older `atomic_add`,
+`atomic_max`, `atomic_cas`), `fma` and the `math` namespace. Numba's spellings
+(`cuda.X` -> `umd.X`) are the ones given here. They are compile-time markers: the
+compiler recognises them inside a @umd.kernel; touching them from plain Python raises
+`RuntimeError` saying so.
 """
 from __future__ import annotations
 
@@ -36,32 +41,56 @@ class Intrinsic:
         return self.qualname
 
 
-class MathNamespace:
-    """`umd.math`: float32 functions, one vISA instruction each (fmin/fmax: IEEE-style
-    NaN handling of v_min_f32/v_max_f32, docs/isa.md 3)."""
+class Namespace:
+    """`umd.math`, `umd.atomic`, `umd.shared`, `umd.local`: intrinsics by attribute."""
 
-    FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "fabs", "fmin",
-                 "fmax", "floor")
-
-    def __init__(self) -> None:
-        for fn in self.FUNCTIONS:
-            setattr(self, fn, Intrinsic(f"math.{fn}", f"umd.math.{fn}"))
+    def __init__(self, qualname: str, prefix: str, names) -> None:
+        self._qualname = qualname
+        for name in names:
+            setattr(self, name, Intrinsic(f"{prefix}.{name}", f"{qualname}.{name}"))
 
     def __repr__(self) -> str:
-        return "umd.math"
+        return self._qualname
+
+
+class MathNamespace(Namespace):
+    """`umd.math`: float32 functions (CUDA's float ones: `floor`, `ceil`, `trunc` return
+    f32 here, where Python's `math.floor` returns an integer). Most are one vISA
+    instruction; `pow` and `log10` are short sequences (docs/umd-compiler.md 3)."""
+
+    FUNCTIONS = ("exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tanh",
+                 "fabs", "fmin", "fmax", "floor", "ceil", "trunc", "pow", "copysign", "isnan",
+                 "isinf", "isfinite")
+
+    def __init__(self) -> None:
+        super().__init__("umd.math", "math", self.FUNCTIONS)
 
 
 thread_idx = Dim3Marker("thread_idx")
 block_idx = Dim3Marker("block_idx")
 block_dim = Dim3Marker("block_dim")
 grid_dim = Dim3Marker("grid_dim")
+threadIdx, blockIdx, blockDim, gridDim = thread_idx, block_idx, block_dim, grid_dim   # CUDA's names
 
-shared_array = Intrinsic("shared_array", "umd.shared_array")    # shared_array(f32, N)
+grid = Intrinsic("grid", "umd.grid")                # grid(ndim): the thread's absolute position
+gridsize = Intrinsic("gridsize", "umd.gridsize")    # gridsize(ndim): the grid's shape in threads
+shared_array = Intrinsic("shared_array", "umd.shared_array")    # shared_array(f32, N) / (shape=, dtype=)
+shared = Namespace("umd.shared", "shared", ("array",))          # shared.array(shape, dtype)
+local = Namespace("umd.local", "local", ("array",))             # local.array(shape, dtype)
 syncthreads = Intrinsic("syncthreads", "umd.syncthreads")
-atomic_add = Intrinsic("atomic_add", "umd.atomic_add")          # (array, index, value) -> old
-atomic_max = Intrinsic("atomic_max", "umd.atomic_max")          # (array, index, value) -> old
-atomic_cas = Intrinsic("atomic_cas", "umd.atomic_cas")          # (array, index, cmp, value) -> old
+fma = Intrinsic("math.fma", "umd.fma")                          # fma(a, b, c): v_fma_f32
+atomic = Namespace("umd.atomic", "atomic", ("add", "sub", "min", "max", "nanmin", "nanmax",
+                                             "exch", "cas", "compare_and_swap"))
+atomic_add = Intrinsic("atomic.add", "umd.atomic_add")          # (array, index, value) -> old
+atomic_max = Intrinsic("atomic.max", "umd.atomic_max")          # (array, index, value) -> old
+atomic_cas = Intrinsic("atomic.cas", "umd.atomic_cas")          # (array, index, cmp, value) -> old
 math = MathNamespace()
 
-__all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "shared_array",
-           "syncthreads", "atomic_add", "atomic_max", "atomic_cas", "math"]
+# Used by the compiler's own library (umd/compiler/libdevice.py), not documented for kernels.
+_bits = Intrinsic("bits", "umd.intrinsics._bits")               # f32 -> its bits as u32
+_from_bits = Intrinsic("from_bits", "umd.intrinsics._from_bits")    # u32 bits -> f32
+_rint = Intrinsic("math.rndne", "umd.intrinsics._rint")         # round to nearest even, f32
+
+__all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "threadIdx", "blockIdx", "blockDim",
+           "gridDim", "grid", "gridsize", "shared_array", "shared", "local", "syncthreads", "fma",
+           "atomic", "atomic_add", "atomic_max", "atomic_cas", "math"]

@@ -1,34 +1,42 @@
-"""`@umd.kernel`: a Python function compiled for the GPU on first launch.
+"""`@umd.kernel` (also `@umd.jit`, Numba's name): a Python function compiled for the
+GPU on first launch; `@umd.jit(device=True)`: a device function, callable from kernels.
 
-    @umd.kernel
-    def saxpy(n: i32, a: f32, x: Ptr[f32], y: Ptr[f32]): ...
+    @umd.jit
+    def saxpy(n: i32, a: f32, x: f32[:], y: f32[:]): ...
 
     saxpy[grid, block](n, 2.0, dx, dy)            # the default stream
     saxpy[grid, block, stream](n, 2.0, dx, dy)    # a given stream
 
+    @umd.jit(device=True)
+    def clamp(x, lo, hi): ...                     # inlined where a kernel calls it
+
 `grid` counts workgroups, `block` threads per workgroup; each an int or a 1-3 tuple.
-Compilation goes through the disk cache (umd.compiler.cache); options given as
-`@umd.kernel(opt=...)` are part of the cache key.
+Compilation goes through the disk cache (umd.compiler.cache). The only option is
+`device` (a bool); any other is a TypeError, never silently ignored. Names the
+decorated function's frame had (a kernel defined inside a function, with imports
+inside that function) are kept for the compiler: string annotations (PEP 563) and
+annotated locals resolve against them.
 """
 from __future__ import annotations
 
-import functools
+import sys
 
 from .compiler import CompiledKernel, compile_kernel
+from .compiler.functions import DeviceFunction, JitFunction
 from .launch import launch_kernel
 
+OPTIONS = {"device": "compile a device function (called from kernels, inlined) instead of a kernel"}
 
-class Kernel:
-    def __init__(self, fn, options: dict | None = None) -> None:
-        self.fn = fn
-        self.options = dict(options or {})
+
+class Kernel(JitFunction):
+    def __init__(self, fn, options: dict | None = None, env: dict | None = None) -> None:
+        super().__init__(fn, options, env)
         self._compiled: CompiledKernel | None = None
-        functools.update_wrapper(self, fn)
 
     def compile(self) -> CompiledKernel:
         """The compiled kernel (compiled, or loaded from the cache, once)."""
         if self._compiled is None:
-            self._compiled = compile_kernel(self.fn, self.options)
+            self._compiled = compile_kernel(self.fn, self.options, self.env)
         return self._compiled
 
     def __getitem__(self, config) -> "Launcher":
@@ -52,8 +60,36 @@ class Launcher:
         launch_kernel(self.kernel.compile(), self.grid, self.block, args, self.stream)
 
 
+def _frame_env(depth: int) -> dict:
+    """The local names of the frame that applies the decorator, when it is a function's
+    (a module's are the function's globals already)."""
+    frame = sys._getframe(depth + 1)
+    if frame.f_code.co_name == "<module>" or frame.f_locals is frame.f_globals:
+        return {}
+    return dict(frame.f_locals)
+
+
+def _make(fn, options: dict, env: dict):
+    if not callable(fn):
+        raise TypeError(f"@umd.jit decorates a function, not {fn!r}")
+    return DeviceFunction(fn, options, env) if options.get("device") else Kernel(fn, options, env)
+
+
 def kernel(fn=None, **options):
-    """Decorator: `@kernel` or `@kernel(**options)`."""
+    """Decorator: `@kernel`, `@kernel(device=True)` (also `umd.jit`)."""
+    if isinstance(fn, str):
+        raise TypeError("umd.jit takes no signature string: annotate the arguments instead "
+                        "(e.g. def k(x: f32[:], n: i32)), docs/umd-compiler.md")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"umd.jit: unknown option {unknown[0]!r} (known: "
+                        + ", ".join(f"{k}: {v}" for k, v in OPTIONS.items()) + ")")
+    if "device" in options and not isinstance(options["device"], bool):
+        raise TypeError(f"umd.jit: device= takes True or False, not {options['device']!r}")
     if fn is None:
-        return lambda f: Kernel(f, options)
-    return Kernel(fn, options)
+        env = _frame_env(1)
+        return lambda f: _make(f, options, env)
+    return _make(fn, options, _frame_env(1))
+
+
+jit = kernel

@@ -7,8 +7,14 @@ The compiler (umd.compiler) produces a ``CompiledKernel``; the contract (docs/um
   ``kernarg_size``, ``line_table`` ({PC byte offset from the entry: source line}),
   ``source_file``;
 - ArgSpecs whose name starts with ``__`` are filled by the launch:
-  ``__grid_dim_x/y/z`` and ``__block_dim_x/y/z`` (u32); the others take the
-  caller's arguments, in order (or by name from a dict).
+  ``__grid_dim_x/y/z`` and ``__block_dim_x/y/z`` (u32), ``__shape_<arg>_<k>`` (u32:
+  dimension k of array argument <arg>; its size for a flat ``Ptr``); the others take
+  the caller's arguments, in order (or by name from a dict);
+- a ``ptr`` ArgSpec with a ``dtype`` ('f32', 'i32', 'u32') takes only arrays of that
+  dtype, and with an ``ndim`` (1-3) only arrays of that many dimensions: anything else
+  is an ``ArgumentTypeError`` (a ``TypeError`` and a ``LaunchError``), never a
+  reinterpretation. A numpy array is copied to the device for the launch and back
+  after it (the launch then waits for the kernel), as Numba does.
 
 The kernarg segment is written at the top of the stream's compute IB buffer and its
 VA goes to user data s[0:1] (libvgpu.kernarg_user_data). A code object is uploaded
@@ -26,7 +32,7 @@ import libvgpu
 from . import debug
 from .compiler import ArgSpec, CompiledKernel
 from .debug import DebugFlag
-from .errors import LaunchError
+from .errors import ArgumentTypeError, LaunchError
 from .stream import current_stream
 
 MAX_BLOCK_THREADS = 1024
@@ -34,6 +40,8 @@ MAX_GRID_DIM = (1 << 32) - 1
 _FORMATS = {"ptr": "<Q", "u32": "<I", "i32": "<i", "f32": "<f"}
 _HIDDEN = {"__grid_dim_x": ("grid", 0), "__grid_dim_y": ("grid", 1), "__grid_dim_z": ("grid", 2),
            "__block_dim_x": ("block", 0), "__block_dim_y": ("block", 1), "__block_dim_z": ("block", 2)}
+_DTYPES = {"f32": np.dtype(np.float32), "i32": np.dtype(np.int32), "u32": np.dtype(np.uint32)}
+MAX_EXTENT = (1 << 31) - 1            # shapes are i32 in kernels
 
 
 def kernel_from_code_object(image: bytes, source_file: str = "", line_table: dict | None = None):
@@ -57,6 +65,57 @@ def _dims(what: str, value, limit: int) -> tuple[int, int, int]:
     return dims
 
 
+def _describe(value) -> str:
+    shape = tuple(getattr(value, "shape", ()))
+    where = "numpy array" if isinstance(value, np.ndarray) else "array"
+    return f"{len(shape)}-D {np.dtype(value.dtype).name} {where} (shape {shape})"
+
+
+def check_array(compiled, spec, value) -> None:
+    """An array argument's dtype and dimensions against its ArgSpec: ArgumentTypeError
+    naming the argument, the expected and the given type."""
+    dtype = getattr(spec, "dtype", "")
+    ndim = getattr(spec, "ndim", 0)
+    if not dtype or not hasattr(value, "dtype"):
+        return
+    want = _DTYPES[dtype]
+    expected = f"{ndim}-D {want.name} array" if ndim else f"{want.name} array"
+    if np.dtype(value.dtype) != want or (ndim and len(value.shape) != ndim):
+        raise ArgumentTypeError(f"{compiled.name}: argument {spec.name} expects a {expected} "
+                                f"({umd_type(spec)}), got a {_describe(value)}")
+
+
+def umd_type(spec) -> str:
+    """The annotation an ArgSpec stands for (Ptr[f32], f32[:, :], i32...)."""
+    if spec.kind != "ptr":
+        return spec.kind
+    elem = getattr(spec, "dtype", "") or "?"
+    ndim = getattr(spec, "ndim", 0)
+    return f"{elem}[{', '.join([':'] * ndim)}]" if ndim else f"Ptr[{elem}]"
+
+
+def _shape_of(compiled, specs, values, name: str) -> int:
+    """The value of hidden argument __shape_<arg>_<k>."""
+    arg, _, k = name[len("__shape_"):].rpartition("_")
+    spec = next((s for s in specs if s.name == arg and s.kind == "ptr"), None)
+    if spec is None or not k.isdigit():
+        raise LaunchError(f"{compiled.name}: unknown hidden argument {name}")
+    value = values[arg]
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        raise LaunchError(f"{compiled.name}: argument {arg}: the kernel uses its shape, so pass an "
+                          f"array (a DeviceArray), not {type(value).__name__} {value!r}")
+    shape = tuple(shape) if getattr(spec, "ndim", 0) else (int(np.prod(shape, dtype=np.int64)),)
+    if int(k) >= len(shape):
+        raise LaunchError(f"{compiled.name}: argument {arg} has {len(shape)} dimensions, the kernel "
+                          f"reads dimension {k}")
+    extent = int(shape[int(k)])
+    if extent > MAX_EXTENT:
+        raise LaunchError(f"{compiled.name}: argument {arg}: dimension {k} is {extent}; kernels "
+                          f"index with i32 (at most {MAX_EXTENT})")
+    return extent
+
+
 def pack_args(compiled, grid, block, args) -> tuple[bytes, list]:
     """The kernarg bytes and the BOs the pointer arguments point into."""
     specs = list(compiled.args)
@@ -72,24 +131,32 @@ def pack_args(compiled, grid, block, args) -> tuple[bytes, list]:
         if len(values) != len(user):
             raise LaunchError(f"{compiled.name} takes {len(user)} arguments "
                               f"({', '.join(a.name for a in user)}), got {len(values)}")
+    by_name = {spec.name: v for spec, v in zip(user, values)}
     size = max([compiled.kernarg_size] + [a.offset + a.size for a in specs])
     out = bytearray(size)
     bos = []
     dims = {"grid": grid, "block": block}
     for spec in specs:
-        if spec.name.startswith("__"):
+        if spec.name.startswith("__shape_"):
+            value = _shape_of(compiled, user, by_name, spec.name)
+        elif spec.name.startswith("__"):
             if spec.name not in _HIDDEN:
                 raise LaunchError(f"{compiled.name}: unknown hidden argument {spec.name}")
             where, i = _HIDDEN[spec.name]
             value = dims[where][i]
         else:
-            value = values[user.index(spec)]
+            value = by_name[spec.name]
             if spec.kind == "ptr":
+                check_array(compiled, spec, value)
                 if hasattr(value, "ptr"):
                     bo = getattr(value, "bo", None)
                     if bo is not None:
                         bos.append(bo)
                     value = value.ptr
+                elif isinstance(value, np.ndarray):
+                    raise LaunchError(f"{compiled.name}: argument {spec.name} is a numpy array: "
+                                      "launch_kernel takes DeviceArrays (kernel[grid, block](...) "
+                                      "copies numpy arrays in and out)")
                 elif not isinstance(value, (int, np.integer)):
                     raise LaunchError(f"{compiled.name}: argument {spec.name} is a pointer; pass a "
                                       f"DeviceArray or a device address, not {type(value).__name__}")
@@ -105,6 +172,27 @@ def pack_args(compiled, grid, block, args) -> tuple[bytes, list]:
             raise LaunchError(f"{compiled.name}: argument {spec.name}={value!r} does not fit "
                               f"{spec.kind}: {e}") from None
     return bytes(out), bos
+
+
+def stage_host_arrays(compiled, args, stream):
+    """Numba's host-array rule: each numpy array given for an array argument is
+    checked, copied to a device array for the launch, and copied back after it.
+    Returns the arguments to pass and the (device, host) pairs to copy back."""
+    from .array import to_device
+    user = [a for a in compiled.args if not a.name.startswith("__")]
+    named = isinstance(args, dict)
+    items = [(a, args.get(a.name)) for a in user] if named else list(zip(user, args))
+    out = dict(args) if named else list(args)
+    back = []
+    for k, (spec, value) in enumerate(items):
+        if spec.kind != "ptr" or not isinstance(value, np.ndarray):
+            continue
+        check_array(compiled, spec, value)
+        dev = to_device(value, stream=stream)
+        if value.flags.writeable:
+            back.append((dev, value))
+        out[spec.name if named else k] = dev
+    return out, back
 
 
 def load_kernel(device, compiled):
@@ -124,8 +212,10 @@ def load_kernel(device, compiled):
 
 def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
     """Queue ``compiled`` on ``stream`` (default stream) over ``grid`` workgroups of
-    ``block`` threads. Raises LaunchError for a bad grid, block or argument;
-    with VGPU_LAUNCH_BLOCKING=1 waits and raises GPUFault/GPUHang here."""
+    ``block`` threads. Raises LaunchError for a bad grid, block or argument
+    (ArgumentTypeError, also a TypeError, for an array of the wrong dtype or
+    dimensions); numpy arrays are copied in and, after the kernel, back (the call then
+    waits); with VGPU_LAUNCH_BLOCKING=1 waits and raises GPUFault/GPUHang here."""
     grid = _dims("grid", grid, MAX_GRID_DIM)
     block = _dims("block", block, MAX_BLOCK_THREADS)
     if math.prod(block) > MAX_BLOCK_THREADS:
@@ -135,9 +225,15 @@ def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
     required = tuple(loaded.obj.block)
     if any(required) and required != block:
         raise LaunchError(f"{compiled.name} requires block {required}, launched with {block}")
+    args, back = stage_host_arrays(compiled, args, s)
     kernarg, bos = pack_args(compiled, grid, block, args)
     debug.log(DebugFlag.API, f"launch {compiled.name} grid={grid} block={block} stream={s.name} "
                              f"kernargs={kernarg.hex()}")
     s.dispatch(loaded, grid, block, kernarg, f"DISPATCH {compiled.name} {grid}x{block}", bos, compiled)
+    for dev, host in back:               # waits for the kernel, as Numba's copy back does
+        if host.flags.c_contiguous:
+            dev.copy_to_host(out=host, stream=s)
+        else:
+            host[...] = dev.copy_to_host(stream=s)
     if debug.LAUNCH_BLOCKING:
         s.synchronize()

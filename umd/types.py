@@ -3,12 +3,15 @@
     from umd import f32, i32, u32, Ptr
 
     @umd.kernel
-    def scale(n: u32, a: f32, x: Ptr[f32]): ...
+    def scale(n: u32, a: f32, x: Ptr[f32], m: f32[:, :]): ...
 
 `f32`, `i32` and `u32` annotate scalar arguments and, called inside a kernel, convert
-(`f32(i)`, `i32(x)`); `Ptr[T]` is a device pointer to elements of T (a device array is
-passed directly). They are compile-time markers: the compiler reads them, nothing
-else does.
+(`f32(i)`, `i32(x)`); `float32`, `int32` and `uint32` are the same markers under
+Numba's names. `Ptr[T]` is a device pointer to elements of T, any array of T seen
+flat (a device array is passed directly); `T[:]`, `T[:, :]`, `T[:, :, :]` (Numba's
+spelling) are C-contiguous arrays of exactly 1, 2 or 3 dimensions, indexed `m[i, j]`
+row-major. They are compile-time markers: the compiler reads them, and the launch
+checks each array argument's dtype (and dimensions) against them.
 """
 from __future__ import annotations
 
@@ -46,25 +49,49 @@ class ScalarType:
         raise TypeError(f"umd.{self.kind}(...) converts values inside a @umd.kernel only; "
                         "use numpy (np.float32, np.int32, np.uint32) in host code")
 
+    @property
+    def dtype(self):
+        """The numpy dtype of this element type."""
+        import numpy as np
+        return np.dtype(NUMPY_NAMES[self.kind])
+
+    def __getitem__(self, dims) -> "PtrType":
+        """`f32[:]`, `f32[:, :]`, `f32[:, :, :]`: an array type of 1-3 dimensions."""
+        dims = dims if isinstance(dims, tuple) else (dims,)
+        if self.kind == "bool" or not 1 <= len(dims) <= 3 or not all(
+                isinstance(d, slice) and d.start is None and d.stop is None and d.step in (None, 1)
+                for d in dims):
+            raise TypeError(f"array types are f32[:], f32[:, :] or f32[:, :, :] (f32, i32 or u32), "
+                            f"not {self!r}[{dims!r}]")
+        return PtrType(self, len(dims))
+
+
+NUMPY_NAMES = {"f32": "float32", "i32": "int32", "u32": "uint32"}
+
 
 class PtrType:
-    """`Ptr[elem]`: a 64-bit device address of `elem` elements (4 bytes each)."""
+    """A 64-bit device address of `elem` elements (4 bytes each). `ndim` 0 is `Ptr[T]`
+    (any array of T, seen flat); 1-3 is `T[:]`, `T[:, :]`, `T[:, :, :]` (exactly that
+    many dimensions, C order)."""
 
-    __slots__ = ("elem",)
+    __slots__ = ("elem", "ndim")
 
-    def __init__(self, elem: ScalarType) -> None:
+    def __init__(self, elem: ScalarType, ndim: int = 0) -> None:
         self.elem = elem
+        self.ndim = ndim
 
     kind = "ptr"
     is_float = is_int = False
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, PtrType) and other.elem == self.elem
+        return isinstance(other, PtrType) and other.elem == self.elem and other.ndim == self.ndim
 
     def __hash__(self) -> int:
-        return hash(("ptr", self.elem))
+        return hash(("ptr", self.elem, self.ndim))
 
     def __repr__(self) -> str:
+        if self.ndim:
+            return f"{self.elem!r}[{', '.join([':'] * self.ndim)}]"
         return f"Ptr[{self.elem!r}]"
 
 
@@ -83,5 +110,6 @@ i32 = ScalarType("i32")
 u32 = ScalarType("u32")
 bool_ = ScalarType("bool")      # comparisons and boolean logic; not an argument type
 Ptr = _PtrFactory()
+float32, int32, uint32 = f32, i32, u32      # Numba's names
 
-__all__ = ["f32", "i32", "u32", "Ptr", "ScalarType", "PtrType"]
+__all__ = ["f32", "i32", "u32", "float32", "int32", "uint32", "Ptr", "ScalarType", "PtrType"]

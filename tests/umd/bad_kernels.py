@@ -1,4 +1,5 @@
 """Kernels the compiler must refuse (line numbers are checked by the tests)."""
+import umd
 import umd.intrinsics as gpu
 from umd.types import Ptr, f32, i32
 
@@ -43,6 +44,49 @@ def with_stmt(x: Ptr[f32]):
 def shared_cas(x: Ptr[i32]):
     s = gpu.shared_array(i32, 4)
     gpu.atomic_cas(s, 0, 1, 2)                      # LINE shared_cas
+
+
+def misspelt_umd_name(x: f32[:]):
+    i = umd.grid(1)
+    umd.syncthread()                                # LINE misspelt_umd_name
+
+
+def misspelt_attribute(x: f32[:]):
+    i = gpu.thread_id.x                             # LINE misspelt_attribute
+
+
+def misspelt_builtin(x: f32[:]):
+    for k in rnage(4):                              # LINE misspelt_builtin  # noqa: F821
+        x[k] = 0.0
+
+
+def flat_ptr_2d_index(x: Ptr[f32]):
+    x[1, 2] = 0.0                                   # LINE flat_ptr_2d_index
+
+
+def row_of_2d(x: f32[:, :]):
+    x[1] = 0.0                                      # LINE row_of_2d
+
+
+def constant_zero_step(x: f32[:]):
+    for k in range(0, 8, 0):                        # LINE constant_zero_step
+        x[k] = 0.0
+
+
+def grid_4(x: f32[:]):
+    i = umd.grid(4)                                 # LINE grid_4
+
+
+def unpack_mismatch(x: f32[:]):
+    a, b, c = umd.grid(2)                           # LINE unpack_mismatch
+
+
+def plain_python_call(x: f32[:]):
+    x[0] = _helper(1.0)                             # LINE plain_python_call
+
+
+def _helper(v):
+    return v
 
 
 def pressure(x: Ptr[f32]):

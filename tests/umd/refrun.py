@@ -3,7 +3,8 @@
     out = run(compiled, grid, block, n, 2.0, x, y)   # numpy arrays are copied in and back
 
 Arrays go into the rig's arena (each 256-byte aligned); the kernarg segment is packed
-from CompiledKernel.args the way umd.launch does it, __grid_dim_*/__block_dim_* included.
+from CompiledKernel.args the way umd.launch does it, __grid_dim_*/__block_dim_* and the
+arrays' __shape_<arg>_<k> included (a flat Ptr argument's one dimension is its size).
 """
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ def run(compiled, grid, block, *args, mem_size: int = 4 << 20):
     for d, k in zip("xyz", range(3)):
         values[f"__grid_dim_{d}"] = grid[k]
         values[f"__block_dim_{d}"] = block[k]
+    for spec in user:
+        arr = values[spec.name]
+        if spec.kind == "ptr":
+            shape = arr.shape if getattr(spec, "ndim", 0) else (arr.size,)
+            for k, extent in enumerate(shape):
+                values[f"__shape_{spec.name}_{k}"] = extent
     placed, off = [], 0
     for spec in compiled.args:
         v = values[spec.name]

@@ -55,6 +55,15 @@ def test_markers_refuse_plain_python():
     ("string_const", "unsupported constant"),
     ("with_stmt", "with statement"),
     ("shared_cas", "atomic_cas on a shared array"),
+    ("misspelt_umd_name", "umd has no attribute 'syncthread'; did you mean umd.syncthreads?"),
+    ("misspelt_attribute", "did you mean gpu.thread_idx?"),
+    ("misspelt_builtin", "name 'rnage' is not defined; did you mean range?"),
+    ("flat_ptr_2d_index", "declare it f32[:, :]"),
+    ("row_of_2d", "1 index for a 2-D array"),
+    ("constant_zero_step", "step of range() must not be zero"),
+    ("grid_4", "umd.grid(ndim): ndim must be 1, 2 or 3"),
+    ("unpack_mismatch", "cannot unpack 2 values into 3"),
+    ("plain_python_call", "decorate it with @umd.jit(device=True)"),
 ])
 def test_compile_errors_name_line_and_construct(name, what):
     fn = getattr(B, name)
@@ -64,6 +73,16 @@ def test_compile_errors_name_line_and_construct(name, what):
     assert e.value.line == line
     assert f"bad_kernels.py:{line}:" in str(e.value)
     assert what in str(e.value)
+
+
+def test_compile_errors_show_the_source_line_and_a_caret():
+    with pytest.raises(KernelCompileError) as e:
+        build(B.misspelt_attribute)
+    lines = str(e.value).splitlines()
+    src = next(text for text in inspect.getsource(B.misspelt_attribute).splitlines() if "LINE" in text)
+    assert lines[1] == src                      # the line as it is in the file
+    col = src.index("gpu.thread_id")
+    assert lines[2] == " " * col + "^"
 
 
 def test_register_pressure_is_a_clear_error():
@@ -181,7 +200,7 @@ def test_compiled_kernel_contract():
     names = [a.name for a in c.args]
     assert names == ["n", "a", "x", "y", "__grid_dim_x", "__grid_dim_y", "__grid_dim_z",
                      "__block_dim_x", "__block_dim_y", "__block_dim_z"]
-    assert c.args[2] == ArgSpec("x", "ptr", 8, 8)
+    assert c.args[2] == ArgSpec("x", "ptr", 8, 8, dtype="f32", ndim=0)    # Ptr[f32]: flat, any ndim
     assert all(a.kind == "u32" for a in c.args[4:])
     assert c.kernarg_size == 48
     obj = CodeObject.unpack(c.code_object)
@@ -195,6 +214,67 @@ def test_compiled_kernel_contract():
     assert "s_mul_i32" in c.asm_text              # block_idx.x * block_dim.x is scalar
 
 
+def test_kernel_defined_inside_a_function_with_local_imports(tmp_path, monkeypatch):
+    # annotations come from fn.__annotations__, already evaluated where the kernel was
+    # defined: names imported inside this function are neither globals nor closure cells
+    monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path))
+    import umd as u
+    from umd import Ptr as P, f32 as F32, i32 as I32
+
+    @u.jit
+    def scale(n: I32, x: P[F32]):
+        i = u.grid(1)
+        acc: F32 = 0.0          # a local annotation: resolved where the kernel was defined
+        if i < n:
+            acc += 2.0 * x[i]
+            x[i] = acc
+
+    x = np.arange(40, dtype=np.float32)
+    from .refrun import run
+    run(scale.compile(), 1, 64, 40, x)
+    np.testing.assert_array_equal(x, 2 * np.arange(40, dtype=np.float32))
+
+
+_STRING_ANNOTATIONS = '''
+from __future__ import annotations
+import umd
+
+def make():
+    from umd import f32, i32
+
+    @umd.jit
+    def k(n: i32, x: f32[:]):
+        i = umd.grid(1)
+        if i < n:
+            x[i] = x[i] + 1.0
+    return k
+'''
+
+
+def test_string_annotations_of_a_nested_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path))
+    k = _from_source(_STRING_ANNOTATIONS, "make")()
+    x = np.zeros(5, np.float32)
+    from .refrun import run
+    run(k.compile(), 1, 32, 5, x)
+    np.testing.assert_array_equal(x, 1)
+
+
+def test_kernel_options_are_checked():
+    import umd
+    with pytest.raises(TypeError, match="unknown option 'opt'"):
+        umd.kernel(opt=1)
+    with pytest.raises(TypeError, match="signature"):
+        umd.jit("void(float32[:])")
+    assert umd.jit is umd.kernel
+    d = umd.jit(device=True)(K.saxpy)
+    assert isinstance(d, umd.DeviceFunction) and d.options == {"device": True}
+    with pytest.raises(TypeError, match="called from a kernel"):
+        d(1, 2.0, None, None)
+    k = umd.jit(device=False)(K.saxpy)
+    assert isinstance(k, umd.Kernel)
+
+
 def test_kernel_decorator_lazily_compiles(tmp_path, monkeypatch):
     monkeypatch.setenv("VGPU_CACHE_DIR", str(tmp_path))
     import umd
@@ -205,7 +285,6 @@ def test_kernel_decorator_lazily_compiles(tmp_path, monkeypatch):
     with pytest.raises(TypeError, match=r"saxpy\[grid, block\]"):
         k(1, 2.0, None, None)
     assert k.compile().name == "saxpy"
-    assert umd.kernel(opt=1)(K.saxpy).options == {"opt": 1}
 
 
 # -- cache -----------------------------------------------------------------------------------

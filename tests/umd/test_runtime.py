@@ -436,6 +436,34 @@ def test_hidden_grid_and_block_arguments():
 
 
 
+def test_array_arguments_are_type_checked_and_give_their_shapes():
+    from types import SimpleNamespace
+    import struct
+    import numpy as np
+    import pytest
+    import umd
+    from umd.launch import ArgSpec, CompiledKernel, pack_args
+    k = CompiledKernel("k", b"", [ArgSpec("x", "ptr", 0, 8, dtype="f32", ndim=0),
+                                  ArgSpec("m", "ptr", 8, 8, dtype="i32", ndim=2),
+                                  ArgSpec("__shape_m_1", "u32", 16, 4), ArgSpec("__shape_x_0", "u32", 20, 4)], 24)
+
+    def dev(dtype, shape):                  # what pack_args reads of a DeviceArray
+        return SimpleNamespace(ptr=0x1000, dtype=np.dtype(dtype), shape=shape, ndim=len(shape),
+                               size=int(np.prod(shape)), bo=None)
+
+    data, _ = pack_args(k, (1, 1, 1), (1, 1, 1), [dev(np.float32, (3, 5)), dev(np.int32, (4, 6))])
+    assert struct.unpack("<QQII", data) == (0x1000, 0x1000, 6, 15)      # a flat Ptr's one dimension: its size
+    for args, what in [([dev(np.float64, (8,)), dev(np.int32, (4, 6))], "argument x.*float32.*float64"),
+                       ([dev(np.float32, (8,)), dev(np.uint32, (4, 6))], "argument m.*int32.*uint32"),
+                       ([dev(np.float32, (8,)), dev(np.int32, (24,))], "argument m.*2-D.*1-D"),
+                       ([np.arange(8.0), dev(np.int32, (4, 6))], "argument x.*float32.*float64")]:
+        with pytest.raises(TypeError, match=what) as e:
+            pack_args(k, (1, 1, 1), (1, 1, 1), args)
+        assert isinstance(e.value, umd.LaunchError)
+    with pytest.raises(umd.LaunchError, match="m.*shape"):               # an address has no shape
+        pack_args(k, (1, 1, 1), (1, 1, 1), [0x2000, 0x3000])
+
+
 def test_gpu_hang_from_an_endless_kernel(short_timeout_mount):
     r = ok(client("""
         image = asm.assemble(".kernel spin\\n.block 32 1 1\\nloop:\\n    s_branch loop\\n", "spin.s").pack()

@@ -16,12 +16,23 @@ from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 1
+COMPILER_VERSION = 2
 
 
-def build(pyfn, options: dict | None = None) -> CompiledKernel:
-    """Run the whole pipeline (no cache)."""
-    fn = frontend.lower(pyfn)
+def _unwrap(obj, env):
+    """The Python function and the decorating frame's names of a function or a
+    @umd.jit object."""
+    if getattr(obj, "options", {}).get("device"):
+        raise KernelCompileError(f"{obj.fn.__name__} is a device function (@umd.jit(device=True)): "
+                                 "it is compiled into the kernels that call it, not on its own")
+    return getattr(obj, "fn", obj), env if env is not None else getattr(obj, "env", None)
+
+
+def build(pyfn, options: dict | None = None, env: dict | None = None) -> CompiledKernel:
+    """Run the whole pipeline (no cache). ``pyfn`` is a function or a @umd.jit kernel;
+    ``env`` the names of the frame that defined it (umd.kernel passes them)."""
+    pyfn, env = _unwrap(pyfn, env)
+    fn = frontend.lower(pyfn, env)
     opt.optimize(fn)
     uniformity.analyze(fn)
     stop, _ = regalloc.allocate(fn)
@@ -43,16 +54,18 @@ def build(pyfn, options: dict | None = None) -> CompiledKernel:
     assert [(s.name, s.offset) for s in specs] == [(a.name, a.offset) for a in obj.args]
     return CompiledKernel(fn.name, obj.pack(), specs, obj.kernarg_size,
                           {8 * k: line for k, line in enumerate(gen.lines)},
-                          fn.source_file, ir_text, text, obj.sgprs, obj.vgprs, obj.lds_bytes)
+                          fn.source_file, ir_text, text, obj.sgprs, obj.vgprs, obj.lds_bytes,
+                          dict(getattr(fn, "traps", {})))
 
 
-def compile_kernel(pyfn, options: dict | None = None) -> CompiledKernel:
-    """Compile `pyfn` (a @umd.kernel's function) through the on-disk cache."""
+def compile_kernel(pyfn, options: dict | None = None, env: dict | None = None) -> CompiledKernel:
+    """Compile `pyfn` (a @umd.kernel's function, or the kernel) through the on-disk cache."""
     options = dict(options or {})
-    key = cache.cache_key(pyfn, options, COMPILER_VERSION)
+    pyfn, env = _unwrap(pyfn, env)
+    key = cache.cache_key(pyfn, options, COMPILER_VERSION, env)
     compiled = cache.load(key, pyfn.__name__)
     if compiled is None:
-        compiled = build(pyfn, options)
+        compiled = build(pyfn, options, env)
         debug_log("cache", f"compiled {compiled.name} ({len(compiled.code_object)} bytes, "
                            f"key {key[:16]})")
         cache.store(key, compiled)

@@ -3,8 +3,9 @@
 ~/.cache/vgpu/kernels by default, VGPU_CACHE_DIR overrides it.  One entry is
 <key>.vco (the code object) and <key>.json (CompiledKernel's other fields).  The key is
 the SHA-256 of the kernel's source text, the values of the module-level constants it
-names, the compile options, the vISA version and the compiler version: any of them
-changing makes a new entry.  Hits and misses are logged under VGPU_DEBUG=cache.
+names, the sources and constants of the device functions it may call (and of theirs),
+the compiler's own kernel-language library, the compile options, the vISA version and
+the compiler version: any of them changing makes a new entry.  Hits and misses are logged under VGPU_DEBUG=cache.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from vgpu import isa
 
 from .compiled import CompiledKernel
 from .debug import debug_log
+from .functions import DeviceFunction
 
 
 def cache_dir() -> Path:
@@ -26,10 +28,9 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "vgpu" / "kernels"
 
 
-def _constants(pyfn) -> dict:
-    """Module-level numbers the kernel names: they are compiled in as constants."""
-    out = {}
-    names = set(pyfn.__code__.co_names) | set(pyfn.__code__.co_freevars)
+def _names(pyfn, env: dict | None) -> dict:
+    """The objects the names a function uses stand for (closure, decorating frame,
+    globals)."""
     closure = {}
     if pyfn.__closure__:
         for n, cell in zip(pyfn.__code__.co_freevars, pyfn.__closure__):
@@ -37,19 +38,53 @@ def _constants(pyfn) -> dict:
                 closure[n] = cell.cell_contents
             except ValueError:
                 pass
-    for n in sorted(names):
-        v = closure.get(n, pyfn.__globals__.get(n))
-        if isinstance(v, (bool, int, float)):
-            out[n] = repr(v)
+    out = {}
+    missing = object()
+    for n in sorted(set(pyfn.__code__.co_names) | set(pyfn.__code__.co_freevars)):
+        for where in (closure, env or {}, pyfn.__globals__):
+            v = where.get(n, missing)
+            if v is not missing:
+                out[n] = v
+                break
     return out
 
 
-def cache_key(pyfn, options: dict, compiler_version: int) -> str:
+def _constants(pyfn, env: dict | None = None) -> dict:
+    """Module-level numbers the kernel names: they are compiled in as constants."""
+    return {n: repr(v) for n, v in _names(pyfn, env).items() if isinstance(v, (bool, int, float, tuple))}
+
+
+def _device_functions(pyfn, env: dict | None, seen: dict) -> None:
+    """The device functions `pyfn` may call (by name, or as an attribute of a module
+    it names), with theirs: their sources and constants are part of the key."""
+    names = _names(pyfn, env)
+    attrs = set(pyfn.__code__.co_names)
+    candidates = list(names.values())
+    for v in names.values():
+        if inspect.ismodule(v):
+            candidates += [getattr(v, a) for a in attrs if hasattr(v, a)]
+    for v in candidates:
+        if isinstance(v, DeviceFunction):
+            key = f"{v.fn.__module__}.{v.fn.__qualname__}"
+            if key not in seen:
+                seen[key] = None
+                seen[key] = {"source": _source(v.fn), "constants": _constants(v.fn, v.env)}
+                _device_functions(v.fn, v.env, seen)
+
+
+def _source(pyfn) -> str:
     try:
-        source = inspect.getsource(pyfn)
+        return inspect.getsource(pyfn)
     except (OSError, TypeError):
-        source = repr(pyfn.__code__.co_code)
-    blob = json.dumps({"source": source, "constants": _constants(pyfn),
+        return repr(pyfn.__code__.co_code)
+
+
+def cache_key(pyfn, options: dict, compiler_version: int, env: dict | None = None) -> str:
+    from . import libdevice
+    device: dict = {}
+    _device_functions(pyfn, env, device)
+    blob = json.dumps({"source": _source(pyfn), "constants": _constants(pyfn, env),
+                       "device_functions": device, "library": inspect.getsource(libdevice),
                        "options": {k: repr(v) for k, v in sorted(options.items())},
                        "isa": isa.ISA_VERSION, "compiler": compiler_version},
                       sort_keys=True)

@@ -9,7 +9,11 @@ flow follows the canonical EXEC idioms of docs/isa.md 5:
   - break / continue / return in divergent code OR the current EXEC into the masks of
     the constructs they leave (`brk`, `out`) and clear EXEC; every restore of EXEC
     inside such a construct subtracts `out`, so those lanes stay off until the loop (or
-    the kernel) ends.  In uniform code they are plain branches / s_endpgm.
+    the kernel) ends.  In uniform code they are plain branches / s_endpgm;
+  - a region (an inlined device function) is a construct its exits (`return`) leave the
+    same way: a branch to its end when no vector construct opened since its start, else
+    the lanes join its masks (and those of the loops in between) until its end, where
+    EXEC is restored.
 Control masks take SGPRs above the allocated ones, as a stack.
 """
 from __future__ import annotations
@@ -29,8 +33,9 @@ _VBIN = {"add": ("v_add_f32", "v_add_u32"), "sub": ("v_sub_f32", "v_sub_u32"),
          "shl": (None, "v_lshl_b32")}
 _SBIN = {"add": "s_add_u32", "sub": "s_sub_u32", "mul": "s_mul_i32", "and": "s_and_b32",
          "or": "s_or_b32", "xor": "s_xor_b32", "shl": "s_lshl_b32"}
-_VUNARY = {"floor": "v_floor_f32", "exp": "v_exp_f32", "log": "v_log_f32",
-           "sqrt": "v_sqrt_f32", "rsqrt": "v_rsqrt_f32", "sin": "v_sin_f32",
+_VUNARY = {"floor": "v_floor_f32", "ceil": "v_ceil_f32", "trunc": "v_trunc_f32",
+           "rndne": "v_rndne_f32", "exp": "v_exp_f32", "exp2": "v_exp2_f32", "log": "v_log_f32",
+           "log2": "v_log2_f32", "sqrt": "v_sqrt_f32", "rsqrt": "v_rsqrt_f32", "sin": "v_sin_f32",
            "cos": "v_cos_f32", "tanh": "v_tanh_f32", "not": "v_not_b32"}
 _SPECIAL_REG = {"thread_idx.x": "v0", "thread_idx.y": "v1", "thread_idx.z": "v2",
                 "block_idx.x": "s16", "block_idx.y": "s17", "block_idx.z": "s18"}
@@ -43,14 +48,16 @@ def _sfx(t) -> str:
 
 @dataclasses.dataclass
 class _Ctx:
-    kind: str                     # 'loop' | 'func'
-    masked: bool                  # break/continue/return work through masks
+    kind: str                     # 'loop' | 'func' | 'region'
+    masked: bool                  # break/continue/return/exit work through masks
     brk: str | None = None        # lanes that left for good (break, return)
     out: str | None = None        # lanes off until the loop's next iteration (+continue)
     iter: str | None = None       # EXEC at the start of this iteration
     top: str = ""
     cont: str = ""
     end: str = ""
+    region: ir.Region | None = None
+    depth: int = 0                # under_vector at a region's start
 
 
 class CodeGen:
@@ -177,6 +184,12 @@ class CodeGen:
                     self.if_stmt(nxt, fused=st)
                     i += 2
                     continue
+                if self.fusable(st) and isinstance(nxt, ir.Inst) and nxt.op == "select" \
+                        and nxt.args[0] is st.dst and nxt.dst is not None \
+                        and (nxt.dst.cls == "v" or st.dst.cls == "s"):
+                    self.select(nxt, fused=st)
+                    i += 2
+                    continue
                 self.inst(st)
             elif isinstance(st, ir.If):
                 self.if_stmt(st)
@@ -188,6 +201,10 @@ class CodeGen:
                 self.escape("continue")
             elif isinstance(st, ir.Return):
                 self.escape("return")
+            elif isinstance(st, ir.Region):
+                self.region(st)
+            elif isinstance(st, ir.Exit):
+                self.exit(st)
             i += 1
 
     def fusable(self, st) -> bool:
@@ -331,6 +348,45 @@ class CodeGen:
         self.restore(saved)
         self.pop_mask(n)
 
+    def region(self, st: ir.Region) -> None:
+        self.cur_line = st.line
+        c = _Ctx("region", st.divergent, end=self.new_label("endregion"), region=st)
+        if not st.divergent:
+            c.depth = self.under_vector
+            self.ctx.append(c)
+            self.block(st.body)
+            self.ctx.pop()
+            self.label(c.end)
+            return
+        saved = self.push_mask()
+        self.ins(f"s_mov_b32 {saved}, exec")
+        c.brk = c.out = self.push_mask()
+        self.ins(f"s_mov_b32 {c.brk}, 0")
+        self.under_vector += 1
+        c.depth = self.under_vector
+        self.ctx.append(c)
+        self.block(st.body)
+        self.ctx.pop()
+        self.under_vector -= 1
+        self.cur_line = st.line
+        self.label(c.end)
+        self.restore(saved)
+        self.pop_mask(2)
+
+    def exit(self, st: ir.Exit) -> None:
+        k = next(k for k in range(len(self.ctx) - 1, -1, -1) if self.ctx[k].region is st.region)
+        c = self.ctx[k]
+        if self.under_vector == c.depth:
+            # no vector construct opened since the region's start: every active lane leaves
+            self.ins(f"s_branch {c.end}")
+            return
+        for cc in self.ctx[k:]:
+            assert cc.masked, "exit under a vector condition through an unmasked construct"
+            self.ins(f"s_or_b32 {cc.brk}, {cc.brk}, exec")
+            if cc.out != cc.brk:
+                self.ins(f"s_or_b32 {cc.out}, {cc.out}, exec")
+        self.ins("s_mov_b32 exec, 0")
+
     def escape(self, what: str) -> None:
         loop = next((c for c in reversed(self.ctx) if c.kind == "loop"), None)
         if what == "return":
@@ -360,6 +416,10 @@ class CodeGen:
             return self.memory(st)
         if op == "barrier":
             return self.ins("s_barrier")
+        if op == "trap":
+            return self.ins(f"s_trap {int(a[0].value)}")
+        if op == "select":
+            return self.select(st)
         dst = self.reg(d)
         scalar = d.cls == "s"
         t = d.type
@@ -371,7 +431,7 @@ class CodeGen:
                 self.compare(st, "vcc")
                 self.op("v_cndmask_b32", dst, ir.Const(0, u32), ir.Const(1, u32), _Raw("vcc"))
             return
-        if op == "mov" or (op == "cvt" and t != f32 and a[0].type != f32):
+        if op in ("mov", "bitcast") or (op == "cvt" and t != f32 and a[0].type != f32):
             return self.op("s_mov_b32" if scalar else "v_mov_b32", dst, a[0])
         if op == "cvt":
             src = a[0].type
@@ -410,9 +470,21 @@ class CodeGen:
             return self.op("v_xor_b32", dst, a[0], ir.Const(1, u32))
         if op == "fabs":
             return self.op("v_and_b32", dst, a[0], ir.Const(0x7FFFFFFF, u32))
+        if op == "fma":
+            return self.op("v_fma_f32", dst, *a)
         if op in _VUNARY:
             return self.op(_VUNARY[op], dst, a[0])
         raise AssertionError(f"no vector form of {op}")
+
+    def select(self, st: ir.Inst, fused=None) -> None:
+        """dst = cond ? a : b: s_cselect_b32 on SCC, or v_cndmask_b32 on VCC."""
+        cond, a, b = st.args
+        dst = self.reg(st.dst)
+        if st.dst.cls == "s":
+            self.scalar_cond(cond, fused)
+            return self.op("s_cselect_b32", dst, a, b)
+        self.vector_cond(cond, fused)
+        self.op("v_cndmask_b32", dst, b, a, _Raw("vcc"))
 
     def memory(self, st: ir.Inst) -> None:
         arr, idx = st.array, st.args[0]
@@ -440,8 +512,11 @@ class CodeGen:
             self.ins(f"global_atomic_cmpswap_b32 {dst}, v3, v[4:5], {tail}")
             return
         data = self.to_vgpr(st.args[1], "v4")
-        kind = {"add": "add", "max": "max"}[st.kind]
-        sfx = "f32" if elem == f32 else ("u32" if kind == "add" else _sfx(elem))
+        kind = st.kind
+        if kind == "xchg":
+            sfx = "b32"
+        else:
+            sfx = "f32" if elem == f32 else ("u32" if kind == "add" else _sfx(elem))
         if lds:
             self.ins(f"ds_{kind}_{sfx} {dst}, v3, {data}, {tail}")
         else:

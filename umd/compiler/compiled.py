@@ -23,11 +23,13 @@ class CompiledKernel:
     sgprs: int = 0
     vgprs: int = 0
     lds_bytes: int = 0
+    traps: dict[int, str] = dataclasses.field(default_factory=dict)    # s_trap code -> what it means
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         del d["code_object"]
         d["line_table"] = {str(k): v for k, v in self.line_table.items()}
+        d["traps"] = {str(k): v for k, v in self.traps.items()}
         return d
 
     @classmethod
@@ -35,4 +37,5 @@ class CompiledKernel:
         d = dict(d)
         d["args"] = [ArgSpec(**a) for a in d["args"]]
         d["line_table"] = {int(k): v for k, v in d["line_table"].items()}
+        d["traps"] = {int(k): v for k, v in d.get("traps", {}).items()}
         return cls(code_object=code_object, **d)

@@ -1,23 +1,33 @@
 """Python AST -> typed IR (docs/umd-compiler.md 2-4).
 
-Types: every value is i32, u32, f32 or bool (comparisons), 32 bits each; Ptr[T]
-arguments are 64-bit device addresses.  Promotion, as C does it but with Python's
-literals:
+Types: every value is i32, u32, f32 or bool (comparisons), 32 bits each; array
+arguments (Ptr[T], T[:], T[:, :], T[:, :, :]) are 64-bit device addresses whose shapes,
+when the kernel asks for them, come as hidden kernel arguments.  Promotion, as C
+does it but with Python's literals:
   - an operation with an f32 operand is f32 (the other is converted);
   - i32 with u32 is u32; an integer literal takes the type of the other operand;
-  - `/` is always f32; `//` and `%` on integers truncate toward zero (C; equal to
-    Python's flooring for non-negative operands), on floats they floor (Python);
+  - `/` is always f32; `//` and `%` floor as Python (and Numba) do, on integers and
+    floats; an integer `x // 0` and `x % 0` are 0 (Numba's NumPy error model);
   - bool in arithmetic is an integer 0/1; a number as a condition means `!= 0`;
   - a variable takes the type of its first assignment, except that an integer variable
     later assigned a float becomes f32 everywhere (`acc = 0; acc += x[i]`); other
     assignments are converted to the variable's type.
-Geometry values (thread_idx.x, block_dim.y, ...) are i32.
+Geometry values (thread_idx.x, block_dim.y, umd.grid(1), ...) are i32.
+
+Besides values there are compile-time things: tuples (`umd.grid(2)`, `x.shape`,
+`(a, b)`; unpacked, indexed with constants, passed around), arrays (arguments,
+shared arrays, local arrays: bound by name, never copied), and Python objects (modules,
+intrinsics, device functions).  A device function is inlined: its body is lowered in a
+scope of its own into an IR Region, and its `return`s are Exits of that region.
 """
 from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
+import difflib
 import inspect
+import linecache
 import math as pymath
 import textwrap
 
@@ -28,12 +38,21 @@ from umd.types import PtrType, ScalarType, bool_, f32, i32, u32
 
 from . import ir
 from .errors import KernelCompileError
+from .functions import DeviceFunction, JitFunction
 from .ir import const
 from .opt import fold
 
 DIMS = ("x", "y", "z")
-_PY_MATH = {getattr(pymath, n): n for n in ("exp", "log", "sqrt", "sin", "cos", "tanh",
-                                            "fabs", "floor")}
+MAX_LOCAL_ELEMENTS = 64           # local arrays live in VGPRs (docs/umd-compiler.md 3)
+MAX_INLINE_DEPTH = 32
+TRAP_RANGE_STEP = 1               # s_trap code: range() with a zero step
+_PY_MATH = {getattr(pymath, n): r for n, r in (
+    ("exp", "exp"), ("log", "log"), ("sqrt", "sqrt"), ("sin", "sin"), ("cos", "cos"),
+    ("tanh", "tanh"), ("fabs", "fabs"), ("floor", "ifloor"), ("ceil", "iceil"),
+    ("trunc", "itrunc"), ("pow", "pow"), ("log2", "log2"), ("log10", "log10"),
+    ("exp2", "exp2"), ("copysign", "copysign"), ("isnan", "isnan"), ("isinf", "isinf"),
+    ("isfinite", "isfinite"))}
+_NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
            ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.BitAnd: "and", ast.BitOr: "or",
            ast.BitXor: "xor", ast.LShift: "shl", ast.RShift: "shr", ast.Pow: "pow"}
@@ -42,7 +61,7 @@ _CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "
 _CONSTRUCTS = {ast.ListComp: "a list comprehension", ast.SetComp: "a set comprehension",
                ast.DictComp: "a dict comprehension", ast.GeneratorExp: "a generator expression",
                ast.Lambda: "a lambda", ast.List: "a list", ast.Dict: "a dict", ast.Set: "a set",
-               ast.Tuple: "a tuple", ast.JoinedStr: "an f-string", ast.Await: "await",
+               ast.JoinedStr: "an f-string", ast.Await: "await",
                ast.Yield: "yield", ast.YieldFrom: "yield from", ast.Starred: "*unpacking",
                ast.NamedExpr: "an assignment expression (:=)", ast.Slice: "a slice",
                ast.With: "a with statement", ast.Try: "a try statement",
@@ -51,6 +70,12 @@ _CONSTRUCTS = {ast.ListComp: "a list comprehension", ast.SetComp: "a set compreh
                ast.FunctionDef: "a nested function", ast.ClassDef: "a class",
                ast.Delete: "del", ast.AsyncFunctionDef: "an async function",
                ast.Match: "match"}
+ATOMIC_TYPES = {"add": (i32, u32, f32), "sub": (i32, u32, f32), "min": (i32, u32, f32),
+                "max": (i32, u32, f32), "nanmin": (i32, u32, f32), "nanmax": (i32, u32, f32),
+                "exch": (i32, u32, f32), "cas": (i32, u32), "compare_and_swap": (i32, u32)}
+_LDS_ATOMICS = {"add", "sub", "max", "nanmax"}           # ds_add_*, ds_max_*
+_ISA_ATOMIC = {"add": "add", "sub": "add", "min": "min", "max": "max", "nanmin": "min",
+               "nanmax": "max", "exch": "xchg", "cas": "cas", "compare_and_swap": "cas"}
 
 
 class _Widen(Exception):
@@ -60,43 +85,187 @@ class _Widen(Exception):
         self.name, self.type = name, type_
 
 
+# -- compile-time values ------------------------------------------------------------------
+class _Tuple:
+    """A tuple known at compile time: its items are values, arrays or tuples."""
+
+    def __init__(self, items) -> None:
+        self.items = list(items)
+        self.type = None
+
+    def __repr__(self) -> str:
+        return f"tuple{tuple(self.items)!r}"
+
+
+@dataclasses.dataclass(eq=False)
+class LocalArray:
+    """`umd.local.array`: one local variable (a VGPR) per element."""
+
+    name: str
+    elem: ScalarType
+    shape: list
+    vars: list
+    type = None
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+class _PyObject:
+    """A Python object named in a kernel that is not a value (a module, a marker)."""
+
+    def __init__(self, obj) -> None:
+        self.obj = obj
+        self.type = None
+
+
+def _hashable(obj) -> bool:
+    try:
+        hash(obj)
+        return True
+    except TypeError:
+        return False
+
+
+def _is_array(v) -> bool:
+    return isinstance(v, (ir.SharedArray, LocalArray)) or (
+        isinstance(v, ir.Var) and isinstance(v.type, PtrType))
+
+
+def _elem(arr) -> ScalarType:
+    return arr.type.elem if isinstance(arr, ir.Var) else arr.elem
+
+
+def _suggest(name: str, candidates) -> str | None:
+    pool = [c for c in candidates if isinstance(c, str) and not c.startswith("_")]
+    match = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def _dtype_of(obj) -> ScalarType | None:
+    """f32/i32/u32 for a kernel type marker, a numpy type or dtype, or a dtype name."""
+    if isinstance(obj, ScalarType):
+        return obj if obj != bool_ else None
+    try:
+        dt = np.dtype(obj)
+    except TypeError:
+        return None
+    return {"float32": f32, "int32": i32, "uint32": u32}.get(dt.name, _MISSING)
+
+
+# -- sources --------------------------------------------------------------------------------
+@dataclasses.dataclass
+class _Source:
+    node: ast.FunctionDef
+    file: str
+    first_line: int               # file line of the source's first line
+    lines: list                   # the dedented source lines (for columns)
+    indent: int                   # columns textwrap.dedent removed
+
+
+def _source_of(pyfn) -> _Source:
+    try:
+        lines, first = inspect.getsourcelines(pyfn)
+    except (OSError, TypeError) as e:
+        raise KernelCompileError(f"cannot read the source of {pyfn!r}: {e}") from e
+    text = "".join(lines)
+    dedented = textwrap.dedent(text)
+    first_text = next((ln for ln in lines if ln.strip()), "")
+    first_ded = next((ln for ln in dedented.splitlines() if ln.strip()), "")
+    indent = (len(first_text) - len(first_text.lstrip())) - (len(first_ded) - len(first_ded.lstrip()))
+    tree = ast.parse(dedented)
+    node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    file = inspect.getsourcefile(pyfn) or "<unknown>"
+    return _Source(node, file, pyfn.__code__.co_firstlineno, dedented.splitlines(), indent)
+
+
+def _environment(pyfn, extra: dict | None) -> dict:
+    """Names a kernel or device function sees: builtins, its globals, the names of the
+    frame that decorated it, its closure (innermost last)."""
+    env = dict(builtins.__dict__)
+    env.update(pyfn.__globals__)
+    env.update(extra or {})
+    if pyfn.__closure__:
+        for name, cell in zip(pyfn.__code__.co_freevars, pyfn.__closure__):
+            try:
+                env[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return env
+
+
+@dataclasses.dataclass
+class Scope:
+    """One function being lowered: the kernel, or a device function inlined into it."""
+
+    pyfn: object
+    name: str
+    src: _Source
+    env: dict
+    prefix: str = ""                        # of the IR names of its variables
+    locals: dict = dataclasses.field(default_factory=dict)
+    loop_depth: int = 0
+    region: ir.Region | None = None         # a device function: its returns exit this
+    result: object = None                   # its return value (a Var or a _Tuple of Vars)
+    ret_type: ScalarType | None = None      # `-> T`
+    call_line: int | None = None            # the kernel line its IR is attributed to
+    caller: "Scope | None" = None
+    annotations: dict = dataclasses.field(default_factory=dict)
+
+
 class FunctionLowering:
-    def __init__(self, pyfn, declared: dict[str, ScalarType]) -> None:
+    def __init__(self, pyfn, declared: dict[str, ScalarType], extra_env: dict | None = None) -> None:
         self.pyfn = pyfn
         self.declared = dict(declared)
-        try:
-            source = textwrap.dedent(inspect.getsource(pyfn))
-        except (OSError, TypeError) as e:
-            raise KernelCompileError(f"cannot read the source of {pyfn!r}: {e}") from e
-        self.source = source
-        self.source_file = inspect.getsourcefile(pyfn) or "<unknown>"
-        self.first_line = pyfn.__code__.co_firstlineno
-        tree = ast.parse(source)
-        self.node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef,
-                                                                ast.AsyncFunctionDef)))
-        self.env = dict(builtins.__dict__)
-        self.env.update(pyfn.__globals__)
-        if pyfn.__closure__:
-            for name, cell in zip(pyfn.__code__.co_freevars, pyfn.__closure__):
-                try:
-                    self.env[name] = cell.cell_contents
-                except ValueError:
-                    pass
-        self.locals: dict[str, object] = {}
+        self.extra_env = extra_env
+        src = _source_of(pyfn)
+        self.scope = Scope(pyfn, src.node.name, src, _environment(pyfn, extra_env))
+        self.scope.annotations = self.annotations(pyfn, self.scope)
+        self.source_file = src.file
+        self.first_line = src.first_line
         self.counter = 0
         self.shared: list[ir.SharedArray] = []
         self.lds = 0
         self.block: list = []
-        self.loop_depth = 0
+        self.args: list[ir.Var] = []
+        self.hidden: dict[str, ir.Var] = {}
+        self.karg_offset = 0
+        self.inline_stack: list = []
+        self.inlines = 0
+        self.locals_made = 0
+        self.traps: dict[int, str] = {}
 
     # -- helpers ---------------------------------------------------------------------
+    @property
+    def locals(self) -> dict:
+        return self.scope.locals
+
     def line(self, node) -> int:
-        return getattr(node, "lineno", 1) + self.first_line - 1
+        if self.scope.call_line is not None:
+            return self.scope.call_line
+        return getattr(node, "lineno", 1) + self.scope.src.first_line - 1
 
     def error(self, node, msg: str) -> KernelCompileError:
-        line = self.line(node)
-        return KernelCompileError(f"{self.source_file}:{line}: {self.pyfn.__name__}: {msg}",
-                                  line=line)
+        sc = self.scope
+        line = getattr(node, "lineno", 1) + sc.src.first_line - 1
+        out = f"{sc.src.file}:{line}: {sc.name}: {msg}"
+        text = linecache.getline(sc.src.file, line).rstrip("\n")
+        if text:
+            col = getattr(node, "col_offset", None)
+            out += f"\n{text}"
+            if col is not None and 0 < getattr(node, "lineno", 0) <= len(sc.src.lines):
+                ded = sc.src.lines[node.lineno - 1]
+                col = len(ded.encode()[:col].decode(errors="replace")) + sc.src.indent
+                out += "\n" + " " * col + "^"
+        s = sc
+        while s.caller is not None:
+            out += f"\n  in device function {s.name}, inlined at {s.caller.src.file}:{s.call_line}"
+            s = s.caller
+        return KernelCompileError(out, line=line)
 
     def temp(self, t, name: str = "t") -> ir.Var:
         self.counter += 1
@@ -109,55 +278,108 @@ class FunctionLowering:
     def op(self, op, t, args, node, **kw) -> ir.Var:
         return self.emit(op, self.temp(t), args, node, **kw)
 
+    def annotations(self, pyfn, scope) -> dict:
+        """fn.__annotations__, already evaluated where the function was defined; a
+        string (PEP 563) is evaluated against the function's names."""
+        out = {}
+        for name, ann in getattr(pyfn, "__annotations__", {}).items():
+            if isinstance(ann, str):
+                try:
+                    ann = eval(compile(ast.parse(ann, mode="eval"), "<annotation>", "eval"), scope.env)
+                except Exception as e:
+                    node = self.param_node(scope, name)
+                    raise self.error(node, f"cannot evaluate the annotation {ann!r}: {e}") from e
+            out[name] = ann
+        return out
+
+    @staticmethod
+    def param_node(scope, name):
+        for p in scope.src.node.args.args:
+            if p.arg == name:
+                return p.annotation or p
+        return scope.src.node
+
+    def arg_type(self, scope, p):
+        """The type an argument's annotation names (None: not annotated)."""
+        if p.arg not in scope.annotations:
+            return None
+        t = scope.annotations[p.arg]
+        if isinstance(t, PtrType) or (isinstance(t, ScalarType) and t != bool_):
+            return t
+        raise self.error(p.annotation or p, f"unsupported argument type {t!r} (use i32, u32, f32, "
+                         "Ptr[T] or T[:], T[:, :], T[:, :, :])")
+
     # -- entry -----------------------------------------------------------------------
     def lower(self) -> ir.Function:
-        fn = self.node
+        fn = self.scope.src.node
         if isinstance(fn, ast.AsyncFunctionDef):
             raise self.error(fn, "unsupported construct: an async function")
         a = fn.args
         if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
             raise self.error(fn, "kernel arguments must be plain positional parameters "
                              "without defaults")
-        args, offset = [], 0
+        offset = 0
         for p in a.args:
-            if p.annotation is None:
+            t = self.arg_type(self.scope, p)
+            if t is None:
                 raise self.error(p, f"argument {p.arg!r} needs a type annotation "
-                                 "(i32, u32, f32 or Ptr[...])")
-            t = self.eval_annotation(p.annotation)
-            kind, size = ("ptr", 8) if isinstance(t, PtrType) else (t.kind, 4)
+                                 "(i32, u32, f32, Ptr[T] or an array type such as f32[:])")
+            if isinstance(t, PtrType):
+                kind, size, dtype, ndim = "ptr", 8, t.elem.kind, t.ndim
+            else:
+                kind, size, dtype, ndim = t.kind, 4, "", 0
             offset = -(-offset // size) * size
-            spec = ir.ArgSpec(p.arg, kind, offset, size)
+            spec = ir.ArgSpec(p.arg, kind, offset, size, dtype, ndim)
             offset += size
-            v = ir.Var(p.arg, t, -len(args) - 1, local=True, arg=spec)
-            args.append(v)
+            v = ir.Var(p.arg, t, -len(self.args) - 1, local=True, arg=spec)
+            self.args.append(v)
             self.locals[p.arg] = v
         for prefix in ("grid_dim", "block_dim"):
             for d in DIMS:
                 name = f"__{prefix}_{d}"
                 spec = ir.ArgSpec(name, "u32", offset, 4)
                 offset += 4
-                args.append(ir.Var(name, i32, -len(args) - 1, arg=spec))
-        self.dim_args = {a.name: a for a in args}
+                self.args.append(ir.Var(name, i32, -len(self.args) - 1, arg=spec))
+        self.karg_offset = offset
+        self.dim_args = {v.name: v for v in self.args}
+        self.block = []
+        self.statements(self.body_of(fn))
+        func = ir.Function(fn.name, self.args, self.block, self.shared, self.source_file,
+                           self.first_line, lds_bytes=self.lds)
+        func.traps = dict(self.traps)
+        return func
+
+    @staticmethod
+    def body_of(fn):
         body = fn.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                 and isinstance(body[0].value.value, str):
             body = body[1:]
-        self.block = []
-        self.statements(body)
-        return ir.Function(fn.name, args, self.block, self.shared, self.source_file,
-                           self.first_line, lds_bytes=self.lds)
+        return body
+
+    def shape_arg(self, arr: ir.Var, k: int) -> ir.Var:
+        """The hidden kernel argument `__shape_<arg>_<k>` (a flat Ptr's only one: its size)."""
+        name = f"__shape_{arr.arg.name}_{k}"
+        v = self.hidden.get(name)
+        if v is None:
+            spec = ir.ArgSpec(name, "u32", self.karg_offset, 4)
+            self.karg_offset += 4
+            v = ir.Var(name, i32, -len(self.args) - 1, arg=spec)
+            self.args.append(v)
+            self.hidden[name] = v
+        return v
 
     def eval_annotation(self, node):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             node = ast.parse(node.value, mode="eval").body
         try:
-            t = eval(compile(ast.Expression(node), "<annotation>", "eval"), self.env)
+            t = eval(compile(ast.Expression(node), "<annotation>", "eval"), self.scope.env)
         except Exception as e:
             raise self.error(node, f"cannot evaluate the annotation: {e}") from e
         if isinstance(t, PtrType) or (isinstance(t, ScalarType) and t != bool_):
             return t
-        raise self.error(node, f"unsupported argument type {ast.unparse(node)!r} "
-                         "(use i32, u32, f32 or Ptr[...])")
+        raise self.error(node, f"unsupported type {ast.unparse(node)!r} "
+                         "(use i32, u32 or f32)")
 
     # -- statements ------------------------------------------------------------------
     def statements(self, stmts) -> None:
@@ -185,18 +407,21 @@ class FunctionLowering:
                 raise self.error(st, "local pointer variables are not supported")
             name = st.target.id
             if name not in self.locals:
-                self.locals[name] = self.new_local(name, self.declared.get(name, t))
+                key = self.scope.prefix + name
+                self.locals[name] = self.new_local(key, self.declared.get(key, t))
             if st.value is not None:
                 self.assign(st.target, self.expr(st.value), st)
         elif isinstance(st, ast.AugAssign):
             op = _BINOPS.get(type(st.op))
             if isinstance(st.target, ast.Name):
-                cur = self.expr(ast.Name(st.target.id, ast.Load(), lineno=st.lineno))
+                cur = self.expr(ast.Name(st.target.id, ast.Load(), lineno=st.lineno,
+                                         col_offset=st.col_offset))
                 self.assign(st.target, self.binop(op, cur, self.expr(st.value), st), st)
             elif isinstance(st.target, ast.Subscript):
                 arr, idx = self.subscript(st.target)
-                cur = self.op("load", arr.elem if isinstance(arr, ir.SharedArray)
-                              else arr.type.elem, [idx], st, array=arr)
+                if arr is None:
+                    raise self.error(st, "a tuple item cannot be assigned")
+                cur = self.load(arr, idx, st)
                 val = self.binop(op, cur, self.expr(st.value), st)
                 self.store(arr, idx, val, st)
             else:
@@ -212,9 +437,9 @@ class FunctionLowering:
             saved, self.block = self.block, header
             cond = self.condition(st.test)
             self.block = saved
-            self.loop_depth += 1
+            self.scope.loop_depth += 1
             body = self.sub_block(st.body)
-            self.loop_depth -= 1
+            self.scope.loop_depth -= 1
             self.block.append(ir.Loop(header, cond, body, [], self.line(st)))
         elif isinstance(st, ast.Break):
             self.check_loop(st, "break")
@@ -223,11 +448,7 @@ class FunctionLowering:
             self.check_loop(st, "continue")
             self.block.append(ir.Continue(self.line(st)))
         elif isinstance(st, ast.Return):
-            if st.value is not None and not (isinstance(st.value, ast.Constant)
-                                             and st.value.value is None):
-                raise self.error(st, "a kernel cannot return a value (store it through a "
-                                 "Ptr argument)")
-            self.block.append(ir.Return(self.line(st)))
+            self.return_stmt(st)
         elif isinstance(st, ast.Expr):
             if isinstance(st.value, ast.Constant):
                 return                                  # a docstring or a bare constant
@@ -237,8 +458,50 @@ class FunctionLowering:
         else:
             raise self.error(st, f"unsupported construct: {self.describe(st)}")
 
+    def return_stmt(self, st) -> None:
+        sc = self.scope
+        none = st.value is None or (isinstance(st.value, ast.Constant) and st.value.value is None)
+        if sc.region is None:
+            if not none:
+                raise self.error(st, "a kernel cannot return a value (store it through an "
+                                 "array argument)")
+            self.block.append(ir.Return(self.line(st)))
+            return
+        if not none:
+            value = self.expr(st.value)
+            if isinstance(value, _Tuple):
+                flat = self.tuple_values(value, st)
+                if sc.result is None:
+                    sc.result = _Tuple([self.local_for(f"return.{k}", v.type, st)
+                                        for k, v in enumerate(flat)])
+                if not isinstance(sc.result, _Tuple) or len(sc.result.items) != len(flat):
+                    raise self.error(st, "every return of a device function must give the same "
+                                     "kind of value")
+                for var, v in zip(sc.result.items, flat):
+                    self.assign_var(var, v, st)
+            else:
+                if _is_array(value):
+                    raise self.error(st, "a device function cannot return an array")
+                self.check_value(value, st)
+                if sc.result is None:
+                    sc.result = self.local_for("return", sc.ret_type or value.type, st)
+                if isinstance(sc.result, _Tuple):
+                    raise self.error(st, "every return of a device function must give the same "
+                                     "kind of value")
+                self.assign_var(sc.result, value, st)
+        self.block.append(ir.Exit(sc.region, self.line(st)))
+
+    def tuple_values(self, tup: _Tuple, node) -> list:
+        out = []
+        for v in tup.items:
+            if isinstance(v, _Tuple) or _is_array(v):
+                raise self.error(node, "a tuple returned by a device function holds numbers only")
+            self.check_value(v, node)
+            out.append(v)
+        return out
+
     def check_loop(self, st, what) -> None:
-        if not self.loop_depth:
+        if not self.scope.loop_depth:
             raise self.error(st, f"'{what}' outside a loop")
 
     def describe(self, node) -> str:
@@ -257,41 +520,63 @@ class FunctionLowering:
         if st.orelse:
             raise self.error(st, "unsupported construct: for ... else")
         it = st.iter
+        if isinstance(it, ast.Call) and self.resolve(it.func) is _MISSING:
+            raise self.missing(it.func)
         if not (isinstance(st.target, ast.Name) and isinstance(it, ast.Call)
                 and self.resolve(it.func) is range and not it.keywords
                 and 1 <= len(it.args) <= 3):
             raise self.error(st, "only 'for NAME in range(...)' loops are supported")
         bounds = [self.expr(a) for a in it.args]
         for a, b in zip(it.args, bounds):
+            self.check_value(b, a)
             if not b.type.is_int:
                 raise self.error(a, f"range() bounds must be integers, got {b.type!r}")
         if len(bounds) == 1:
             bounds = [ir.Const(0, i32)] + bounds
         start, end = bounds[0], bounds[1]
         step = bounds[2] if len(bounds) == 3 else ir.Const(1, i32)
-        if not isinstance(step, ir.Const) or step.value == 0:
-            raise self.error(it, "the step of range() must be a non-zero constant")
+        if isinstance(step, ir.Const) and step.value == 0:
+            raise self.error(it, "the step of range() must not be zero")
         t = self.unify(start, end)
         start, end = self.convert(start, t, st), self.convert(end, t, st)
         if isinstance(end, ir.Var) and end.local:        # evaluated once, like Python
             end = self.emit("mov", self.temp(t, "end"), [end], st)
+        positive = None
+        if isinstance(step, ir.Const):
+            upward = (ir.wrap32(step.value, i32) if step.type != u32 else step.value) > 0
+            step = self.convert(step, t, st)
+        else:
+            # Python's range(): a step of either sign; zero stops the kernel (s_trap)
+            sstep = self.convert(step if step.type != bool_ else self.convert(step, i32, st), i32, st)
+            sstep = self.emit("mov", self.temp(i32, "step"), [sstep], st)
+            self.traps[TRAP_RANGE_STEP] = "range() step is zero"
+            zero = self.op("eq", bool_, [sstep, ir.Const(0, i32)], st)
+            trap = [ir.Inst("trap", None, [ir.Const(TRAP_RANGE_STEP, u32)], self.line(it))]
+            self.block.append(ir.If(zero, trap, [], self.line(it)))
+            positive = self.op("gt", bool_, [sstep, ir.Const(0, i32)], st)
+            step = self.convert(sstep, t, st)
         name = st.target.id
         assigned = any(isinstance(n, ast.Name) and n.id == name and
                        isinstance(n.ctx, ast.Store) for b in st.body for n in ast.walk(b))
         user = self.local_for(name, t, st)
-        ctr = self.new_local(f"{name}.ctr", t) if assigned else user
+        ctr = self.new_local(f"{self.scope.prefix}{name}.ctr", t) if assigned else user
         self.emit("mov", ctr, [start], st)
         header = []
         saved, self.block = self.block, header
-        cond = self.op("lt" if step.value > 0 else "gt", bool_, [ctr, end], st)
+        if positive is None:
+            cond = self.op("lt" if upward else "gt", bool_, [ctr, end], st)
+        else:
+            up = self.op("lt", bool_, [ctr, end], st)
+            down = self.op("gt", bool_, [ctr, end], st)
+            cond = self.op("select", bool_, [positive, up, down], st)
         self.block = saved
-        self.loop_depth += 1
+        self.scope.loop_depth += 1
         body_prefix = []
         if assigned:
             body_prefix.append(ir.Inst("mov", user, [ctr], self.line(st)))
         body = body_prefix + self.sub_block(st.body)
-        self.loop_depth -= 1
-        latch = [ir.Inst("add", ctr, [ctr, self.convert(step, t, st)], self.line(st))]
+        self.scope.loop_depth -= 1
+        latch = [ir.Inst("add", ctr, [ctr, step], self.line(st))]
         self.block.append(ir.Loop(header, cond, body, latch, self.line(st)))
 
     # -- variables -------------------------------------------------------------------
@@ -302,84 +587,241 @@ class FunctionLowering:
     def local_for(self, name, t, node) -> ir.Var:
         v = self.locals.get(name)
         if v is None:
-            v = self.locals[name] = self.new_local(name, self.declared.get(name, t))
+            key = self.scope.prefix + name
+            v = self.locals[name] = self.new_local(key, self.declared.get(key, t))
         if not isinstance(v, ir.Var) or isinstance(v.type, PtrType):
-            raise self.error(node, f"cannot assign to {name!r} (a pointer or shared array)")
+            raise self.error(node, f"cannot assign a number to {name!r} (an array or a tuple)")
         return v
 
+    def assign_var(self, v: ir.Var, value, node) -> None:
+        """v = value, converted to v's type (an integer variable given a float widens)."""
+        self.check_value(value, node)
+        if v.type.is_int and value.type == f32:
+            raise _Widen(v.name, f32)
+        self.emit("mov", v, [self.convert(value, v.type, node)], node)
+
+    def snapshot(self, value, node):
+        """A value that later assignments to a local variable do not change."""
+        if isinstance(value, ir.Var) and value.local:
+            return self.emit("mov", self.temp(value.type), [value], node)
+        if isinstance(value, _Tuple):
+            return _Tuple([self.snapshot(v, node) for v in value.items])
+        return value
+
     def assign(self, target, value, node) -> None:
-        if isinstance(target, ast.Name):
-            if isinstance(value, ir.SharedArray):
-                if target.id in self.locals:
-                    raise self.error(node, f"{target.id!r} is already defined")
-                self.locals[target.id] = value
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if not isinstance(value, _Tuple):
+                raise self.error(node, f"cannot unpack {self.what(value)} (only tuples unpack)")
+            if len(value.items) != len(target.elts):
+                raise self.error(node, f"cannot unpack {len(value.items)} values into "
+                                 f"{len(target.elts)}")
+            items = [self.snapshot(v, node) for v in value.items]      # a, b = b, a
+            for t, v in zip(target.elts, items):
+                self.assign(t, v, node)
+        elif isinstance(target, ast.Name):
+            name = target.id
+            old = self.locals.get(name)
+            if _is_array(value):
+                if old is not None and old is not value:
+                    raise self.error(node, f"{name!r} is already defined (an array name is "
+                                     "bound once)")
+                self.locals[name] = value
+                return
+            if isinstance(value, _Tuple):
+                if old is not None and not (isinstance(old, _Tuple) and len(old.items) == len(value.items)):
+                    raise self.error(node, f"{name!r} is already defined as something else than "
+                                     f"a tuple of {len(value.items)}")
+                if old is None:
+                    old = _Tuple([None] * len(value.items))
+                items = []
+                for k, (cur, v) in enumerate(zip(old.items, value.items)):
+                    if isinstance(v, _Tuple) or _is_array(v):
+                        items.append(v)
+                        continue
+                    self.check_value(v, node)
+                    if not isinstance(cur, ir.Var):
+                        key = f"{self.scope.prefix}{name}.{k}"
+                        cur = self.new_local(key, self.declared.get(key, v.type))
+                    self.assign_var(cur, v, node)
+                    items.append(cur)
+                self.locals[name] = _Tuple(items)
                 return
             self.check_value(value, node)
-            t = value.type
-            v = self.local_for(target.id, t, node)
-            if v.type.is_int and t == f32:
-                raise _Widen(target.id, f32)
-            self.emit("mov", v, [self.convert(value, v.type, node)], node)
+            self.assign_var(self.local_for(name, value.type, node), value, node)
         elif isinstance(target, ast.Subscript):
             arr, idx = self.subscript(target)
+            if arr is None:
+                raise self.error(node, "a tuple item cannot be assigned")
             self.store(arr, idx, value, node)
         else:
             raise self.error(node, f"unsupported assignment target: {self.describe(target)}")
 
+    def what(self, value) -> str:
+        if _is_array(value):
+            return "an array"
+        if isinstance(value, _Tuple):
+            return f"a tuple of {len(value.items)}"
+        if isinstance(value, _PyObject):
+            return repr(value.obj)
+        return "a number"
+
     def check_value(self, value, node) -> None:
-        if isinstance(value, ir.SharedArray) or isinstance(getattr(value, "type", None), PtrType):
-            raise self.error(node, "pointers and shared arrays cannot be copied or "
-                             "used in arithmetic")
+        if _is_array(value):
+            raise self.error(node, "arrays cannot be copied or used in arithmetic")
+        if isinstance(value, _Tuple):
+            raise self.error(node, "a tuple cannot be used as a number (unpack or index it)")
         if not isinstance(value, (ir.Var, ir.Const, ir.Special)):
             raise self.error(node, "this expression has no value")
 
-    def store(self, arr, idx, value, node) -> None:
-        self.check_value(value, node)
-        elem = arr.elem if isinstance(arr, ir.SharedArray) else arr.type.elem
-        self.emit("store", None, [idx, self.convert(value, elem, node)], node, array=arr)
+    # -- arrays ----------------------------------------------------------------------
+    def ndim_of(self, arr) -> int:
+        if isinstance(arr, ir.Var):
+            return arr.type.ndim or 1
+        return len(arr.shape)
 
-    def subscript(self, node):
-        arr = self.expr(node.value)
-        if not (isinstance(arr, ir.SharedArray) or
-                (isinstance(arr, ir.Var) and isinstance(arr.type, PtrType))):
-            raise self.error(node, f"{ast.unparse(node.value)!r} is not a Ptr argument or "
-                             "a shared array")
-        sl = node.slice
-        if isinstance(sl, ast.Tuple):
-            dims = getattr(arr, "shape", None)
-            if dims is None or len(dims) != len(sl.elts):
-                raise self.error(node, f"{len(sl.elts)} indices for a 1-D array")
-            idx = None
-            for k, e in enumerate(sl.elts):
-                part = self.index(e)
-                idx = part if idx is None else self.binop(
-                    "add", self.binop("mul", idx, ir.Const(dims[k], i32), node), part, node)
-            return arr, idx
-        return arr, self.index(sl)
+    def shape_of(self, arr, k: int):
+        if isinstance(arr, ir.Var):
+            return self.shape_arg(arr, k)
+        return ir.Const(arr.shape[k], i32)
 
-    def index(self, node):
-        if isinstance(node, ast.Slice):
-            raise self.error(node, "unsupported construct: a slice")
-        idx = self.expr(node)
-        self.check_value(idx, node)
-        if not idx.type.is_int:
-            raise self.error(node, f"an array index must be an integer, not {idx.type!r}")
+    def array_name(self, arr) -> str:
+        return arr.name if isinstance(arr, (ir.Var, LocalArray)) else "a shared array"
+
+    def flat_index(self, arr, indices: list, node):
+        """The element number of arr[indices] (row-major)."""
+        nd = self.ndim_of(arr)
+        if isinstance(arr, ir.Var) and not arr.type.ndim and len(indices) > 1:
+            raise self.error(node, f"{arr.name!r} is {arr.type!r}, a flat pointer: declare it "
+                             f"{arr.type.elem!r}[{', '.join([':'] * len(indices))}] to index it with "
+                             f"{len(indices)} indices")
+        if len(indices) != nd:
+            n = len(indices)
+            raise self.error(node, f"{n} {'index' if n == 1 else 'indices'} for a {nd}-D array "
+                             f"{self.array_name(arr)!r} (there are no array views: index every "
+                             "dimension)")
+        idx = None
+        for k, part in enumerate(indices):
+            self.check_value(part, node)
+            if not part.type.is_int:
+                raise self.error(node, f"an array index must be an integer, not {part.type!r}")
+            if part.type == bool_:
+                part = self.convert(part, i32, node)
+            if idx is None:
+                idx = part
+            else:
+                idx = self.binop("add", self.binop("mul", idx, self.shape_of(arr, k), node),
+                                 part, node)
         return idx
 
-    # -- expressions -----------------------------------------------------------------
+    def subscript(self, node):
+        """(array, element number) of an indexing expression, or (None, item) for a tuple."""
+        base = self.expr(node.value)
+        sl = node.slice
+        if isinstance(sl, ast.Slice) or (isinstance(sl, ast.Tuple) and
+                                         any(isinstance(e, ast.Slice) for e in sl.elts)):
+            raise self.error(node, "unsupported construct: a slice (there are no array views)")
+        if isinstance(base, _Tuple):
+            k = self.expr(sl)
+            self.check_value(k, node)
+            if not k.type.is_int:
+                raise self.error(node, f"a tuple index must be an integer, not {k.type!r}")
+            if isinstance(k, ir.Const):
+                if not -len(base.items) <= k.value < len(base.items):
+                    raise self.error(node, f"tuple index {k.value} out of range")
+                return None, base.items[k.value]
+            # a variable index (x.shape[d]): a select over the items, numbers only
+            for v in base.items:
+                self.check_value(v, node)
+            t = base.items[0].type
+            for v in base.items[1:]:
+                t = self.unify(ir.Var("", t, 0), v)
+            res = self.convert(base.items[0], t, node)
+            for j, v in enumerate(base.items[1:], 1):
+                hit = self.op("eq", bool_, [k, ir.Const(j, k.type)], node)
+                res = self.op("select", t, [hit, self.convert(v, t, node), res], node)
+            return None, res
+        if not _is_array(base):
+            raise self.error(node, f"{ast.unparse(node.value)!r} is not an array (an array "
+                             "argument, a shared or a local array) or a tuple")
+        idx = self.expr(sl)
+        parts = idx.items if isinstance(idx, _Tuple) else [idx]
+        return base, self.flat_index(base, parts, node)
+
+    def load(self, arr, idx, node):
+        if isinstance(arr, LocalArray):
+            if isinstance(idx, ir.Const):
+                return self.emit("mov", self.temp(arr.elem), [self.local_element(arr, idx, node)], node)
+            res = self.emit("mov", self.temp(arr.elem), [arr.vars[0]], node)
+            for k in range(1, len(arr.vars)):
+                hit = self.op("eq", bool_, [idx, ir.Const(k, idx.type)], node)
+                res = self.op("select", arr.elem, [hit, arr.vars[k], res], node)
+            return res
+        return self.op("load", _elem(arr), [idx], node, array=arr)
+
+    def store(self, arr, idx, value, node) -> None:
+        self.check_value(value, node)
+        value = self.convert(value, _elem(arr), node)
+        if isinstance(arr, LocalArray):
+            if isinstance(idx, ir.Const):
+                self.emit("mov", self.local_element(arr, idx, node), [value], node)
+                return
+            for k, var in enumerate(arr.vars):
+                hit = self.op("eq", bool_, [idx, ir.Const(k, idx.type)], node)
+                self.emit("select", var, [hit, value, var], node)
+            return
+        self.emit("store", None, [idx, value], node, array=arr)
+
+    def local_element(self, arr, idx, node):
+        k = ir.wrap32(idx.value, i32) if idx.type != u32 else idx.value
+        if not 0 <= k < len(arr.vars):
+            raise self.error(node, f"index {k} is out of the local array's {len(arr.vars)} elements")
+        return arr.vars[k]
+
+    def array_attribute(self, arr, attr, node):
+        nd = self.ndim_of(arr)
+        if attr == "shape":
+            return _Tuple([self.shape_of(arr, k) for k in range(nd)])
+        if attr == "ndim":
+            return ir.Const(nd, i32)
+        if attr == "size":
+            size = self.shape_of(arr, 0)
+            for k in range(1, nd):
+                size = self.binop("mul", size, self.shape_of(arr, k), node)
+            return size
+        raise self.error(node, f"arrays have .shape, .size and .ndim here, not .{attr}")
+
+    # -- names -----------------------------------------------------------------------
     def resolve(self, node):
-        """The Python object a non-local Name / Attribute chain names, or None."""
+        """The Python object a non-local Name / Attribute chain names, or None (a local
+        value), or _MISSING."""
         if isinstance(node, ast.Name):
             if node.id in self.locals:
                 return None
-            return self.env.get(node.id, _MISSING)
+            return self.scope.env.get(node.id, _MISSING)
         if isinstance(node, ast.Attribute):
             base = self.resolve(node.value)
             if base is None or base is _MISSING or isinstance(base, K.Dim3Marker):
-                return None
+                return None if base is not _MISSING else _MISSING
             return getattr(base, node.attr, _MISSING)
         return None
 
+    def missing(self, node) -> KernelCompileError:
+        """The error for a name or attribute that does not exist, with a suggestion."""
+        if isinstance(node, ast.Attribute):
+            base = self.resolve(node.value)
+            if base is _MISSING:
+                return self.missing(node.value)
+            spelt = ast.unparse(node.value)
+            msg = f"{spelt} has no attribute {node.attr!r}"
+            hint = _suggest(node.attr, dir(base))
+            return self.error(node, msg + (f"; did you mean {spelt}.{hint}?" if hint else ""))
+        if isinstance(node, ast.Name):
+            hint = _suggest(node.id, list(self.locals) + list(self.scope.env))
+            return self.error(node, f"name {node.id!r} is not defined"
+                              + (f"; did you mean {hint}?" if hint else ""))
+        return self.error(node, f"{ast.unparse(node)!r} is not defined")
+
+    # -- expressions -----------------------------------------------------------------
     def expr(self, node, discard: bool = False):
         if isinstance(node, ast.Constant):
             v = node.value
@@ -397,8 +839,12 @@ class FunctionLowering:
         if isinstance(node, ast.Name):
             if node.id in self.locals:
                 return self.locals[node.id]
-            obj = self.env.get(node.id, _MISSING)
+            obj = self.scope.env.get(node.id, _MISSING)
+            if obj is _MISSING:
+                raise self.missing(node)
             return self.python_value(obj, node)
+        if isinstance(node, ast.Tuple):
+            return _Tuple([self.expr(e) for e in node.elts])
         if isinstance(node, ast.Attribute):
             if isinstance(node.value, (ast.Name, ast.Attribute)):
                 base = self.resolve(node.value)
@@ -408,8 +854,16 @@ class FunctionLowering:
                     if base.name in ("thread_idx", "block_idx"):
                         return ir.Special(f"{base.name}.{node.attr}", i32)
                     return self.dim_args[f"__{base.name}_{node.attr}"]
-                if base is not None and base is not _MISSING:
-                    return self.python_value(getattr(base, node.attr, _MISSING), node)
+                if base is _MISSING:
+                    raise self.missing(node.value)
+                if base is not None:
+                    obj = getattr(base, node.attr, _MISSING)
+                    if obj is _MISSING:
+                        raise self.missing(node)
+                    return self.python_value(obj, node)
+            value = self.expr(node.value)
+            if _is_array(value):
+                return self.array_attribute(value, node.attr, node)
             raise self.error(node, f"unsupported attribute {ast.unparse(node)!r}")
         if isinstance(node, ast.BinOp):
             op = _BINOPS.get(type(node.op))
@@ -435,43 +889,56 @@ class FunctionLowering:
         if isinstance(node, ast.BoolOp):
             return self.boolop(node)
         if isinstance(node, ast.IfExp):
-            cond = self.condition(node.test)
-            saved = self.block
-            self.block = []
-            a = self.expr(node.body)
-            then = self.block
-            self.block = []
-            b = self.expr(node.orelse)
-            else_ = self.block
-            self.block = saved
-            self.check_value(a, node)
-            self.check_value(b, node)
-            t = self.unify(a, b)
-            res = self.new_local(f"sel{self.counter}", t)
-            saved, self.block = self.block, then
-            self.emit("mov", res, [self.convert(a, t, node)], node)
-            self.block = else_
-            self.emit("mov", res, [self.convert(b, t, node)], node)
-            self.block = saved
-            self.block.append(ir.If(cond, then, else_, self.line(node)))
-            return res
+            return self.if_exp(node)
         if isinstance(node, ast.Subscript):
             arr, idx = self.subscript(node)
-            elem = arr.elem if isinstance(arr, ir.SharedArray) else arr.type.elem
-            return self.op("load", elem, [idx], node, array=arr)
+            if arr is None:
+                return idx
+            return self.load(arr, idx, node)
         if isinstance(node, ast.Call):
             return self.call(node, discard)
         raise self.error(node, f"unsupported construct: {self.describe(node)}")
 
+    def if_exp(self, node):
+        cond = self.condition(node.test)
+        pure = not any(isinstance(n, (ast.Subscript, ast.Call)) for side in (node.body, node.orelse)
+                       for n in ast.walk(side))
+        if pure:                        # both sides are arithmetic: a select
+            a, b = self.expr(node.body), self.expr(node.orelse)
+            self.check_value(a, node)
+            self.check_value(b, node)
+            t = self.unify(a, b)
+            return self.fold_or_emit("select", t, [cond, self.convert(a, t, node),
+                                                   self.convert(b, t, node)], node)
+        saved = self.block
+        self.block = []
+        a = self.expr(node.body)
+        then = self.block
+        self.block = []
+        b = self.expr(node.orelse)
+        else_ = self.block
+        self.block = saved
+        self.check_value(a, node)
+        self.check_value(b, node)
+        t = self.unify(a, b)
+        res = self.new_local(f"sel{self.counter}", t)
+        saved, self.block = self.block, then
+        self.emit("mov", res, [self.convert(a, t, node)], node)
+        self.block = else_
+        self.emit("mov", res, [self.convert(b, t, node)], node)
+        self.block = saved
+        self.block.append(ir.If(cond, then, else_, self.line(node)))
+        return res
+
     def python_value(self, obj, node):
-        if obj is _MISSING:
-            raise self.error(node, f"name {ast.unparse(node)!r} is not defined")
-        if isinstance(obj, bool):
+        if isinstance(obj, (bool, np.bool_)):
             return ir.Const(int(obj), bool_)
         if isinstance(obj, (int, np.integer)):
             return self.expr(ast.copy_location(ast.Constant(int(obj)), node))
         if isinstance(obj, (float, np.floating)):
             return const(float(obj), f32)
+        if isinstance(obj, tuple) and all(isinstance(v, (bool, int, float, np.number, tuple)) for v in obj):
+            return _Tuple([self.python_value(v, node) for v in obj])
         return _PyObject(obj)
 
     def truth(self, x, node):
@@ -495,7 +962,7 @@ class FunctionLowering:
             self.check_value(right, node)
             t = self.unify(left, right, allow_bool=True)
             c = self.fold_or_emit(name, bool_, [self.convert(left, t, node),
-                                                self.convert(right, t, node)], node, cmp_type=t)
+                                                self.convert(right, t, node)], node)
             result = c if result is None else self.fold_or_emit("and", bool_, [result, c], node)
             left = right
         return result
@@ -548,11 +1015,13 @@ class FunctionLowering:
                 if pymath.isnan(v):
                     return const(0, t)
                 lo, hi = (-(1 << 31), (1 << 31) - 1) if t == i32 else (0, (1 << 32) - 1)
+                if pymath.isinf(v):
+                    return const(hi if v > 0 else lo, t)
                 return const(max(lo, min(hi, int(v))), t)
             return const(v, t)
         return self.op("cvt", t, [x], node)
 
-    def fold_or_emit(self, op, t, args, node, cmp_type=None):
+    def fold_or_emit(self, op, t, args, node):
         if all(isinstance(a, ir.Const) for a in args):
             r = fold(op, t, args)
             if r is not None:
@@ -563,13 +1032,7 @@ class FunctionLowering:
         self.check_value(a, node)
         self.check_value(b, node)
         if op == "pow":
-            if not (isinstance(b, ir.Const) and b.type.is_int and 0 <= b.value <= 8):
-                raise self.error(node, "'**' needs a constant integer exponent 0..8 "
-                                 "(use umd.math.exp/log otherwise)")
-            result = const(1, a.type if a.type != bool_ else i32)
-            for _ in range(b.value):
-                result = self.binop("mul", result, a, node)
-            return result
+            return self.power(a, b, node)
         if op in ("and", "or", "xor") and a.type == bool_ and b.type == bool_:
             return self.fold_or_emit(op, bool_, [a, b], node)
         if op == "div":
@@ -583,102 +1046,309 @@ class FunctionLowering:
             if isinstance(a, ir.Const) and not isinstance(b, ir.Const):
                 t = i32
         a, b = self.convert(a, t, node), self.convert(b, t, node)
-        if op == "floordiv":
+        if op in ("floordiv", "mod"):
             if t == f32:
-                return self.fold_or_emit("floor", f32, [self.fold_or_emit("div", f32, [a, b],
-                                                                          node)], node)
-            op = "idiv"
-        elif op == "mod":
-            if t == f32:
-                q = self.fold_or_emit("floor", f32, [self.fold_or_emit("div", f32, [a, b],
-                                                                       node)], node)
-                return self.fold_or_emit("sub", f32, [a, self.fold_or_emit(
-                    "mul", f32, [q, b], node)], node)
-            op = "rem"
+                q = self.fold_or_emit("floor", f32, [self.fold_or_emit("div", f32, [a, b], node)], node)
+                if op == "floordiv":
+                    return q
+                return self.fold_or_emit("sub", f32, [a, self.fold_or_emit("mul", f32, [q, b], node)],
+                                         node)
+            return self.int_floordiv(op, t, a, b, node)
         return self.fold_or_emit(op, t, [a, b], node)
+
+    def int_floordiv(self, op, t, a, b, node):
+        """Python's (and Numba's) integer // and %: the quotient floors, the remainder
+        has the divisor's sign; x // 0 == x % 0 == 0 (Numba's NumPy error model)."""
+        if isinstance(a, ir.Const) and isinstance(b, ir.Const):
+            x, y = a.value, b.value
+            if t == u32:
+                x, y = x & 0xFFFFFFFF, y & 0xFFFFFFFF
+            if y == 0:
+                return const(0, t)
+            return const(x // y if op == "floordiv" else x % y, t)
+        if isinstance(b, ir.Const):
+            y = b.value & 0xFFFFFFFF if t == u32 else b.value
+            if y == 0:
+                return const(0, t)
+            if y == 1:
+                return a if op == "floordiv" else const(0, t)
+            if y > 0 and y & (y - 1) == 0:          # a power of two: shift and mask floor
+                k = y.bit_length() - 1
+                if op == "floordiv":
+                    return self.fold_or_emit("shr", t, [a, const(k, t)], node)
+                return self.fold_or_emit("and", t, [a, const(y - 1, t)], node)
+        if t == u32:
+            r = self.op("idiv" if op == "floordiv" else "rem", t, [a, b], node)
+            if isinstance(b, ir.Const):
+                return r
+            zero = self.op("eq", bool_, [b, const(0, t)], node)
+            return self.op("select", t, [zero, const(0, t), r], node)
+        q = self.op("idiv", t, [a, b], node)
+        r = self.op("rem", t, [a, b], node)
+        # C truncates: when the remainder is not 0 and its sign differs from the divisor's,
+        # floor is one less and the remainder one divisor more
+        if isinstance(b, ir.Const):
+            fix = self.op("lt" if b.value > 0 else "gt", bool_, [r, const(0, t)], node)
+        else:
+            nonzero = self.op("ne", bool_, [r, const(0, t)], node)
+            signs = self.op("xor", t, [r, b], node)
+            differ = self.op("lt", bool_, [signs, const(0, t)], node)
+            fix = self.op("and", bool_, [nonzero, differ], node)
+        if op == "floordiv":
+            out = self.op("sub", t, [q, self.convert(fix, t, node)], node)
+        else:
+            out = self.op("select", t, [fix, self.op("add", t, [r, b], node), r], node)
+        if isinstance(b, ir.Const):
+            return out
+        zero = self.op("eq", bool_, [b, const(0, t)], node)
+        return self.op("select", t, [zero, const(0, t), out], node)
+
+    def power(self, a, b, node):
+        """`a ** b` with Numba's rules: an integer exponent multiplies (by squaring, 1 / r
+        for a negative one on floats); a float exponent is powf."""
+        if a.type == bool_:
+            a = self.convert(a, i32, node)
+        if b.type == bool_:
+            b = self.convert(b, i32, node)
+        if b.type.is_int and isinstance(b, ir.Const):
+            e = ir.wrap32(b.value, i32) if b.type == i32 else b.value
+            if e >= 0 or a.type == f32:
+                result, val, n = None, a, abs(e)
+                while n:
+                    if n & 1:
+                        result = val if result is None else self.binop("mul", result, val, node)
+                    n >>= 1
+                    if n:
+                        val = self.binop("mul", val, val, node)
+                if result is None:
+                    result = const(1, a.type)
+                if e < 0:
+                    result = self.binop("div", const(1.0, f32), result, node)
+                return result
+        if b.type.is_int:
+            if a.type == f32:
+                return self.library("fpowi", [a, self.convert(b, i32, node)], node)
+            r = self.library("ipow", [self.convert(a, i32, node), self.convert(b, i32, node)], node)
+            return self.convert(r, a.type, node)
+        return self.library("powf", [self.convert(a, f32, node), self.convert(b, f32, node)], node)
+
+    def library(self, name, args, node):
+        from . import libdevice
+        return self.inline(getattr(libdevice, name), node, args, {}, {}, name)
 
     # -- calls -----------------------------------------------------------------------
     def call(self, node, discard):
         fn = self.resolve(node.func)
         name = ast.unparse(node.func)
-        if fn is None or fn is _MISSING:
-            raise self.error(node, f"call to unknown function {name!r}")
+        if fn is _MISSING and isinstance(node.func, ast.Name):
+            hint = _suggest(node.func.id, list(self.locals) + list(self.scope.env))
+            raise self.error(node, f"call to unknown function {name!r}"
+                             + (f"; did you mean {hint}?" if hint else ""))
+        if fn is _MISSING:
+            raise self.missing(node.func)
+        if fn is None:
+            raise self.error(node, f"{name!r} is not a function")
+        if isinstance(fn, K.Intrinsic) and fn.name in ("shared_array", "shared.array", "local.array"):
+            return self.array_decl(fn, node)
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.error(node, "unsupported construct: *unpacking")
+        if isinstance(fn, DeviceFunction):
+            args = [self.expr(a) for a in node.args]
+            kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
+            if None in kwargs:
+                raise self.error(node, "unsupported construct: **unpacking")
+            return self.inline(fn.fn, node, args, kwargs, fn.env, fn.fn.__name__)
+        if isinstance(fn, JitFunction):
+            raise self.error(node, f"{name} is a kernel: kernels cannot call kernels; make it a "
+                             "device function (@umd.jit(device=True)) to call it")
         if node.keywords:
             raise self.error(node, f"{name}(): keyword arguments are not supported")
-        if fn is K.shared_array:
-            return self.shared_array(node)
         args = [self.expr(a) for a in node.args]
 
-        def nargs(n):
-            if len(args) != n:
-                raise self.error(node, f"{name}() takes {n} argument(s), got {len(args)}")
+        def nargs(*n):
+            if len(args) not in n:
+                raise self.error(node, f"{name}() takes {' or '.join(map(str, n))} argument(s), "
+                                 f"got {len(args)}")
 
-        if fn is K.syncthreads:
-            nargs(0)
-            self.emit("barrier", None, [], node)
-            return None
-        if fn in (K.atomic_add, K.atomic_max, K.atomic_cas):
-            return self.atomic(fn, node, args, discard)
-        if isinstance(fn, ScalarType) and fn != bool_:
+        def values():
+            for a in args:
+                self.check_value(a, node)
+
+        if isinstance(fn, K.Intrinsic):
+            return self.intrinsic(fn, name, node, args, nargs, values, discard)
+        if isinstance(fn, ScalarType) and fn != bool_ or (_hashable(fn) and fn in _NUMPY_CASTS):
             nargs(1)
-            self.check_value(args[0], node)
-            return self.convert(args[0] if args[0].type != bool_ else
-                                self.convert(args[0], i32, node), fn, node)
+            values()
+            t = fn if isinstance(fn, ScalarType) else _NUMPY_CASTS[fn]
+            x = args[0] if args[0].type != bool_ else self.convert(args[0], i32, node)
+            return self.convert(x, t, node)
+        if isinstance(fn, type) and issubclass(fn, np.generic):
+            raise self.error(node, f"{name}: {np.dtype(fn).name} is not a kernel type (f32, i32 "
+                             "and u32 are: np.float32, np.int32, np.uint32)")
         if fn is float or fn is int:
             nargs(1)
-            self.check_value(args[0], node)
+            values()
             return self.convert(args[0], f32 if fn is float else i32, node)
+        if fn is bool:
+            nargs(1)
+            return self.truth(args[0], node)
+        if fn is len:
+            nargs(1)
+            if isinstance(args[0], _Tuple):
+                return ir.Const(len(args[0].items), i32)
+            if _is_array(args[0]):
+                return self.shape_of(args[0], 0)
+            raise self.error(node, "len() of an array or a tuple")
+        if fn is pow:
+            nargs(2)
+            return self.binop("pow", args[0], args[1], node)
+        if fn is round:
+            nargs(1)
+            values()
+            x = args[0]
+            if x.type != f32:
+                return x
+            return self.convert(self.fold_or_emit("rndne", f32, [x], node), i32, node)
         if fn is min or fn is max or fn is abs:
+            values()
             if fn is abs:
                 nargs(1)
                 x = args[0]
-                self.check_value(x, node)
                 if x.type == f32:
                     return self.fold_or_emit("fabs", f32, [x], node)
+                if x.type == bool_:
+                    x = self.convert(x, i32, node)
+                if x.type == u32:
+                    return x
                 neg = self.fold_or_emit("neg", x.type, [x], node)
                 return self.fold_or_emit("max", x.type, [x, neg], node)
             if len(args) < 2:
                 raise self.error(node, f"{name}() needs at least 2 arguments")
             acc = args[0]
             for b in args[1:]:
-                self.check_value(acc, node)
-                self.check_value(b, node)
                 t = self.unify(acc, b)
                 acc = self.fold_or_emit("min" if fn is min else "max", t,
                                         [self.convert(acc, t, node), self.convert(b, t, node)],
                                         node)
             return acc
-        mname = None
-        if isinstance(fn, K.Intrinsic) and fn.name.startswith("math."):
-            mname = fn.name[5:]
-        elif _hashable(fn) and fn in _PY_MATH:
-            mname = _PY_MATH[fn]
-        if mname:
-            binary = mname in ("fmin", "fmax")
-            nargs(2 if binary else 1)
-            for a in args:
-                self.check_value(a, node)
-            xs = [self.convert(a, f32, node) for a in args]
-            op = {"fmin": "min", "fmax": "max"}.get(mname, mname)
-            return self.fold_or_emit(op, f32, xs, node)
+        if _hashable(fn) and fn in _PY_MATH:
+            return self.math(_PY_MATH[fn], name, node, args, nargs, values)
+        if fn is range:
+            raise self.error(node, "range() is only for 'for NAME in range(...)' loops")
+        if inspect.isfunction(fn) and fn.__module__ == f"{__package__}.libdevice":
+            return self.inline(fn, node, args, {}, {}, fn.__name__)
+        if inspect.isfunction(fn):
+            raise self.error(node, f"call to plain Python function {name!r}: decorate it with "
+                             "@umd.jit(device=True) to call it from a kernel")
         raise self.error(node, f"call to unsupported function {name!r}")
 
-    def shared_array(self, node):
-        if len(node.args) != 2:
-            raise self.error(node, "shared_array(type, count) takes 2 arguments")
-        t = self.resolve(node.args[0])
-        if not isinstance(t, ScalarType) or t == bool_:
-            raise self.error(node, "shared_array: the element type must be f32, i32 or u32")
-        shape_node = node.args[1]
-        dims = shape_node.elts if isinstance(shape_node, ast.Tuple) else [shape_node]
-        shape = []
-        for d in dims:
-            c = self.expr(d)
-            if not isinstance(c, ir.Const) or not c.type.is_int or c.value <= 0:
-                raise self.error(node, "shared_array: the size must be a positive integer "
-                                 "constant")
-            shape.append(int(c.value))
+    def intrinsic(self, fn, name, node, args, nargs, values, discard):
+        op = fn.name
+        if op == "syncthreads":
+            nargs(0)
+            self.emit("barrier", None, [], node)
+            return None
+        if op in ("grid", "gridsize"):
+            nargs(1)
+            nd = args[0]
+            if not (isinstance(nd, ir.Const) and nd.type.is_int and 1 <= nd.value <= 3):
+                raise self.error(node, f"umd.{op}(ndim): ndim must be 1, 2 or 3 (a constant)")
+            out = []
+            for d in DIMS[:nd.value]:
+                if op == "grid":
+                    v = self.binop("add", self.binop("mul", ir.Special(f"block_idx.{d}", i32),
+                                                     self.dim_args[f"__block_dim_{d}"], node),
+                                   ir.Special(f"thread_idx.{d}", i32), node)
+                else:
+                    v = self.binop("mul", self.dim_args[f"__block_dim_{d}"],
+                                   self.dim_args[f"__grid_dim_{d}"], node)
+                out.append(v)
+            return out[0] if len(out) == 1 else _Tuple(out)
+        if op.startswith("atomic."):
+            return self.atomic(op[7:], fn.qualname, node, args, discard)
+        if op == "bits":
+            nargs(1)
+            values()
+            return self.fold_or_emit("bitcast", u32, [self.convert(args[0], f32, node)], node)
+        if op == "from_bits":
+            nargs(1)
+            values()
+            x = args[0] if args[0].type != bool_ else self.convert(args[0], u32, node)
+            return self.fold_or_emit("bitcast", f32, [self.convert(x, u32, node)], node)
+        if op.startswith("math."):
+            return self.math(op[5:], name, node, args, nargs, values)
+        raise self.error(node, f"call to unsupported function {name!r}")
+
+    def math(self, mname, name, node, args, nargs, values):
+        """umd.math.X and Python's math.X (the `i` forms return integers, as Python's
+        math.floor/ceil/trunc do)."""
+        binary = mname in ("fmin", "fmax", "pow", "copysign")
+        nargs(3 if mname == "fma" else 2 if binary else 1)
+        values()
+        if mname in ("isnan", "isinf", "isfinite"):
+            x = args[0]
+            if x.type != f32:
+                return ir.Const(int(mname == "isfinite"), bool_)
+            if mname == "isnan":
+                return self.fold_or_emit("ne", bool_, [x, x], node)
+            ax = self.fold_or_emit("fabs", f32, [x], node)
+            return self.fold_or_emit("eq" if mname == "isinf" else "lt", bool_,
+                                     [ax, const(pymath.inf, f32)], node)
+        if mname in ("ifloor", "iceil", "itrunc"):
+            x = args[0]
+            if x.type != f32:
+                return x if x.type != bool_ else self.convert(x, i32, node)
+            return self.convert(self.fold_or_emit(mname[1:], f32, [x], node), i32, node)
+        xs = [self.convert(a, f32, node) for a in args]
+        if mname == "pow":
+            return self.library("powf", xs, node)
+        if mname == "copysign":
+            mag = self.fold_or_emit("and", u32, [self.fold_or_emit("bitcast", u32, [xs[0]], node),
+                                                 const(0x7FFFFFFF, u32)], node)
+            sign = self.fold_or_emit("and", u32, [self.fold_or_emit("bitcast", u32, [xs[1]], node),
+                                                  const(0x80000000, u32)], node)
+            return self.fold_or_emit("bitcast", f32, [self.fold_or_emit("or", u32, [mag, sign], node)],
+                                     node)
+        if mname == "log10":
+            l2 = self.fold_or_emit("log2", f32, xs, node)
+            return self.fold_or_emit("mul", f32, [l2, const(pymath.log10(2.0), f32)], node)
+        op = {"fmin": "min", "fmax": "max"}.get(mname, mname)
+        return self.fold_or_emit(op, f32, xs, node)
+
+    def array_decl(self, fn, node):
+        """shared_array(dtype, shape), shared.array(shape, dtype), local.array(shape, dtype);
+        each also with keywords shape= and dtype=."""
+        order = ("dtype", "shape") if fn.name == "shared_array" else ("shape", "dtype")
+        if len(node.args) > 2:
+            raise self.error(node, f"{fn.qualname}() takes shape and dtype")
+        given = dict(zip(order, node.args))
+        for k in node.keywords:
+            if k.arg not in order or k.arg in given:
+                raise self.error(node, f"{fn.qualname}(): unexpected argument {k.arg!r}")
+            given[k.arg] = k.value
+        if set(given) != set(order):
+            raise self.error(node, f"{fn.qualname}() needs a shape and a dtype")
+        obj = self.resolve(given["dtype"])
+        t = _dtype_of(obj) if obj not in (None, _MISSING) else None
+        if t is None or t is _MISSING:
+            raise self.error(node, f"{fn.qualname}: the dtype must be f32, i32 or u32 (or np.float32, "
+                             f"np.int32, np.uint32), not {ast.unparse(given['dtype'])}")
+        shape = self.expr(given["shape"])
+        dims = shape.items if isinstance(shape, _Tuple) else [shape]
+        if not dims or not all(isinstance(d, ir.Const) and d.type.is_int and d.value > 0 for d in dims):
+            raise self.error(node, f"{fn.qualname}: the shape must be positive integer constants")
+        shape = [int(d.value) for d in dims]
         count = int(np.prod(shape))
+        if fn.name == "local.array":
+            if count > MAX_LOCAL_ELEMENTS:
+                raise self.error(node, f"a local array of {count} elements: local arrays live in "
+                                 f"registers here, at most {MAX_LOCAL_ELEMENTS} elements")
+            self.locals_made += 1
+            base = f"{self.scope.prefix}local{self.locals_made}"
+            arr = LocalArray(base, t, shape, [self.new_local(f"{base}[{k}]", t) for k in range(count)])
+            for v in arr.vars:                          # zeroed (Numba leaves them undefined)
+                self.emit("mov", v, [const(0, t)], node)
+            return arr
         sa = ir.SharedArray(f"lds{len(self.shared)}", t, count, self.lds)
         sa.shape = shape
         self.lds += 4 * count
@@ -687,63 +1357,129 @@ class FunctionLowering:
         self.shared.append(sa)
         return sa
 
-    def atomic(self, fn, node, args, discard):
-        kind = fn.name.split("_")[1]
-        n = 4 if kind == "cas" else 3
+    def atomic(self, kind, qualname, node, args, discard):
+        if kind not in ATOMIC_TYPES:
+            raise self.error(node, f"{qualname} is not supported")
+        cas = kind in ("cas", "compare_and_swap")
+        n = 3 if kind == "compare_and_swap" else 4 if cas else 3
+        what = ("array, old, value" if kind == "compare_and_swap" else
+                "array, index, old, value" if cas else "array, index, value")
         if len(args) != n:
-            raise self.error(node, f"{fn.qualname}() takes {n} arguments: array, index, "
-                             + ("compare, value" if kind == "cas" else "value"))
+            raise self.error(node, f"{qualname}() takes {n} arguments: {what}")
         arr = args[0]
-        if not (isinstance(arr, ir.SharedArray) or
-                (isinstance(arr, ir.Var) and isinstance(arr.type, PtrType))):
-            raise self.error(node, f"{fn.qualname}(): the first argument must be a Ptr "
-                             "argument or a shared array")
-        elem = arr.elem if isinstance(arr, ir.SharedArray) else arr.type.elem
-        if kind == "cas" and isinstance(arr, ir.SharedArray):
-            raise self.error(node, "umd.atomic_cas on a shared array is not supported "
-                             "(the vISA has no LDS compare-and-swap)")
-        idx = args[1]
-        self.check_value(idx, node)
-        if not idx.type.is_int:
-            raise self.error(node, f"an array index must be an integer, not {idx.type!r}")
-        vals = []
-        for a in args[2:]:
+        if not (isinstance(arr, ir.SharedArray) or (isinstance(arr, ir.Var) and isinstance(arr.type, PtrType))):
+            raise self.error(node, f"{qualname}(): the first argument must be an array argument or a "
+                             "shared array")
+        elem = _elem(arr)
+        if elem not in ATOMIC_TYPES[kind]:
+            raise self.error(node, f"{qualname} on {elem!r}: supported on "
+                             + ", ".join(repr(t) for t in ATOMIC_TYPES[kind]) + " arrays (as in Numba)")
+        lds = isinstance(arr, ir.SharedArray)
+        if lds and kind not in _LDS_ATOMICS:
+            desc = {"min": "min", "nanmin": "min", "exch": "exchange", "cas": "compare-and-swap",
+                    "compare_and_swap": "compare-and-swap"}[kind]
+            raise self.error(node, f"{qualname} on a shared array is not supported (the vISA has no "
+                             f"LDS {desc} instruction; LDS atomics are add and max): use a global "
+                             "array")
+        if kind == "compare_and_swap":
+            idx, vals = ir.Const(0, i32), args[1:]
+        else:
+            index = args[1]
+            parts = index.items if isinstance(index, _Tuple) else [index]
+            idx, vals = self.flat_index(arr, parts, node), args[2:]
+        converted = []
+        for a in vals:
             self.check_value(a, node)
-            vals.append(self.convert(a, elem, node))
+            converted.append(self.convert(a, elem, node))
+        if kind == "sub":
+            converted = [self.fold_or_emit("neg", elem, converted, node)]
         dst = None if discard else self.temp(elem)
-        self.emit("atomic", dst, [idx] + vals, node, array=arr, kind=kind)
+        self.emit("atomic", dst, [idx] + converted, node, array=arr, kind=_ISA_ATOMIC[kind])
         return dst
 
+    # -- device functions --------------------------------------------------------------
+    def inline(self, pyfn, node, args, kwargs, env_extra, name):
+        """Lower a device function's body into a Region where it is called; its value
+        is the variable its returns assign."""
+        if pyfn in self.inline_stack:
+            raise self.error(node, f"recursive device function {name!r}: device functions are "
+                             "inlined (there is no call stack), so they cannot call themselves")
+        if len(self.inline_stack) >= MAX_INLINE_DEPTH:
+            raise self.error(node, f"device functions nested more than {MAX_INLINE_DEPTH} deep")
+        src = _source_of(pyfn)
+        fdef = src.node
+        p = fdef.args
+        if p.vararg or p.kwarg or p.kwonlyargs or p.posonlyargs:
+            raise self.error(node, f"device function {name}: only plain positional parameters "
+                             "(with defaults) are supported")
+        names = [a.arg for a in p.args]
+        if len(args) > len(names):
+            raise self.error(node, f"{name}() takes {len(names)} arguments, got {len(args)}")
+        bound = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names or k in bound:
+                raise self.error(node, f"{name}(): unexpected argument {k!r}")
+            bound[k] = v
+        defaults = pyfn.__defaults__ or ()
+        for k, d in zip(names[len(names) - len(defaults):], defaults):
+            if k not in bound:
+                bound[k] = self.python_value(d, node)
+        missing = [k for k in names if k not in bound]
+        if missing:
+            raise self.error(node, f"{name}() missing arguments {missing}")
+        self.inlines += 1
+        prefix = f"{fdef.name}#{self.inlines}."
+        line = self.line(node)
+        region = ir.Region([], line, name=prefix[:-1])
+        scope = Scope(pyfn, fdef.name, src, _environment(pyfn, env_extra), prefix=prefix,
+                      region=region, call_line=line, caller=self.scope)
+        caller, self.scope = self.scope, scope
+        saved, self.block = self.block, region.body
+        self.inline_stack.append(pyfn)
+        try:
+            scope.annotations = self.annotations(pyfn, scope)
+            ret = scope.annotations.get("return")
+            if ret is not None:
+                if not isinstance(ret, ScalarType) or ret == bool_:
+                    raise self.error(fdef, f"device function {name}: the return annotation must be "
+                                     "i32, u32 or f32")
+                scope.ret_type = ret
+            for a in p.args:
+                self.bind_parameter(a, bound[a.arg], node)
+            self.statements(self.body_of(fdef))
+        finally:
+            self.inline_stack.pop()
+            self.block = saved
+            self.scope = caller
+        self.block.append(region)
+        return scope.result
 
-def _hashable(obj) -> bool:
-    try:
-        hash(obj)
-        return True
-    except TypeError:
-        return False
+    def bind_parameter(self, p, value, node) -> None:
+        t = self.arg_type(self.scope, p)
+        if _is_array(value):
+            if t is not None and not (isinstance(t, PtrType) and t.elem == _elem(value)):
+                raise self.error(p, f"parameter {p.arg!r} is {t!r}, given an array of "
+                                 f"{_elem(value)!r}")
+            self.locals[p.arg] = value
+            return
+        if isinstance(value, _Tuple):
+            if t is not None:
+                raise self.error(p, f"parameter {p.arg!r} is {t!r}, given a tuple")
+            self.locals[p.arg] = value
+            return
+        if isinstance(t, PtrType):
+            raise self.error(p, f"parameter {p.arg!r} is {t!r}, given a number")
+        self.check_value(value, p)
+        var = self.local_for(p.arg, t or value.type, p)
+        self.assign_var(var, value, p)
 
 
-class _Missing:
-    pass
-
-
-_MISSING = _Missing()
-
-
-class _PyObject:
-    """A Python object named in a kernel that is not a value (a module, a marker)."""
-
-    def __init__(self, obj) -> None:
-        self.obj = obj
-        self.type = None
-
-
-def lower(pyfn) -> ir.Function:
+def lower(pyfn, extra_env: dict | None = None) -> ir.Function:
     """Lower a Python function to IR, re-running when a variable must become f32."""
     declared: dict[str, ScalarType] = {}
     for _ in range(64):
         try:
-            return FunctionLowering(pyfn, declared).lower()
+            return FunctionLowering(pyfn, declared, extra_env).lower()
         except _Widen as w:
             declared[w.name] = w.type
     raise KernelCompileError(f"{pyfn.__name__}: variable types do not settle")

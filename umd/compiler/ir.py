@@ -2,7 +2,8 @@
 
 A kernel is a `Function`: arguments, shared arrays and a body, a list of statements.
 Straight-line work is `Inst` (three-address: `dst = op(args...)`); control flow stays
-structured (`If`, `Loop`, `Break`, `Continue`, `Return`) because the vISA has no
+structured (`If`, `Loop`, `Break`, `Continue`, `Return`, and `Region` / `Exit` for the
+body of an inlined device function and its `return`s) because the vISA has no
 structured-control instructions and the code generator saves and restores EXEC around
 each construct (docs/isa.md 5).  Variables are not SSA: a Python local is one `Var`
 assigned wherever the source assigns it; expression temporaries are `Var`s assigned
@@ -21,12 +22,14 @@ from umd.types import PtrType, ScalarType, bool_, f32, i32, u32
 # Operations.  Pure ones may be folded or deleted when their result is unused.
 BINARY = {"add", "sub", "mul", "div", "idiv", "rem", "and", "or", "xor", "shl", "shr",
           "min", "max"}
-UNARY = {"neg", "not", "lnot", "fabs", "floor", "exp", "log", "sqrt", "rsqrt", "sin",
-         "cos", "tanh"}
+UNARY = {"neg", "not", "lnot", "fabs", "floor", "ceil", "trunc", "rndne", "exp", "exp2", "log",
+         "log2", "sqrt", "rsqrt", "sin", "cos", "tanh"}
 COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
 CONVERT = {"cvt"}                 # dst type from dst.type, source type from args[0]
-PURE = BINARY | UNARY | COMPARE | CONVERT | {"mov", "load"}
-SIDE_EFFECTS = {"store", "atomic", "barrier"}
+BITCAST = {"bitcast"}             # the same 32 bits as another type (f32 <-> u32)
+TERNARY = {"fma", "select"}       # fma(a, b, c); select(cond, if_true, if_false)
+PURE = BINARY | UNARY | COMPARE | CONVERT | BITCAST | TERNARY | {"mov", "load"}
+SIDE_EFFECTS = {"store", "atomic", "barrier", "trap"}
 
 
 @dataclasses.dataclass(eq=False)
@@ -121,6 +124,8 @@ class ArgSpec:
     kind: str                     # 'i32' | 'u32' | 'f32' | 'ptr'
     offset: int
     size: int
+    dtype: str = ""               # ptr: the element type ('f32', 'i32', 'u32'); '' = unchecked
+    ndim: int = 0                 # ptr: 1-3 for T[:], T[:, :], T[:, :, :]; 0 for Ptr[T] (any, flat)
 
 
 @dataclasses.dataclass(eq=False)
@@ -175,7 +180,24 @@ class Return:
     line: int
 
 
-Stmt = Inst | If | Loop | Break | Continue | Return
+@dataclasses.dataclass(eq=False)
+class Region:
+    """A block that `Exit(region)` leaves from anywhere inside it, through nested loops:
+    the body of an inlined device function, whose `return`s are Exits."""
+
+    body: list
+    line: int
+    name: str = ""
+    divergent: bool = False       # set by uniformity analysis: an Exit under a vector condition
+
+
+@dataclasses.dataclass(eq=False)
+class Exit:
+    region: Region
+    line: int
+
+
+Stmt = Inst | If | Loop | Break | Continue | Return | Region | Exit
 
 
 @dataclasses.dataclass
@@ -200,6 +222,8 @@ def walk(block: list):
             yield from walk(st.header)
             yield from walk(st.body)
             yield from walk(st.latch)
+        elif isinstance(st, Region):
+            yield from walk(st.body)
 
 
 def format_function(fn: Function) -> str:
@@ -240,6 +264,11 @@ def format_function(fn: Function) -> str:
                 if st.latch:
                     lines.append(f"{pad}  latch:")
                     emit(st.latch, depth + 2)
+            elif isinstance(st, Region):
+                lines.append(f"{pad}region {st.name}{' (divergent)' if st.divergent else ''}:")
+                emit(st.body, depth + 1)
+            elif isinstance(st, Exit):
+                lines.append(f"{pad}exit {st.region.name}")
             else:
                 lines.append(f"{pad}{type(st).__name__.lower()}")
 
@@ -248,5 +277,5 @@ def format_function(fn: Function) -> str:
 
 
 __all__ = ["Var", "Const", "Special", "SharedArray", "ArgSpec", "Inst", "If", "Loop",
-           "Break", "Continue", "Return", "Function", "walk", "format_function",
+           "Break", "Continue", "Return", "Region", "Exit", "Function", "walk", "format_function",
            "bool_", "f32", "i32", "u32"]

@@ -8,6 +8,7 @@ Python) is left to run on the device.
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 
@@ -33,6 +34,15 @@ def fold(op: str, t, args, src_type=None):
 def _fold(op, t, at, v):
     if op == "mov":
         return v[0]
+    if op == "select":
+        return v[1] if v[0] else v[2]
+    if op == "bitcast":
+        if t == f32:
+            return struct.unpack("<f", struct.pack("<I", v[0] & 0xFFFFFFFF))[0]
+        return struct.unpack("<I", struct.pack("<f", v[0]))[0]
+    if op == "fma":
+        a, b, c = (float(np.float32(x)) for x in v)
+        return ir.to_f32(a * b + c)
     if op == "cvt":
         x = v[0]
         if t == f32:
@@ -80,12 +90,12 @@ def _fold_float(op, v):
         return -x
     if op == "fabs":
         return abs(x)
-    if op == "floor":
-        return float(np.floor(a))
+    if op in ("floor", "ceil", "trunc", "rndne"):
+        return float({"floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rndne": np.rint}[op](a))
     if not math.isfinite(x):
         return None                     # libm special cases: leave them to the device
     fn = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "sin": math.sin,
-          "cos": math.cos, "tanh": math.tanh,
+          "cos": math.cos, "tanh": math.tanh, "exp2": lambda y: 2.0 ** y, "log2": math.log2,
           "rsqrt": lambda y: 1.0 / math.sqrt(y)}.get(op)
     return ir.to_f32(fn(x)) if fn else None
 
@@ -162,6 +172,8 @@ def propagate_constants(fn: ir.Function) -> bool:
                 new = [_subst(a, consts) for a in st.args]
                 if new != st.args:
                     st.args, changed = new, True
+                if st.op == "select" and isinstance(st.args[0], ir.Const):
+                    st.op, st.args, changed = "mov", [st.args[1] if st.args[0].value else st.args[2]], True
                 if st.op in ir.PURE and st.op not in ("mov", "load") and st.args and \
                         all(isinstance(a, ir.Const) for a in st.args):
                     r = fold(st.op, st.dst.type, st.args)
@@ -180,6 +192,8 @@ def propagate_constants(fn: ir.Function) -> bool:
                 st.cond = c
                 visit(st.body)
                 visit(st.latch)
+            elif isinstance(st, ir.Region):
+                visit(st.body)
 
     visit(fn.body)
     return changed
@@ -203,12 +217,33 @@ def simplify_control(block: list) -> bool:
                 out.extend(st.header)
                 changed = True
                 continue
+        elif isinstance(st, ir.Region):
+            changed |= simplify_control(st.body)
+            changed |= _strip_tail_exits(st.body, st)
+            if not any(isinstance(s, ir.Exit) and s.region is st for s in ir.walk(st.body)):
+                out.extend(st.body)             # nothing leaves it early: a plain block
+                changed = True
+                continue
         out.append(st)
-        if isinstance(st, (ir.Break, ir.Continue, ir.Return)):
+        if isinstance(st, (ir.Break, ir.Continue, ir.Return, ir.Exit)):
             changed |= len(out) < len(block) and block.index(st) < len(block) - 1
             break
     block[:] = out
     return changed
+
+
+def _strip_tail_exits(block: list, region: ir.Region) -> bool:
+    """Drop the Exits of `region` that are the last thing it runs anyway (`return x` at
+    the end of a device function, or at the end of both sides of a final if/else)."""
+    if not block:
+        return False
+    last = block[-1]
+    if isinstance(last, ir.Exit) and last.region is region:
+        block.pop()
+        return True
+    if isinstance(last, ir.If):
+        return _strip_tail_exits(last.then, region) | _strip_tail_exits(last.else_, region)
+    return False
 
 
 def eliminate_dead_code(fn: ir.Function) -> bool:
@@ -240,6 +275,11 @@ def eliminate_dead_code(fn: ir.Function) -> bool:
                 visit(st.header)
                 visit(st.body)
                 visit(st.latch)
+            elif isinstance(st, ir.Region):
+                visit(st.body)
+                if not st.body:
+                    changed = True
+                    continue
             out.append(st)
         block[:] = out
 

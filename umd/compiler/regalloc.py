@@ -59,6 +59,9 @@ def live_intervals(fn: ir.Function) -> dict:
                 visit(st.latch)
                 pos += 1
                 loops.append((start, pos))
+            elif isinstance(st, ir.Region):
+                visit(st.body)
+                pos += 1
 
     visit(fn.body)
     for a in fn.args:                  # arguments are defined by the prologue

@@ -9,8 +9,12 @@ the scalar ALU has, and it is assigned under uniform control only.  Those go in 
   - a variable assigned inside an `if` whose condition is a vector value, or inside a
     divergent loop, is a vector value (lanes that skip the assignment keep the old one);
   - a loop is divergent when its condition is a vector value, when a break, continue or
-    return inside it sits under a vector condition, or when the loop itself is in
-    divergent code.  Divergent loops run under an EXEC mask; uniform ones branch on SCC.
+    return inside it (or the exit of an enclosing region) sits under a vector condition,
+    or when the loop itself is in divergent code.  Divergent loops run under an EXEC
+    mask; uniform ones branch on SCC;
+  - a region (an inlined device function) is divergent when one of its exits (`return`)
+    sits under a vector condition or in a divergent loop, or when it is in divergent
+    code: lanes that left it wait, masked off, for its end.
 Computed as a fixed point: demoting a value can make conditions, loops and further
 values divergent.
 """
@@ -22,7 +26,7 @@ from . import ir
 from .errors import KernelCompileError
 
 _SCALAR_INT_OPS = {"mov", "add", "sub", "mul", "and", "or", "xor", "shl", "shr", "min",
-                   "max", "neg", "not", "lnot", "eq", "ne", "lt", "le", "gt", "ge"}
+                   "max", "neg", "not", "lnot", "eq", "ne", "lt", "le", "gt", "ge", "select"}
 
 
 def is_vector(x) -> bool:
@@ -78,24 +82,54 @@ def analyze(fn: ir.Function) -> None:
                     visit(st.header, st.divergent)
                     visit(st.body, st.divergent)
                     visit(st.latch, st.divergent)
+                elif isinstance(st, ir.Region):
+                    new = div or _divergent_exit(st.body, st, False)
+                    if new != st.divergent:
+                        st.divergent, changed = new, True
+                    visit(st.body, st.divergent)
 
         visit(fn.body, False)
 
 
-def _divergent_escape(block, under, depth) -> bool:
-    """A break/continue of this loop (depth 0) or a return, under a vector condition."""
+def _divergent_escape(block, under, depth, inner=frozenset()) -> bool:
+    """A break/continue of this loop (depth 0), a return, or the exit of a region that
+    encloses the loop (not in `inner`), under a vector condition."""
     for st in block:
         if isinstance(st, (ir.Break, ir.Continue)) and depth == 0 and under:
             return True
         if isinstance(st, ir.Return) and under:
             return True
+        if isinstance(st, ir.Exit) and under and st.region not in inner:
+            return True
         if isinstance(st, ir.If):
             u = under or is_vector(st.cond)
-            if _divergent_escape(st.then, u, depth) or _divergent_escape(st.else_, u, depth):
+            if _divergent_escape(st.then, u, depth, inner) or _divergent_escape(st.else_, u, depth, inner):
                 return True
         elif isinstance(st, ir.Loop):
             u = under or st.divergent
-            if any(_divergent_escape(b, u, depth + 1) for b in (st.header, st.body, st.latch)):
+            if any(_divergent_escape(b, u, depth + 1, inner) for b in (st.header, st.body, st.latch)):
+                return True
+        elif isinstance(st, ir.Region):
+            if _divergent_escape(st.body, under, depth, inner | {st}):
+                return True
+    return False
+
+
+def _divergent_exit(block, region, under) -> bool:
+    """An Exit of `region` under a vector condition or inside a divergent loop."""
+    for st in block:
+        if isinstance(st, ir.Exit) and st.region is region and under:
+            return True
+        if isinstance(st, ir.If):
+            u = under or is_vector(st.cond)
+            if _divergent_exit(st.then, region, u) or _divergent_exit(st.else_, region, u):
+                return True
+        elif isinstance(st, ir.Loop):
+            u = under or st.divergent
+            if any(_divergent_exit(b, region, u) for b in (st.header, st.body, st.latch)):
+                return True
+        elif isinstance(st, ir.Region):
+            if _divergent_exit(st.body, region, under or st.divergent):
                 return True
     return False
 
@@ -111,6 +145,9 @@ def has_divergent_return(block, under=False) -> bool:
         elif isinstance(st, ir.Loop):
             u = under or st.divergent
             if any(has_divergent_return(b, u) for b in (st.header, st.body, st.latch)):
+                return True
+        elif isinstance(st, ir.Region):
+            if has_divergent_return(st.body, under or st.divergent):
                 return True
     return False
 
