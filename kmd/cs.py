@@ -4,26 +4,33 @@
 CS takes its chunks flattened (docs/design.md 3): for each chunk, its drm_amdgpu_cs_chunk
 header immediately followed by `length_dw` dwords of chunk data. It checks every
 chunk before it queues anything; the reply's `handle` is the job's sequence number
-on its ring. Waits run outside the device lock, as PendingReply.
+on its ring. A CS past the context's in-flight cap and the waits are PendingReply:
+woken by fence callbacks (kmd/fence.py), they complete in the client's read(),
+outside the device lock.
 """
 import ctypes
 import errno
 
 from vgpu import uapi
+from vgpu.timeout import amdgpu_seconds_left
 
 from .bo_list import parse_entries
 from .errors import KmdError, check
-from .fence import abs_timeout_to_relative, wait_any
-from .gem import lookup_bo
+from .fence import deadline, subscribe
 from .ioctl import PendingReply
 from .job import Job
 from .syncobj import Syncobj, signaled_stub
 from .syncobj import lookup as lookup_syncobj
+from .vram import PAGE_SIZE
 
 CHUNK = uapi.drm_amdgpu_cs_chunk
-KNOWN_IB_FLAGS = (uapi.AMDGPU_IB_FLAG_CE | uapi.AMDGPU_IB_FLAG_PREAMBLE
-                  | uapi.AMDGPU_IB_FLAG_PREEMPT | uapi.AMDGPU_IB_FLAG_TC_WB_NOT_INVALIDATE)
+# Every AMDGPU_IB_FLAG_* of the uapi. Linux stores whatever bits it is given; vgpu
+# refuses bits the uapi does not define (docs/kmd.md).
+KNOWN_IB_FLAGS = (uapi.AMDGPU_IB_FLAG_CE | uapi.AMDGPU_IB_FLAG_PREAMBLE | uapi.AMDGPU_IB_FLAG_PREEMPT
+                  | uapi.AMDGPU_IB_FLAG_TC_WB_NOT_INVALIDATE | uapi.AMDGPU_IB_FLAG_RESET_GDS_MAX_WAVE_ID
+                  | uapi.AMDGPU_IB_FLAGS_SECURE | uapi.AMDGPU_IB_FLAG_EMIT_MEM_SYNC)
 MAX_IB_BYTES = 1 << 22
+MAX_WAIT_FENCES = 1024  # per WAIT_FENCES; the 128 KiB frame holds ~5000
 
 
 def split_chunks(extra: bytes, num_chunks: int) -> list[tuple[int, bytes]]:
@@ -63,24 +70,41 @@ def lookup_fence(dev, file, ctx_id: int, ip_type: int, ip_instance: int, ring: i
 
 
 def cs(dev, file, args, extra):
-    """Queue the IBs of one submission on one ring.
+    """Queue the IBs of one submission on one ring (amdgpu_cs_ioctl), with the checks
+    of amdgpu_cs.c; the reply's `out.handle` is the job's sequence number.
 
-    EINVAL: unknown context, no or unknown chunks, malformed chunk data, IB not
-    dword-sized or too big, IBs for different rings, unknown ring, bad dependency.
-    Syncobj chunks: SYNCOBJ_IN / SYNCOBJ_TIMELINE_WAIT make the job wait for a
-    syncobj's fence (at a point); SYNCOBJ_OUT / SYNCOBJ_TIMELINE_SIGNAL give the
-    job's fence to syncobjs once it is queued (amdgpu_cs_p2_syncobj_*).
-    ENOENT: bad BO list, BO or syncobj handle; EINVAL also for a syncobj (point)
-    without a fence, or unknown syncobj chunk flags. ECANCELED: the context is guilty of a hang or
-    fault. ENOMEM: too many jobs in flight on the context."""
+    A context with MAX_JOBS_PER_CONTEXT jobs in flight makes the submission wait for
+    room, as amdgpu_ctx_wait_prev_fence does: the write() never blocks, so the CS is
+    then a PendingReply and its reply (with the seq) comes once the KMD has queued
+    the job, in submission order, when an older job of the context completes
+    (kmd/device.py, queue_job). A CS still waiting fails with ECANCELED if a GPU
+    reset cancels its guilty context's work, EBADF if its file is closed.
+
+    Chunks: IB (any AMDGPU_IB_FLAG_*; the engines have no CE, preemption, GDS wave
+    ids, TMZ or caches to act on), FENCE (the user fence: 8 bytes in a one-page BO),
+    DEPENDENCIES / SCHEDULED_DEPENDENCIES, BO_HANDLES, SYNCOBJ_IN /
+    SYNCOBJ_TIMELINE_WAIT (the job waits for a syncobj's fence at a point),
+    SYNCOBJ_OUT / SYNCOBJ_TIMELINE_SIGNAL (at most one of the two: syncobjs that get
+    the job's fence once it is queued, amdgpu_cs_p2_syncobj_*). A refused CS
+    changes nothing.
+
+    EINVAL: no chunks, unknown context, unknown or short chunk, IB not dword-sized
+    or too big or with unknown flags or nonzero padding, IBs for different rings,
+    unknown ring, no IB, a user-fence handle that names no BO or a BO that is not
+    one page, a user-fence offset past its end, bad dependency, a syncobj (point)
+    without a fence, a bad SYNCOBJ_OUT / TIMELINE_SIGNAL handle or a second such
+    chunk, unknown syncobj chunk flags, two BO lists, nonzero CS flags.
+    ENOENT: bad BO list handle, BO handle (BO_HANDLES) or SYNCOBJ_IN / TIMELINE_WAIT
+    handle. ECANCELED: the context is guilty of a hang or fault (also in read(),
+    see above)."""
     a = args.in_
+    check(a.num_chunks > 0, errno.EINVAL, "no chunks")
     ctx = file.contexts.get(a.ctx_id)
     check(ctx is not None, errno.EINVAL, f"no context {a.ctx_id}")
     check(not ctx.guilty, errno.ECANCELED, f"context {ctx.id} is guilty of an earlier GPU fault/hang")
     check(a.flags == 0, errno.EINVAL, f"unknown CS flags {a.flags:#x}")
-    check(a.num_chunks > 0, errno.EINVAL, "no chunks")
     ibs, deps, bos, user_fence, ring = [], [], None, None, None
-    signals = []  # (syncobj, point): get the job's fence once it is queued
+    signals = None  # [(syncobj, point)]: get the job's fence once it is queued
     if a.bo_list_handle:
         bos = file.bo_lists.get(a.bo_list_handle)
         check(bos is not None, errno.ENOENT, f"no BO list {a.bo_list_handle}")
@@ -88,7 +112,8 @@ def cs(dev, file, args, extra):
     for chunk_id, data in split_chunks(extra, a.num_chunks):
         if chunk_id == uapi.AMDGPU_CHUNK_ID_IB:
             ib = as_struct(uapi.drm_amdgpu_cs_chunk_ib, data, "IB")
-            check(ib._pad == 0 and not ib.flags & ~KNOWN_IB_FLAGS, errno.EINVAL, "bad IB flags/padding")
+            check(ib._pad == 0 and not ib.flags & ~KNOWN_IB_FLAGS, errno.EINVAL,
+                  f"bad IB flags {ib.flags:#x} or padding")
             check(0 < ib.ib_bytes <= MAX_IB_BYTES and ib.ib_bytes % 4 == 0 and ib.va_start % 4 == 0,
                   errno.EINVAL, f"IB at {ib.va_start:#x} of {ib.ib_bytes} bytes is not dword sized/aligned")
             r = ring_of(dev, ib.ip_type, ib.ip_instance, ib.ring)
@@ -96,46 +121,43 @@ def cs(dev, file, args, extra):
             ring = r
             ibs.append((ib.va_start, ib.ib_bytes // 4))
         elif chunk_id == uapi.AMDGPU_CHUNK_ID_FENCE:
+            # amdgpu_cs_p1_user_fence: one page, the 8 bytes at `offset` inside it
             f = as_struct(uapi.drm_amdgpu_cs_chunk_fence, data, "FENCE")
-            bo = lookup_bo(file, f.handle)
-            check(f.offset % 8 == 0 and f.offset + 8 <= bo.size, errno.EINVAL,
-                  f"user fence offset {f.offset:#x} outside the BO")
+            bo = file.bos.get(f.handle)
+            check(bo is not None, errno.EINVAL, f"no GEM handle {f.handle} for the user fence")
+            check(bo.size == PAGE_SIZE and f.offset <= bo.size - 8, errno.EINVAL,
+                  f"user fence at offset {f.offset:#x} of a {bo.size}-byte BO (one page, 8 bytes inside)")
             check(not bo.on_chip, errno.EINVAL, "user fence in a GDS/GWS/OA BO (no memory to write)")
             user_fence = (bo, f.offset)
         elif chunk_id in (uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, uapi.AMDGPU_CHUNK_ID_SCHEDULED_DEPENDENCIES):
-            size = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk_dep)
-            check(len(data) % size == 0, errno.EINVAL, "dependency chunk size")
-            for i in range(0, len(data), size):
-                d = uapi.drm_amdgpu_cs_chunk_dep.from_buffer_copy(data, i)
+            for d in chunk_entries(uapi.drm_amdgpu_cs_chunk_dep, data):
                 fence = lookup_fence(dev, file, d.ctx_id, d.ip_type, d.ip_instance, d.ring, d.handle)
                 if fence is not None and not fence.signaled:
                     deps.append(fence)
-        elif chunk_id in (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT):
-            check(len(data) % 4 == 0, errno.EINVAL, "syncobj chunk size")
-            for i in range(0, len(data), 4):
-                handle = int.from_bytes(data[i:i + 4], "little")
-                s = lookup_syncobj(file, handle)
-                if chunk_id == uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT:
-                    signals.append((s, 0))
-                else:
-                    fence = syncobj_fence(s, handle, 0)
-                    if not fence.signaled:
-                        deps.append(fence)
-        elif chunk_id in (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL):
-            size = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk_syncobj)
-            check(len(data) % size == 0, errno.EINVAL, "timeline syncobj chunk size")
-            for i in range(0, len(data), size):
-                d = uapi.drm_amdgpu_cs_chunk_syncobj.from_buffer_copy(data, i)
+        elif chunk_id == uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN:
+            for d in chunk_entries(uapi.drm_amdgpu_cs_chunk_sem, data):
+                fence = syncobj_fence(lookup_syncobj(file, d.handle), d.handle, 0)
+                if not fence.signaled:
+                    deps.append(fence)
+        elif chunk_id == uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT:
+            for d in chunk_entries(uapi.drm_amdgpu_cs_chunk_syncobj, data):
                 s = lookup_syncobj(file, d.handle)
-                if chunk_id == uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL:
+                check(not d.flags & ~uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT, errno.EINVAL,
+                      f"timeline wait flags {d.flags:#x}")
+                fence = syncobj_fence(s, d.handle, d.point)
+                if not fence.signaled:
+                    deps.append(fence)
+        elif chunk_id in (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL):
+            # amdgpu_cs_p2_syncobj_out / _timeline_signal: one such chunk, EINVAL for a bad handle
+            check(signals is None, errno.EINVAL, "a second SYNCOBJ_OUT / SYNCOBJ_TIMELINE_SIGNAL chunk")
+            signals = []
+            timeline = chunk_id == uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL
+            for d in chunk_entries(uapi.drm_amdgpu_cs_chunk_syncobj if timeline else uapi.drm_amdgpu_cs_chunk_sem, data):
+                s = file.syncobjs.get(d.handle)
+                check(s is not None, errno.EINVAL, f"no syncobj {d.handle} to signal")
+                if timeline:
                     check(d.flags == 0, errno.EINVAL, f"timeline signal flags {d.flags:#x}")
-                    signals.append((s, d.point))
-                else:
-                    check(not d.flags & ~uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT, errno.EINVAL,
-                          f"timeline wait flags {d.flags:#x}")
-                    fence = syncobj_fence(s, d.handle, d.point)
-                    if not fence.signaled:
-                        deps.append(fence)
+                signals.append((s, d.point if timeline else 0))
         elif chunk_id == uapi.AMDGPU_CHUNK_ID_BO_HANDLES:
             lst = as_struct(uapi.drm_amdgpu_bo_list_in, data, "BO_HANDLES")
             check(bos is None, errno.EINVAL, "both a BO list handle and a BO_HANDLES chunk")
@@ -145,9 +167,25 @@ def cs(dev, file, args, extra):
             raise KmdError(errno.EINVAL, f"unknown or unsupported chunk id {chunk_id}")
     check(ring is not None, errno.EINVAL, "no IB chunk")
     job = Job(file, ctx, ibs, bos if bos is not None else file.mapped_bos(), deps, user_fence=user_fence)
-    args.out.handle = dev.queue_job(ring, job)
-    for s, point in signals:  # after queueing: job.fence exists now
-        s.signal_point(job.fence, point)
+    seq = dev.queue_job(ring, job, signals or ())
+    if seq is not None:
+        args.out.handle = seq
+        return None
+
+    def finish():
+        if job.queued.error:
+            raise KmdError(job.queued.error, f"the submission waiting for room on context {ctx.id} was dropped")
+        args.out.handle = job.fence.seq
+
+    return PendingReply(ready=lambda: job.queued.signaled, subscribe=lambda wake: subscribe([job.queued], wake),
+                        finish=finish)
+
+
+def chunk_entries(struct, data: bytes) -> list:
+    """The whole `struct`s in a chunk's data; a partial one at the end is ignored, as
+    amdgpu_cs.c counts them (length_dw * 4 / sizeof)."""
+    size = ctypes.sizeof(struct)
+    return [struct.from_buffer_copy(data, i) for i in range(0, len(data) - size + 1, size)]
 
 
 def syncobj_fence(s, handle: int, point: int):
@@ -158,59 +196,91 @@ def syncobj_fence(s, handle: int, point: int):
     return fence
 
 
+def _clear(args) -> None:
+    """memset(args, 0): amdgpu clears the union before it writes the out fields."""
+    ctypes.memset(ctypes.addressof(args), 0, ctypes.sizeof(args))
+
+
 def wait_cs(dev, file, args, extra):
-    """Wait for one submission; `timeout` is absolute CLOCK_MONOTONIC ns (top bit set:
-    forever). `status` is 0 once it signaled, 1 on timeout. A job that failed makes
-    the wait fail with the fence's error (EFAULT fault, EINVAL bad packet, ETIME
-    hang, ECANCELED cancelled), as amdgpu returns fence->error.
+    """Wait for one submission (amdgpu_cs_wait_ioctl); `timeout` is absolute
+    CLOCK_MONOTONIC ns, top bit set for forever (vgpu.timeout.amdgpu_seconds_left).
+    `status` is 0 once it signaled (or signaled long ago), 1 on timeout. A fence that
+    carries an error makes the request fail with that error instead, as amdgpu
+    returns `fence->error` as the ioctl's result: EFAULT (page fault), EINVAL (bad
+    packet or instruction), ETIME (hang), ECANCELED (cancelled), EIO; the read()
+    fails with it, also when the job failed long before the call.
     EINVAL: unknown context or ring, seq never emitted."""
     a = args.in_
     fence = lookup_fence(dev, file, a.ctx_id, a.ip_type, a.ip_instance, a.ring, a.handle)
-    timeout = abs_timeout_to_relative(a.timeout)
 
-    def complete():
-        done = fence is None or fence.wait(timeout)
-        if done and fence is not None and fence.error:
+    def finish():
+        if fence is not None and fence.signaled and fence.error:
             raise KmdError(fence.error, f"seq {fence.seq} on {fence.ring_name} failed")
-        args.out.status = 0 if done else 1
+        busy = fence is not None and not fence.signaled
+        _clear(args)
+        args.out.status = int(busy)
 
-    if fence is None or fence.signaled or timeout == 0:
-        complete()
-        return None
-    return PendingReply(complete)
+    fences = [fence] if fence is not None else []
+    return PendingReply(ready=lambda: all(f.signaled for f in fences), subscribe=lambda wake: subscribe(fences, wake),
+                        finish=finish, deadline=deadline(amdgpu_seconds_left(a.timeout)))
 
 
 def wait_fences(dev, file, args, extra):
-    """Wait for all or any of `fence_count` drm_amdgpu_fence entries (flattened in the
-    extra data). status 0 = done, 1 = timed out; first_signaled is the index of the
-    first signaled fence in wait-any mode. EINVAL: bad count, extra length, context,
-    ring or seq. Errors of failed fences fail the wait as in WAIT_CS."""
+    """Wait for all or any of `fence_count` drm_amdgpu_fence entries (flattened in
+    the extra data), as amdgpu_cs_wait_fences_ioctl: `status` 1 when the wait is
+    satisfied, 0 on timeout.
+    Wait-all (amdgpu_cs_wait_all_fences) takes the fences in order: the first one
+    found signalled with an error fails the request with that error. Wait-any
+    (amdgpu_cs_wait_any_fence): `first_signaled` is the index of the first fence
+    signalled (a fence signalled long ago counts at once), 0xffffffff on timeout;
+    if that fence carries an error the request fails with it.
+    EINVAL: bad count, extra length, context, ring or seq."""
     a = args.in_
     size = ctypes.sizeof(uapi.drm_amdgpu_fence)
-    check(0 < a.fence_count <= 1024 and len(extra) == a.fence_count * size, errno.EINVAL,
+    check(0 < a.fence_count <= MAX_WAIT_FENCES and len(extra) == a.fence_count * size, errno.EINVAL,
           f"fence_count {a.fence_count} does not match {len(extra)} bytes of fences")
-    fences = []
+    fences = []  # None: signalled long ago
     for i in range(a.fence_count):
         f = uapi.drm_amdgpu_fence.from_buffer_copy(extra, i * size)
         fences.append(lookup_fence(dev, file, f.ctx_id, f.ip_type, f.ip_instance, f.ring, f.seq_no))
-    timeout = abs_timeout_to_relative(a.timeout_ns)
     live = [f for f in fences if f is not None]
+    wait_all = bool(a.wait_all)
 
-    def complete():
-        done = wait_any(live, timeout, bool(a.wait_all)) if live else True
-        if not live or not a.wait_all and any(f is None for f in fences):
-            done = True
-        first = next((i for i, f in enumerate(fences) if f is None or f.signaled), 0)
-        failed = next((f for f in fences if f is not None and f.signaled and f.error), None)
-        if failed is not None and (a.wait_all or fences[first] is failed):
-            raise KmdError(failed.error, f"seq {failed.seq} on {failed.ring_name} failed")
-        args.out.status = 0 if done else 1
-        args.out.first_signaled = first
+    def ready() -> bool:
+        if not wait_all:
+            return len(live) < len(fences) or any(f.signaled for f in live)
+        for f in live:  # in order: an error ends the wait where amdgpu would return it
+            if not f.signaled:
+                return False
+            if f.error:
+                return True
+        return True
 
-    if timeout == 0 or all(f is None or f.signaled for f in fences):
-        complete()
-        return None
-    return PendingReply(complete)
+    def finish():
+        if wait_all:
+            status = 1
+            for f in live:
+                if not f.signaled:
+                    status = 0
+                    break
+                if f.error:
+                    raise KmdError(f.error, f"seq {f.seq} on {f.ring_name} failed")
+            _clear(args)
+            args.out.status = status
+            return
+        if None in fences:  # amdgpu_cs_get_fence gave NULL: signalled, no error to report
+            first = fences.index(None)
+        else:
+            first = next((i for i, f in enumerate(fences) if f.signaled), None)
+        if first is not None and fences[first] is not None and fences[first].error:
+            f = fences[first]
+            raise KmdError(f.error, f"seq {f.seq} on {f.ring_name} failed")
+        _clear(args)
+        args.out.status = int(first is not None)
+        args.out.first_signaled = 0xFFFFFFFF if first is None else first
+
+    return PendingReply(ready=ready, subscribe=lambda wake: subscribe(live, wake), finish=finish,
+                        deadline=deadline(amdgpu_seconds_left(a.timeout_ns)))
 
 
 def fence_to_handle(dev, file, args, extra):

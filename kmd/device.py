@@ -4,6 +4,7 @@ Every ioctl runs under one device lock (the handlers are short; blocking waits a
 returned as PendingReply and run outside it). Engines, when they exist, report back
 through the interrupt ring and take the same lock to update state.
 """
+import collections
 import errno
 import threading
 import time
@@ -14,6 +15,7 @@ from . import ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, hw,
 from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _sysfs
 from .drm_file import DrmFile
 from .errors import KmdError
+from .fence import Fence
 from .gem import DOMAIN_NAMES, BufferObject
 from .hw.cp import CommandProcessor
 from .ioctl import dispatch, request_name
@@ -51,7 +53,12 @@ class Device:
         self.zombie_bos: dict[int, BufferObject] = {}
         self._zombies_by_job: dict[int, list[BufferObject]] = {}
         self._bus_repairs_seen = hw.bus_repairs()[0]
-        self.idle_cv = threading.Condition()          # notified when jobs complete
+        # Notified when jobs complete; kmd/vm.py's UNRESERVE_VMID waits on it (the
+        # other waits hang callbacks on fences, kmd/fence.py).
+        self.idle_cv = threading.Condition()
+        # Submissions waiting for room on their context (queue_job), in order:
+        # {(file id, ctx id): deque of (ring, job)}.
+        self._backlog: dict[tuple[int, int], collections.deque] = {}
         self.ih = hw.InterruptRing()
         self.rings: dict[tuple[int, int], Ring] = {}
         for i in range(2):
@@ -83,6 +90,7 @@ class Device:
             if f.closed:
                 return
             f.closed = True
+            self._drop_backlog(lambda j: j.file is f, errno.EBADF)
             for ring in self.rings.values():
                 ring.cancel(lambda j: j.file is f)
             f.vm.clear_all()
@@ -177,8 +185,12 @@ class Device:
             if not bo.awaiting and bo.busy_jobs == 0 and not bo.freed:
                 self._release_bo(bo)
         job.file.jobs.discard(job.id)
-        job.ctx.inflight -= 1
         job.pin.release()
+        if job.fence is not None:  # it was on a ring, not only in a backlog (queue_job)
+            for bo in job.bos:
+                bo.fences.discard(job.fence)
+            job.ctx.inflight -= 1
+            self._queue_backlog(job.file, job.ctx)
 
     def bo_by_offset(self, offset: int) -> BufferObject | None:
         with self.lock:
@@ -195,25 +207,65 @@ class Device:
         with self.lock:
             return self.sync_tokens.get(token)
 
-    def wait_bo_idle(self, bo: BufferObject, timeout: float | None) -> bool:
-        """Block (outside the device lock) until no job uses `bo`, or `timeout` s pass."""
-        with self.idle_cv:
-            return self.idle_cv.wait_for(lambda: bo.busy_jobs == 0, timeout)
-
     # -- submission and completion --------------------------------------------
-    def queue_job(self, ring: Ring, job: Job) -> int:
-        """Take the job's references and queue it (device lock held). Returns its seq.
-        EBUSY: the context already has MAX_JOBS_PER_CONTEXT jobs in flight (the
-        write() must not block, so the client is told to wait and retry)."""
-        if job.ctx.inflight >= _sched.MAX_JOBS_PER_CONTEXT:
-            raise KmdError(errno.EBUSY, f"context {job.ctx.id} has {job.ctx.inflight} jobs in flight "
-                                        f"(limit {_sched.MAX_JOBS_PER_CONTEXT}); wait for a fence")
-        job.ctx.inflight += 1
+    def queue_job(self, ring: Ring, job: Job, signals=()) -> int | None:
+        """Take the job's references and queue it on `ring` (device lock held); then
+        `signals`, (syncobj, point) pairs, get its fence. Returns its seq.
+
+        A context has at most MAX_JOBS_PER_CONTEXT jobs on the rings. Past that, as
+        amdgpu_ctx_wait_prev_fence makes the CS wait, the job (references taken)
+        joins its context's backlog and None is returned: the write() must not block.
+        The backlog is queued in order as the context's jobs complete (_job_done),
+        and `job.queued` signals when this job is (with ECANCELED or EBADF instead if
+        a reset or the file's close drops it first; see _drop_backlog)."""
         for bo in job.bos:
             bo.busy_jobs += 1
         job.pin = job.file.vm.page_table.pin()
         job.file.jobs.add(job.id)
-        return ring.submit(job)
+        job.signals = list(signals)
+        key = (job.file.id, job.ctx.id)
+        if key in self._backlog or job.ctx.inflight >= _sched.MAX_JOBS_PER_CONTEXT:
+            job.queued = Fence("backlog", job.id)
+            self._backlog.setdefault(key, collections.deque()).append((ring, job))
+            return None
+        return self._submit(ring, job)
+
+    def _submit(self, ring: Ring, job: Job) -> int:
+        job.ctx.inflight += 1
+        seq = ring.submit(job)
+        for bo in job.bos:
+            bo.fences.add(job.fence)
+        for s, point in job.signals:
+            s.signal_point(job.fence, point)
+        return seq
+
+    def _queue_backlog(self, file: DrmFile, ctx) -> None:
+        """Queue what the backlog of (file, ctx) has room for (device lock held)."""
+        key = (file.id, ctx.id)
+        backlog = self._backlog.get(key)
+        while backlog and ctx.inflight < _sched.MAX_JOBS_PER_CONTEXT:
+            ring, job = backlog.popleft()
+            self._submit(ring, job)
+            job.queued.signal()
+        if backlog is not None and not backlog:
+            del self._backlog[key]
+
+    def _drop_backlog(self, pred, err: int) -> int:
+        """Drop the waiting submissions whose job matches `pred` (device lock held):
+        their references go and `job.queued` signals with `err`, which the CS's
+        read() returns. Returns how many."""
+        dropped = []
+        for key, backlog in list(self._backlog.items()):
+            keep = collections.deque(e for e in backlog if not pred(e[1]))
+            dropped += [job for _, job in backlog if pred(job)]
+            if keep:
+                self._backlog[key] = keep
+            else:
+                del self._backlog[key]
+        for job in dropped:
+            self._job_done(job)
+            job.queued.signal(err)
+        return len(dropped)
 
     def job_failed(self, ring: Ring, job: Job) -> None:
         """Called by a ring worker when an IB faulted or was aborted by the watchdog,
@@ -276,6 +328,7 @@ class Device:
             if guilty is not None:
                 for r in self.rings.values():
                     n += r.cancel(lambda j: j.ctx is guilty)
+                n += self._drop_backlog(lambda j: j.ctx is guilty, errno.ECANCELED)
             else:
                 aborted = [r.name for r in self.rings.values() if r.abort_running()]
                 if aborted:

@@ -15,9 +15,10 @@ import threading
 import numpy as np
 
 from vgpu import uapi
+from vgpu.timeout import amdgpu_seconds_left
 
 from .errors import KmdError, check
-from .fence import abs_timeout_to_relative
+from .fence import deadline, subscribe
 from .ioctl import PendingReply
 from .memory import Placement
 from .onchip import NAMES as ON_CHIP_NAMES, ON_CHIP_DOMAINS, units as on_chip_units
@@ -64,6 +65,7 @@ class BufferObject:
         self.handle_count = 0
         self.busy_jobs = 0             # jobs in flight that reference it
         self.awaiting: set[int] = set()  # once closed: ids of jobs its memory waits for
+        self.fences: set = set()       # of the submitted jobs in flight that use it (its dma_resv)
         self.freed = False
         self.lock = threading.Lock()
         self.uids = {uid}              # who may map it: the creator, and importers (kmd/prime.py)
@@ -201,20 +203,21 @@ def gem_close(dev, file, args, extra):
 
 def gem_wait_idle(dev, file, args, extra):
     """Report whether the BO is idle (status 0) or still used by a job (status 1),
-    waiting up to the absolute CLOCK_MONOTONIC timeout (in read(), as a
-    PendingReply). ENOENT: bad handle. EINVAL: unknown flags."""
+    waiting up to the absolute CLOCK_MONOTONIC timeout (top bit set: forever) for the
+    fences of the jobs submitted so far that use it (amdgpu_gem_wait_idle_ioctl on
+    the BO's reservation object; fence errors do not matter). In read(), as a
+    PendingReply woken by those fences. ENOENT: bad handle. EINVAL: unknown flags."""
     check(args.in_.flags == 0, errno.EINVAL, "unknown flags")
     bo = lookup_bo(file, args.in_.handle)
-    timeout = abs_timeout_to_relative(args.in_.timeout)
+    fences = list(bo.fences)
+    until = deadline(amdgpu_seconds_left(args.in_.timeout))
 
-    def complete():
-        idle = dev.wait_bo_idle(bo, timeout)
-        args.out.status = 0 if idle else 1
+    def finish():
+        args.out.status = int(not all(f.signaled for f in fences))
         args.out.domain = bo.domain
 
-    if bo.busy_jobs == 0 or timeout == 0:
-        return complete()
-    return PendingReply(complete)
+    return PendingReply(ready=lambda: all(f.signaled for f in fences),
+                        subscribe=lambda wake: subscribe(fences, wake), finish=finish, deadline=until)
 
 
 def gem_op(dev, file, args, extra):

@@ -7,17 +7,20 @@ with and the dispatch that reads it.
 A handler is `fn(dev, file, args, extra) -> bytes | PendingReply | None`: `args` is a
 ctypes struct of the KMD's own size that the handler updates in place (it becomes
 the reply struct), `extra` the flattened pointer data, the return value the reply's
-out-data. Arguments are checked before any work is done; each handler's docstring
+out-data, or a PendingReply for a request that must wait (dispatch answers it at
+once when it is decided already). Arguments are checked before any work is done; each handler's docstring
 lists the errno values it returns.
 """
 import ctypes
 import errno
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 from vgpu import uapi
 
 from .errors import KmdError
+from .fence import block_until
 
 # Permission flags of a table entry, with the values of enum drm_ioctl_flags
 # (include/drm/drm_ioctl.h). BIT(3) was DRM_CONTROL_ALLOW, long removed.
@@ -41,18 +44,83 @@ class Reply:
 
 
 class PendingReply:
-    """A request that completes later; `wait()` blocks (vdev runs it in a thread) and
-    returns the Reply or raises KmdError, which fails the read().
+    """A request that completes later: a wait (WAIT_CS, WAIT_FENCES, GEM_WAIT_IDLE,
+    the syncobj waits) or a CS waiting for room on its context. It never blocks by
+    itself; whoever holds it drives it through four members:
 
-    A handler returns `PendingReply(complete)`, where `complete()` blocks, updates the
-    handler's `args` in place and returns the out-data; dispatch() wraps it so that
-    `wait()` yields the finished Reply."""
+    - ``ready() -> bool``: the request can complete now. Cheap, any thread, no lock.
+    - ``subscribe(wake) -> cancel``: arrange for ``wake()`` whenever ready() may have
+      become true (fence callbacks, kmd/fence.py); ``cancel()`` undoes it. ``wake``
+      runs in the signalling thread, possibly under the device lock, so it must only
+      hand work off (set an Event, queue a call on a loop).
+    - ``deadline``: ``time.monotonic()`` seconds after which the request completes
+      unsatisfied (a timeout); None: never.
+    - ``finish()``: complete it, once ready() or past the deadline, from the state
+      as it is then: updates the handler's args and returns the out-data (from
+      dispatch: the Reply), or raises KmdError, which fails the read(). A finish
+      that raised may be called again and raises the same.
 
-    def __init__(self, complete: Callable[[], "bytes | Reply | None"]):
+    ``wait()`` drives it in the calling thread (kmd.fence.block_until). vdev drives
+    it on its trio loop, woken through ``run_sync_soon`` (vdev/nodes.py), so a
+    blocked read costs no thread.
+
+    A wait with nothing to hang a callback on may instead be one blocking function,
+    ``PendingReply(complete)``: ``blocking`` is then True, ``wait()`` runs
+    ``complete()`` and vdev runs it in a worker thread.
+    """
+
+    def __init__(self, complete: Callable[[], object] | None = None, *,
+                 ready: Callable[[], bool] | None = None,
+                 subscribe: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+                 finish: Callable[[], object] | None = None,
+                 deadline: float | None = None):
+        if (complete is None) == (finish is None):
+            raise TypeError("PendingReply takes either complete or ready/subscribe/finish")
         self._complete = complete
+        self._ready = ready or (lambda: False)
+        self._subscribe = subscribe or (lambda wake: _nothing)
+        self._finish = finish
+        self.deadline = deadline
 
-    def wait(self) -> Reply:
-        return self._complete()
+    @property
+    def blocking(self) -> bool:
+        """True for the ``PendingReply(complete)`` form: only wait() completes it."""
+        return self._complete is not None
+
+    def ready(self) -> bool:
+        return self._ready()
+
+    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]:
+        return self._subscribe(wake)
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def finish(self):
+        if self._complete is not None:
+            raise TypeError("a blocking PendingReply completes only through wait()")
+        return self._finish()
+
+    def wait(self):
+        """Block this thread until the request completes; returns what finish()
+        returns (the Reply, from dispatch) or raises its KmdError."""
+        if self._complete is not None:
+            return self._complete()
+        block_until(self._ready, self._subscribe, self.deadline)
+        return self._finish()
+
+    def then(self, fn: Callable[[object], object]) -> "PendingReply":
+        """The same wait, its result passed through ``fn`` (dispatch makes the Reply)."""
+        if self._complete is not None:
+            complete = self._complete
+            return PendingReply(lambda: fn(complete()))
+        finish = self._finish
+        return PendingReply(ready=self._ready, subscribe=self._subscribe, deadline=self.deadline,
+                            finish=lambda: fn(finish()))
+
+
+def _nothing() -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -180,11 +248,12 @@ def dispatch(table: dict[int, IoctlDesc], dev, file, request: int, arg: bytes, e
     args = desc.struct.from_buffer(buf)
     out = desc.func(dev, file, args, extra)
     if isinstance(out, PendingReply):
-        complete = out._complete
-
-        def finish() -> Reply:
-            extra_out = complete() or b""  # updates args (a view of buf) first
-            return Reply(0, bytes(buf[: len(arg)]), extra_out)
-
-        return PendingReply(finish)
+        # finish() updates args (a view of buf) first, then the Reply is made
+        pending = out.then(lambda extra_out: Reply(0, bytes(buf[: len(arg)]), extra_out or b""))
+        if not pending.blocking and (pending.ready() or pending.expired()):
+            try:  # decided already: answer in the write()'s reply...
+                return pending.finish()
+            except KmdError:
+                return pending  # ...unless it failed: an error of completion fails the read()
+        return pending
     return Reply(0, bytes(buf[: len(arg)]), out or b"")

@@ -23,3 +23,5 @@ class Job:
     started_at: float | None = None
     timed_out: bool = False
     hw_seq: int = 0                  # position in the ring's execution order
+    signals: list = field(default_factory=list)  # (syncobj, point): get the fence once queued
+    queued: Fence | None = None      # a CS that waited for room: signals when the job is queued

@@ -13,7 +13,9 @@ the next job whose dependencies have all signalled:
   for at most STARVATION_LIMIT jobs of higher priority (plus the one running).
 
 Jobs of one entity run in submission order. A cancelled job is ready at once (it
-runs no IBs; its fence signals with its error).
+runs no IBs; its fence signals with its error). A context has at most
+MAX_JOBS_PER_CONTEXT jobs on the rings; a CS beyond that waits for room in the
+context's backlog (kmd/device.py, queue_job), as amdgpu_ctx_wait_prev_fence makes it.
 """
 import collections
 import errno
@@ -26,7 +28,7 @@ from .errors import KmdError, check
 KERNEL, HIGH, NORMAL, LOW = 0, 1, 2, 3
 LEVEL_NAMES = {KERNEL: "KERNEL", HIGH: "HIGH", NORMAL: "NORMAL", LOW: "LOW"}
 STARVATION_LIMIT = 8
-MAX_JOBS_PER_CONTEXT = 64  # queued + running, per context; beyond it CS fails with EBUSY
+MAX_JOBS_PER_CONTEXT = 64  # queued + running, per context; beyond it a CS waits for room (Device.queue_job)
 
 
 def level_of(priority: int) -> int:

@@ -12,21 +12,21 @@ syncobj's current fence. FD_TO_HANDLE takes the token back in any file of the
 device; tokens live until the exporting file closes (docs/syncobj.md).
 
 Extra data (docs/design.md 3): the u32 handle array, then the u64 point array where the
-struct has one. Waits that must block are PendingReply: they wait in the client's
-read(), outside the device lock, on a condition that fence callbacks and syncobj
-fence changes poke.
+struct has one. Waits that must block are PendingReply: they complete in the client's
+read(), outside the device lock, woken by fence callbacks and syncobj fence changes
+(kmd/fence.py).
 """
 import errno
 import itertools
 import secrets
 import struct
 import threading
-import time
 
 from vgpu import uapi
+from vgpu.timeout import syncobj_seconds_left
 
 from .errors import KmdError, check
-from .fence import Fence
+from .fence import Fence, deadline
 from .ioctl import PendingReply
 
 WAIT_ALL = uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL
@@ -263,76 +263,101 @@ def _arrays(file, extra: bytes, count: int, with_points: bool) -> tuple[list[Syn
     return [lookup(file, h) for h in handles], points
 
 
-def abs_timeout(timeout_nsec: int) -> float | None:
-    """drm_timeout_abs_to_jiffies: absolute CLOCK_MONOTONIC ns -> seconds left.
-    0 or a time in the past: poll (0.0). Negative or beyond the s64 range: forever
-    (Linux would treat a negative value as past; see docs/syncobj.md)."""
-    if timeout_nsec < 0 or timeout_nsec >= 1 << 63:
-        return None
-    return max(0.0, timeout_nsec / 1e9 - time.monotonic())
+class _ArrayWait:
+    """drm_syncobj_array_wait_timeout as the parts of a PendingReply (kmd/ioctl.py):
+    an entry counts once the fence of its point is submitted (WAIT_AVAILABLE) or
+    has signalled; the wait is over when all count (WAIT_ALL) or any does, or when
+    the file is closed (then EBADF). Fence errors do not matter, as in Linux.
+    `subscribe` watches the syncobjs for new fences (WAIT_FOR_SUBMIT) and hangs a
+    callback on every fence it finds."""
 
+    def __init__(self, file, syncobjs: list[Syncobj], points: list[int], flags: int):
+        self.file, self.syncobjs, self.points, self.flags = file, syncobjs, points, flags
+        # WAIT_ALL reports the first entry seen counting (0xffffffff, the ioctl's
+        # initial value, until one does); wait-any the first one counting at the end.
+        self.first = 0xFFFFFFFF
+        self._counted()
 
-def _wait(file, syncobjs: list[Syncobj], points: list[int], flags: int,
-          timeout: float | None) -> tuple[bool, int]:
-    """drm_syncobj_array_wait_timeout. Returns (done, first_signaled); first is
-    0xffffffff unless an entry counted as signalled (as Linux leaves it)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    cv = threading.Condition()
-    hooked: set[int] = set()
+    def _counted(self) -> list[bool]:
+        avail = bool(self.flags & WAIT_AVAILABLE)
+        fences = (s.find(p) for s, p in zip(self.syncobjs, self.points))
+        counted = [f is not None and (avail or f.signaled) for f in fences]
+        if self.first == 0xFFFFFFFF and any(counted):
+            self.first = counted.index(True)
+        return counted
 
-    def poke(*_):
-        with cv:
-            cv.notify_all()
+    def _done(self, counted: list[bool]) -> bool:
+        return all(counted) or (any(counted) and not self.flags & WAIT_ALL)
 
-    for s in syncobjs:
-        s.watch(poke)
-    try:
-        with cv:
-            first = 0xFFFFFFFF
-            while True:
-                check(not file.closed, errno.EBADF, "file closed during the wait")
-                ready = []
-                for s, p in zip(syncobjs, points):
-                    fence = s.find(p)
-                    if fence is not None and id(fence) not in hooked:
-                        hooked.add(id(fence))
-                        fence.add_callback(poke)
-                    ready.append(fence is not None and (bool(flags & WAIT_AVAILABLE) or fence.signaled))
-                if any(ready) and first == 0xFFFFFFFF:
-                    first = ready.index(True)
-                if all(ready) or (any(ready) and not flags & WAIT_ALL):
-                    if not flags & WAIT_ALL:
-                        first = ready.index(True)
-                    return True, first
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False, first
-                cv.wait(left)
-    finally:
-        for s in syncobjs:
-            s.unwatch(poke)
+    def ready(self) -> bool:
+        return self.file.closed or self._done(self._counted())
+
+    def finish(self) -> int:
+        """The first_signaled to report; EBADF once the file is closed, ETIME if the
+        wait is not over (its deadline passed)."""
+        check(not self.file.closed, errno.EBADF, "file closed during the wait")
+        counted = self._counted()
+        if not self._done(counted):
+            raise KmdError(errno.ETIME, "syncobj wait timed out")
+        return self.first if self.flags & WAIT_ALL else counted.index(True)
+
+    def subscribe(self, wake):
+        lock = threading.Lock()
+        hooked: dict[int, Fence] = {}
+        cancelled = False
+
+        def on_fence(_fence) -> None:
+            wake()
+
+        def hook() -> None:
+            with lock:
+                if cancelled:
+                    return
+                found = [s.find(p) for s, p in zip(self.syncobjs, self.points)]
+                new = [f for f in found if f is not None and id(f) not in hooked]
+                for f in new:
+                    hooked[id(f)] = f
+            for f in new:
+                f.add_callback(on_fence)
+
+        def on_change() -> None:  # a new fence in a syncobj (device lock held)
+            hook()
+            wake()
+
+        for s in self.syncobjs:
+            s.watch(on_change)
+        hook()
+
+        def cancel() -> None:
+            nonlocal cancelled
+            for s in self.syncobjs:
+                s.unwatch(on_change)
+            with lock:
+                cancelled = True
+                fences = list(hooked.values())
+                hooked.clear()
+            for f in fences:
+                f.remove_callback(on_fence)
+
+        return cancel
 
 
 def _start_wait(file, args, syncobjs, points, flags, timeout_nsec):
-    """Shared by WAIT and TIMELINE_WAIT: answer at once when the condition holds,
-    else a PendingReply whose read() blocks (ETIME on timeout)."""
+    """Shared by WAIT and TIMELINE_WAIT: a PendingReply (answered at once by the
+    dispatch when the condition holds already; ETIME from the read() on timeout).
+    The deadline is `timeout_nsec` read as drm_timeout_abs_to_jiffies does
+    (vgpu.timeout.syncobj_seconds_left: 0 or a past time, negative included, polls)."""
     if not flags & (WAIT_FOR_SUBMIT | WAIT_AVAILABLE):
         for i, (s, p) in enumerate(zip(syncobjs, points)):
             check(s.find(p) is not None, errno.EINVAL,
                   f"syncobj {i} has no fence" + (f" for point {p}" if p else "") + " and no WAIT_FOR_SUBMIT")
-    timeout = abs_timeout(timeout_nsec)
+    w = _ArrayWait(file, syncobjs, points, flags)
 
-    def complete():
-        done, first = _wait(file, syncobjs, points, flags, timeout)
-        if not done:
-            raise KmdError(errno.ETIME, "syncobj wait timed out")
-        args.first_signaled = first
+    def finish():
+        args.first_signaled = w.finish()
 
-    done, first = _wait(file, syncobjs, points, flags, 0.0)
-    if done:
-        args.first_signaled = first
-        return None
-    return PendingReply(complete)
+    return PendingReply(ready=w.ready, subscribe=w.subscribe, finish=finish,
+                        deadline=deadline(syncobj_seconds_left(timeout_nsec)))
 
 
 # -- ioctls ------------------------------------------------------------------------------
@@ -471,10 +496,12 @@ def syncobj_transfer(dev, file, args, extra):
     check(args.flags & WAIT_FOR_SUBMIT, errno.EINVAL,
           f"syncobj {args.src_handle} has no fence for point {args.src_point}")
 
-    def complete():
-        if not _wait(file, [src], [args.src_point], WAIT_AVAILABLE, WAIT_FOR_SUBMIT_TIMEOUT)[0]:
-            raise KmdError(errno.ETIME, f"point {args.src_point} not submitted in time")
+    w = _ArrayWait(file, [src], [args.src_point], WAIT_AVAILABLE)
+
+    def finish():
+        w.finish()  # EBADF, or ETIME: not submitted in time
         with dev.lock:
             dst.signal_point(src.find(args.src_point), args.dst_point)
 
-    return PendingReply(complete)
+    return PendingReply(ready=w.ready, subscribe=w.subscribe, finish=finish,
+                        deadline=deadline(WAIT_FOR_SUBMIT_TIMEOUT))

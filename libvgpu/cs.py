@@ -189,7 +189,12 @@ def cs_query_fence_status(fence: CsFence, timeout_ns: int = 0, flags: int = 0) -
 
 def cs_wait_fences(fences: list[CsFence], wait_all: bool = True,
                    timeout_ns: int = AMDGPU_TIMEOUT_INFINITE) -> tuple[bool, int]:
-    """AMDGPU_WAIT_FENCES (amdgpu_cs_wait_fences): (signaled, first_signaled index)."""
+    """AMDGPU_WAIT_FENCES (amdgpu_cs_wait_fences): (signaled, first_signaled index).
+    `signaled` is libdrm's `status`: True once all (or, with `wait_all` False, any)
+    signaled, False when `timeout_ns` passed first; `first_signaled` is meaningful
+    for wait-any only (0xffffffff after a timeout). A failed job raises the error
+    its fence carries: in wait-all the first one in order, in wait-any the first
+    signaled one's."""
     if not fences:
         raise error_for(errno.EINVAL, "cs_wait_fences: no fences")
     req = uapi.drm_amdgpu_wait_fences()
@@ -198,4 +203,4 @@ def cs_wait_fences(fences: list[CsFence], wait_all: bool = True,
     req.in_.timeout_ns = absolute_timeout(timeout_ns)
     fences[0].context.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_WAIT_FENCES, req,
                                 b"".join(bytes(f.as_uapi()) for f in fences))
-    return req.out.status == 0, req.out.first_signaled
+    return req.out.status == 1, req.out.first_signaled

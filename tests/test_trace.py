@@ -241,7 +241,7 @@ def test_syncobj_wait_fences_and_generic_fallback():
     assert decode_lines(log) == [
         "renderD128: SYNCOBJ_WAIT {handles=[1, 2], timeout=inf, flags=WAIT_ALL} = 0 {first_signaled=0}",
         "renderD128: AMDGPU_WAIT_FENCES {[{ctx=1 ip=DMA ring=0 seq=7}], wait_all=1, timeout=1000} "
-        "= 0 {status=1, first_signaled=0}",
+        "= 0 {status=1 (signaled), first_signaled=0}",
         "renderD128: SYNCOBJ_TRANSFER {src_handle=1, dst_handle=2, src_point=0, dst_point=5, flags=0} = 0"]
 
 

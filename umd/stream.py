@@ -32,7 +32,7 @@ from .errors import GPUError, UMDError
 from .fault import gpu_error
 from .memory import IB_BYTES, IbBuffer
 
-MAX_INFLIGHT = 32          # the KMD refuses a 65th job per context (EBUSY); stay well below
+MAX_INFLIGHT = 32          # the KMD makes a 65th job per context wait for room; stay well below
 DMA, COMPUTE = "sdma0", "comp_0.0"
 _IP = {DMA: uapi.AMDGPU_HW_IP_DMA, COMPUTE: uapi.AMDGPU_HW_IP_COMPUTE}
 KERNARG_ALIGN = 64

@@ -389,7 +389,8 @@ def _req_wait_fences(s, extra):
 
 
 def _rep_wait_fences(req, s, extra):
-    return _braces(f"status={s.out.status}", f"first_signaled={s.out.first_signaled}")
+    st = s.out.status  # amdgpu: 1 once satisfied, 0 on timeout (the opposite of WAIT_CS)
+    return _braces(f"status={st} ({'signaled' if st else 'busy'})", f"first_signaled={s.out.first_signaled}")
 
 
 def _req_gem_wait_idle(s, extra):

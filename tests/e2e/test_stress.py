@@ -11,8 +11,8 @@ processes run on sdma0, odd ones on sdma1, so half the edges cross rings.
 
 Every CS is one ioctl (1,000 per process). A dependency must be submitted before a
 CS names it (docs/syncobj.md), so a process first waits on the CPU with
-WAIT_FOR_SUBMIT | WAIT_AVAILABLE when its predecessor is behind; a CS refused with
-EBUSY (the per-context job cap) waits for an older fence and is sent again.
+WAIT_FOR_SUBMIT | WAIT_AVAILABLE when its predecessor is behind; a CS past the
+per-context job cap (64) is not refused, its cs_submit returns once there is room.
 
 Checked: every fence signals (one WAIT_FENCES over all 1,000) and every timeline
 reaches point N; no data is lost (the output's SHA-256 equals a numpy model's, every
@@ -79,7 +79,7 @@ print("ready", flush=True)
 sys.stdin.readline()  # go
 
 t0 = time.monotonic()
-fences, avail, cpu_waits, busy = [], 0, 0, 0
+fences, avail, cpu_waits = [], 0, 0
 for i in range(N):
     point = i + 1
     dep = point if K else point - W
@@ -92,13 +92,7 @@ for i in range(N):
         wait = [(prev, dep)]
     req = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA, [libvgpu.IbInfo(va_ibs + i * IB_SLOT, sizes[i])],
                             resources=bl, ring=K % 2, timeline_wait=wait, timeline_signal=[(timeline, point)])
-    while True:
-        try:
-            libvgpu.cs_submit(ctx, req)
-            break
-        except libvgpu.VgpuBusy:  # too many jobs in flight on this context
-            busy += 1
-            libvgpu.cs_query_fence_status(fences[-32], libvgpu.AMDGPU_TIMEOUT_INFINITE)
+    libvgpu.cs_submit(ctx, req)  # past 64 jobs in flight it returns once there is room
     fences.append(libvgpu.fence_of(ctx, req))
 signaled, _ = libvgpu.cs_wait_fences(fences)
 elapsed = time.monotonic() - t0
@@ -110,7 +104,7 @@ log.cpu_unmap()
 print(json.dumps({"k": K, "signaled": signaled, "point": point, "seqs": [f.fence for f in fences],
                   "sha256": data, "start": rec[:, 0].tolist(), "end": rec[:, 1].tolist(),
                   "record": (rec[:, 2] & 0xFFFFFFFF).tolist(), "index": (rec[:, 2] >> 32).tolist(),
-                  "cpu_waits": cpu_waits, "busy": busy, "seconds": elapsed}), flush=True)
+                  "cpu_waits": cpu_waits, "seconds": elapsed}), flush=True)
 sys.stdin.readline()  # stay open (and keep T_k exported) until everyone is done
 """
 
@@ -181,11 +175,11 @@ def test_four_processes_thousand_submissions_in_a_timeline_ring(vgpu_mount):
         assert bad.size == 0, f"process {k} job {bad[0] + 1} started before process {k - 1}'s ended"
     bad = np.nonzero(start[0][WINDOW:] < end[PROCS - 1][:-WINDOW])[0]
     assert bad.size == 0, f"process 0 job {bad[0] + WINDOW + 1} started before its dependency ended"
-    print({r["k"]: (round(r["seconds"], 1), r["cpu_waits"], r["busy"]) for r in results})
+    print({r["k"]: (round(r["seconds"], 1), r["cpu_waits"]) for r in results})
     # all memory comes back, and the kernel log has no fault or hang
     wait_for(lambda: used(vgpu_mount) == (0, 0), "memory back to zero", limit=60)
     kmsg = read_text(Path(vgpu_mount, "dev/kmsg"))
     assert "fault" not in kmsg and "GPU reset" not in kmsg, kmsg
-    # the only refusals are the EBUSY ones the clients retried
+    # nothing was refused (a CS past the per-context cap waits for room)
     refused = [line for line in kmsg.splitlines() if "refused" in line]
-    assert all("EBUSY" in line for line in refused) and len(refused) == sum(r["busy"] for r in results)
+    assert not refused, refused

@@ -7,7 +7,9 @@ import time
 
 import pytest
 
+from kmd.errors import KmdError
 from kmd.hw import SdmaIb
+from kmd.ioctl import PendingReply
 from vgpu import uapi
 
 from .conftest import call, fails, gem_create, gem_va
@@ -45,7 +47,9 @@ class Setup:
         entries = b"".join(struct.pack("<II", h, 0) for h in handles)
         return call(self.dev, self.f, "AMDGPU_BO_LIST", a, entries)[0].out.list_handle
 
-    def submit(self, ib: SdmaIb, ring=0, deps=(), ctx=None, extra_chunks=b"", nchunks=1):
+    def submit(self, ib: SdmaIb, ring=0, deps=(), ctx=None, extra_chunks=b"", nchunks=1, raw=False):
+        """Submit `ib`; returns its seq, or with `raw` what Device.ioctl answered (a
+        Reply, or a PendingReply when the context has no room)."""
         ib_va = VA_IB + 512 * (self.slot % 128)
         self.slot += 1
         self.bo(self.ib).write(ib_va - VA_IB, ib.tobytes())
@@ -59,11 +63,15 @@ class Setup:
         a.in_.ctx_id = self.ctx if ctx is None else ctx
         a.in_.bo_list_handle = self.list
         a.in_.num_chunks = nchunks
+        if raw:
+            return self.dev.ioctl(self.f, uapi.DRM_IOCTL_AMDGPU_CS, bytes(a), chunks + extra_chunks)
         return call(self.dev, self.f, "AMDGPU_CS", a, chunks + extra_chunks)[0].out.handle
 
-    def wait(self, seq, ring=0, timeout=FOREVER):
+    def wait(self, seq, ring=0, timeout=FOREVER, raw=False):
         a = uapi.drm_amdgpu_wait_cs()
         a.in_.handle, a.in_.ip_type, a.in_.ring, a.in_.ctx_id, a.in_.timeout = seq, DMA, ring, self.ctx, timeout
+        if raw:
+            return self.dev.ioctl(self.f, uapi.DRM_IOCTL_AMDGPU_WAIT_CS, bytes(a))
         return call(self.dev, self.f, "AMDGPU_WAIT_CS", a)[0].out.status
 
 
@@ -238,32 +246,93 @@ def test_dependencies_across_rings(s):
     assert s.bo(s.b).read(0, 4) == struct.pack("<I", 11)
 
 
+def fence_entries(s, *pairs) -> bytes:
+    out = b""
+    for ring, seq in pairs:
+        f = uapi.drm_amdgpu_fence()
+        f.ctx_id, f.ip_type, f.ring, f.seq_no = s.ctx, DMA, ring, seq
+        out += bytes(f)
+    return out
+
+
+def wait_fences_args(count, wait_all, timeout):
+    a = uapi.drm_amdgpu_wait_fences()
+    a.in_.fence_count, a.in_.wait_all, a.in_.timeout_ns = count, wait_all, timeout
+    return a
+
+
 def test_wait_fences_all_and_any(s, dev, client):
+    """amdgpu_cs_wait_fences_ioctl: status 1 once satisfied, 0 on timeout."""
     seq_a = s.submit(SdmaIb().poll_regmem(VA_A, 1), ring=0)
     seq_b = s.submit(SdmaIb().fence(VA_B, 1), ring=1)
     s.wait(seq_b, ring=1)
+    both = fence_entries(s, (0, seq_a), (1, seq_b))
+    out, _ = call(dev, client, "AMDGPU_WAIT_FENCES", wait_fences_args(2, 0, FOREVER), both)
+    assert out.out.status == 1 and out.out.first_signaled == 1
+    out, _ = call(dev, client, "AMDGPU_WAIT_FENCES", wait_fences_args(2, 0, 0), fence_entries(s, (0, seq_a)) * 2)
+    assert out.out.status == 0 and out.out.first_signaled == 0xFFFFFFFF  # wait-any timed out
+    out, _ = call(dev, client, "AMDGPU_WAIT_FENCES", wait_fences_args(2, 1, time.monotonic_ns() + 20_000_000), both)
+    assert out.out.status == 0 and out.out.first_signaled == 0
+    pending = dev.ioctl(client, uapi.DRM_IOCTL_AMDGPU_WAIT_FENCES, bytes(wait_fences_args(2, 1, FOREVER)), both)
+    assert isinstance(pending, PendingReply) and not pending.ready()
+    threading.Timer(0.05, s.bo(s.a).write, args=(0, struct.pack("<I", 1))).start()
+    out = uapi.drm_amdgpu_wait_fences.from_buffer_copy(pending.wait().arg)
+    assert out.out.status == 1 and out.out.first_signaled == 0
+    fails(errno.EINVAL, dev, client, "AMDGPU_WAIT_FENCES", wait_fences_args(3, 1, FOREVER), fence_entries(s, (0, seq_a)))
+    fails(errno.EINVAL, dev, client, "AMDGPU_WAIT_FENCES", wait_fences_args(0, 1, FOREVER), b"")
+    fails(errno.EINVAL, dev, client, "AMDGPU_WAIT_FENCES", wait_fences_args(1, 1, FOREVER), fence_entries(s, (0, 99)))
 
-    def fences(*pairs):
+
+def test_wait_fences_errors_as_amdgpu(s, dev, client):
+    """Wait-all takes the fences in order and fails with the first error it meets;
+    wait-any fails with the error of the first fence signalled; a fence signalled
+    long ago (no longer tracked) counts as signalled without error."""
+    bad = s.submit(SdmaIb().write_linear(0x7000000000, [1]), ring=1)
+    with pytest.raises(KmdError):
+        s.wait(bad, ring=1)
+    a = uapi.drm_amdgpu_ctx()
+    a.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
+    ctx2 = call(dev, client, "AMDGPU_CTX", a)[0].out.alloc.ctx_id  # s.ctx is guilty now
+    busy = s.submit(SdmaIb().poll_regmem(VA_A, 1), ctx=ctx2)
+    good = s.submit(SdmaIb().fence(VA_B, 1), ring=1, ctx=ctx2)
+    dev.rings[(DMA, 1)].fence(good).wait(10)
+
+    def entries(*triples):
         out = b""
-        for ring, seq in pairs:
-            f = uapi.drm_amdgpu_fence()
-            f.ctx_id, f.ip_type, f.ring, f.seq_no = s.ctx, DMA, ring, seq
-            out += bytes(f)
+        for ctx, ring, seq in triples:
+            out += bytes(uapi.drm_amdgpu_fence(ctx_id=s.ctx if ctx is s else ctx, ip_type=DMA, ring=ring, seq_no=seq))
         return out
 
-    a = uapi.drm_amdgpu_wait_fences()
-    a.in_.fence_count, a.in_.wait_all, a.in_.timeout_ns = 2, 0, FOREVER
-    out, _ = call(dev, client, "AMDGPU_WAIT_FENCES", a, fences((0, seq_a), (1, seq_b)))
-    assert out.out.status == 0 and out.out.first_signaled == 1
-    a.in_.wait_all, a.in_.timeout_ns = 1, time.monotonic_ns() + 20_000_000
-    out, _ = call(dev, client, "AMDGPU_WAIT_FENCES", a, fences((0, seq_a), (1, seq_b)))
-    assert out.out.status == 1
-    threading.Timer(0.05, s.bo(s.a).write, args=(0, struct.pack("<I", 1))).start()
-    a.in_.timeout_ns = FOREVER
-    out, _ = call(dev, client, "AMDGPU_WAIT_FENCES", a, fences((0, seq_a), (1, seq_b)))
+    def result(count, wait_all, data, timeout=0):
+        return dev.ioctl(client, uapi.DRM_IOCTL_AMDGPU_WAIT_FENCES,
+                         bytes(wait_fences_args(count, wait_all, timeout)), data)
+
+    # wait-all: the failed fence first -> its error (from the read: a PendingReply)
+    r = result(2, 1, entries((s, 1, bad), (ctx2, 0, busy)))
+    assert isinstance(r, PendingReply)
+    with pytest.raises(KmdError) as e:
+        r.wait()
+    assert e.value.errno == errno.EFAULT
+    # wait-all: a busy fence before it -> timed out, no error (amdgpu stops at the first busy one)
+    out = uapi.drm_amdgpu_wait_fences.from_buffer_copy(result(2, 1, entries((ctx2, 0, busy), (s, 1, bad))).arg)
     assert out.out.status == 0
-    a.in_.fence_count = 3
-    fails(errno.EINVAL, dev, client, "AMDGPU_WAIT_FENCES", a, fences((0, seq_a)))
+    # wait-any: the first signalled one is the failed one -> its error
+    with pytest.raises(KmdError) as e:
+        result(3, 0, entries((ctx2, 0, busy), (s, 1, bad), (ctx2, 1, good))).wait()
+    assert e.value.errno == errno.EFAULT
+    # wait-any: a good one signalled before it in the array -> status 1, no error
+    out = uapi.drm_amdgpu_wait_fences.from_buffer_copy(
+        result(3, 0, entries((ctx2, 0, busy), (ctx2, 1, good), (s, 1, bad))).arg)
+    assert out.out.status == 1 and out.out.first_signaled == 1
+    # a fence no longer tracked (signalled long ago) counts, without error
+    ring1 = dev.rings[(DMA, 1)]
+    ring1.fences.pop(bad)
+    out = uapi.drm_amdgpu_wait_fences.from_buffer_copy(result(2, 1, entries((s, 1, bad), (ctx2, 1, good))).arg)
+    assert out.out.status == 1
+    out = uapi.drm_amdgpu_wait_fences.from_buffer_copy(result(2, 0, entries((ctx2, 1, good), (s, 1, bad))).arg)
+    assert out.out.status == 1 and out.out.first_signaled == 1  # the first untracked one, as amdgpu
+    s.bo(s.a).write(0, struct.pack("<I", 1))
+    assert dev.rings[(DMA, 0)].fence(busy).wait(10)
 
 
 def test_closing_a_bo_under_a_running_job_defers_the_free(s, dev, client):
@@ -303,11 +372,95 @@ def test_a_bo_only_mapped_in_the_vm_outlives_the_files_jobs_in_flight(s, dev, cl
 
 
 def test_user_fence(s, dev, client):
-    f = uapi.drm_amdgpu_cs_chunk_fence()
-    f.handle, f.offset = s.b, 64
-    seq = s.submit(SdmaIb().nop(), extra_chunks=chunk(uapi.AMDGPU_CHUNK_ID_FENCE, bytes(f)), nchunks=2)
+    """The FENCE chunk (amdgpu_cs_p1_user_fence): 8 bytes at any offset inside a
+    one-page BO get the seq once the job is done."""
+    page = gem_create(dev, client, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    for offset in (64, 4088, 4):
+        f = uapi.drm_amdgpu_cs_chunk_fence(handle=page, offset=offset)
+        seq = s.submit(SdmaIb().nop(), extra_chunks=chunk(uapi.AMDGPU_CHUNK_ID_FENCE, bytes(f)), nchunks=2)
+        s.wait(seq)
+        assert s.bo(page).read(offset, 8) == struct.pack("<Q", seq)
+
+
+@pytest.mark.parametrize("handle,offset,why", [
+    (999, 0, "no such BO (amdgpu: EINVAL)"),
+    ("big", 0, "a BO of more than one page"),
+    ("page", 4089, "past the end"),
+    ("page", 1 << 32, "far past the end"),
+])
+def test_user_fence_refused(s, dev, client, handle, offset, why):
+    h = {"big": s.b, "page": gem_create(dev, client, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)}.get(handle, handle)
+    f = uapi.drm_amdgpu_cs_chunk_fence(handle=h, offset=offset & 0xFFFFFFFF if offset < 1 << 32 else 0xFFFFFFFF)
+    fails(errno.EINVAL, dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 2),
+          chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(ib_chunk(VA_IB, 4))) + chunk(uapi.AMDGPU_CHUNK_ID_FENCE, bytes(f)))
+
+
+@pytest.mark.parametrize("flag", [uapi.AMDGPU_IB_FLAG_CE, uapi.AMDGPU_IB_FLAG_PREAMBLE, uapi.AMDGPU_IB_FLAG_PREEMPT,
+                                  uapi.AMDGPU_IB_FLAG_TC_WB_NOT_INVALIDATE, uapi.AMDGPU_IB_FLAG_RESET_GDS_MAX_WAVE_ID,
+                                  uapi.AMDGPU_IB_FLAGS_SECURE, uapi.AMDGPU_IB_FLAG_EMIT_MEM_SYNC, 0x7F])
+def test_cs_accepts_every_ib_flag_of_the_uapi(s, flag):
+    s.bo(s.ib).write(0, SdmaIb().fence(VA_A, flag).tobytes())
+    c = ib_chunk(VA_IB, 16)
+    c.flags = flag
+    seq = call(s.dev, s.f, "AMDGPU_CS", cs_args(s.ctx, s.list, 1), chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(c)))[0].out.handle
+    assert s.wait(seq) == 0 and s.bo(s.a).read(0, 4) == struct.pack("<I", flag)
+
+
+def test_cs_refuses_ib_flags_the_uapi_does_not_define(s, dev, client):
+    for flags in (1 << 7, 1 << 31):
+        c = ib_chunk(VA_IB, 8)
+        c.flags = flags
+        fails(errno.EINVAL, dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 1), chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(c)))
+    c = ib_chunk(VA_IB, 8)
+    c._pad = 1
+    fails(errno.EINVAL, dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 1), chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(c)))
+
+
+def test_cs_checks_in_amdgpus_order(s, dev, client):
+    """amdgpu_cs_parser_init: no chunks is EINVAL before the context is looked at, a
+    guilty context ECANCELED; dependency entries are counted whole (a partial one at
+    the end is ignored)."""
+    seq = s.submit(SdmaIb().write_linear(0x7000000000, [1]))
+    with pytest.raises(KmdError):
+        s.wait(seq)
+    fails(errno.EINVAL, dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 0), b"")
+    fails(errno.ECANCELED, dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 1),
+          chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(ib_chunk(VA_IB, 4))))
+    other = Setup.__new__(Setup)
+    other.__dict__.update(s.__dict__)
+    a = uapi.drm_amdgpu_ctx()
+    a.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
+    other.ctx = call(dev, client, "AMDGPU_CTX", a)[0].out.alloc.ctx_id
+    dep = bytes(uapi.drm_amdgpu_cs_chunk_dep(ip_type=DMA, ctx_id=other.ctx, handle=0))
+    seq = other.submit(SdmaIb().nop(), nchunks=2, extra_chunks=chunk(uapi.AMDGPU_CHUNK_ID_DEPENDENCIES,
+                                                                      dep + bytes(4)))
+    assert other.wait(seq) == 0
+
+
+def test_wait_cs_returns_the_fence_error_from_the_read(s, dev, client):
+    """amdgpu_cs_wait_ioctl returns fence->error as the ioctl's result: the read()
+    fails with it, also when the job failed long before, and with timeout 0."""
+    seq = s.submit(SdmaIb().write_linear(0x7000000000, [1]))
+    assert dev.rings[(DMA, 0)].fence(seq).wait(10)
+    for timeout in (FOREVER, 0):
+        pending = s.wait(seq, timeout=timeout, raw=True)
+        assert isinstance(pending, PendingReply)  # the write() succeeded
+        with pytest.raises(KmdError) as e:
+            pending.wait()
+        assert e.value.errno == errno.EFAULT
+
+
+def test_wait_cs_answers_as_amdgpu(s, dev, client):
+    """The reply is the union cleared, then `status` (0 signalled, 1 busy)."""
+    seq = s.submit(SdmaIb().nop())
     s.wait(seq)
-    assert s.bo(s.b).read(64, 8) == struct.pack("<Q", seq)
+    reply = s.wait(seq, raw=True)
+    assert reply.arg == bytes(uapi.drm_amdgpu_wait_cs())
+    busy = s.submit(SdmaIb().poll_regmem(VA_A, 1))
+    out = uapi.drm_amdgpu_wait_cs.from_buffer_copy(s.wait(busy, timeout=0, raw=True).arg)
+    assert out.out.status == 1 and bytes(out)[8:] == bytes(len(bytes(out)) - 8)
+    s.bo(s.a).write(0, struct.pack("<I", 1))
+    assert s.wait(busy) == 0
 
 
 def test_gem_wait_idle_waits_for_the_job(s, dev, client):
@@ -321,3 +474,22 @@ def test_gem_wait_idle_waits_for_the_job(s, dev, client):
     a.in_.timeout = FOREVER
     assert call(dev, client, "AMDGPU_GEM_WAIT_IDLE", a)[0].out.status == 0
     assert s.wait(seq) == 0
+
+
+def test_a_pending_wait_is_woken_by_the_fence_callback(s, dev, client):
+    """The protocol vdev drives on its loop: subscribe(wake) hangs callbacks on the
+    fences; the signalling thread calls wake(); ready() then holds and finish()
+    answers. No thread waits and nothing polls."""
+    seq = s.submit(SdmaIb().poll_regmem(VA_A, 1))
+    pending = s.wait(seq, raw=True)
+    assert isinstance(pending, PendingReply) and not pending.blocking and pending.deadline is None
+    woken = threading.Event()
+    threads = []
+    cancel = pending.subscribe(lambda: (threads.append(threading.current_thread().name), woken.set()))
+    assert not pending.ready() and not woken.is_set()
+    s.bo(s.a).write(0, struct.pack("<I", 1))
+    assert woken.wait(10) and pending.ready()
+    assert threads == ["vgpu-ih"]  # the interrupt handler, which signals fences
+    cancel()
+    assert uapi.drm_amdgpu_wait_cs.from_buffer_copy(pending.finish().arg).out.status == 0
+    assert not dev.rings[(DMA, 0)].fence(seq)._callbacks  # nothing left hanging on the fence

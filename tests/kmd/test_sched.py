@@ -9,6 +9,7 @@ import pytest
 from kmd import sched
 from kmd.errors import KmdError
 from kmd.hw import SdmaIb
+from kmd.ioctl import PendingReply
 from vgpu import uapi
 
 from .conftest import call, fails
@@ -87,20 +88,63 @@ def test_starvation_bound(dev, root_client):
     assert ran.index(low) == sched.STARVATION_LIMIT  # served after exactly LIMIT higher jobs
 
 
-def test_per_context_cap_is_ebusy_and_write_never_blocks(dev, client, monkeypatch):
+def cs_reply_seq(reply) -> int:
+    return uapi.drm_amdgpu_cs.from_buffer_copy(reply.arg).out.handle
+
+
+def test_past_the_per_context_cap_cs_waits_for_room_in_order(dev, client, monkeypatch):
+    """amdgpu_ctx_wait_prev_fence: a CS beyond the cap is not refused; its reply
+    waits (a PendingReply: the write never blocks) until an older job of the context
+    completes, and the waiting jobs are queued in submission order."""
     monkeypatch.setattr(sched, "MAX_JOBS_PER_CONTEXT", 4)
     s = Setup(dev, client)
     block_ring(s)
     for _ in range(3):
         s.submit(SdmaIb().nop())
-    with pytest.raises(Exception) as e:
-        s.submit(SdmaIb().nop())
-    assert e.value.errno == errno.EBUSY
-    other = new_ctx(s)  # another context is not affected
-    s.submit(SdmaIb().nop(), ctx=other)
+    waiting = [s.submit(SdmaIb().fence(VA_B + 8 * i, i + 1), raw=True) for i in range(3)]
+    assert all(isinstance(p, PendingReply) and not p.ready() for p in waiting)
+    assert dev.rings[(uapi.AMDGPU_HW_IP_DMA, 0)].emitted_seq == 4   # not queued yet
+    assert s.bo(s.ib).busy_jobs == 7                                 # but their references are taken
+    other = new_ctx(s)  # another context is not held up
+    assert s.submit(SdmaIb().nop(), ctx=other) == 5
     release(s)
+    assert [cs_reply_seq(p.wait()) for p in waiting] == [6, 7, 8]
     drain(s)
-    s.submit(SdmaIb().nop())  # room again once the jobs are done
+    assert s.bo(s.b).read(0, 24) == struct.pack("<3Q", 1, 2, 3)
+    assert s.submit(SdmaIb().nop()) == 9  # room again
+
+
+def test_a_reset_drops_the_guilty_contexts_waiting_submissions(dev, client, monkeypatch):
+    monkeypatch.setattr(sched, "MAX_JOBS_PER_CONTEXT", 2)
+    s = Setup(dev, client)
+    block_ring(s)           # times out (1 s): its context is guilty, the GPU reset
+    s.submit(SdmaIb().nop())
+    waiting = s.submit(SdmaIb().nop(), raw=True)
+    assert isinstance(waiting, PendingReply)
+    with pytest.raises(KmdError) as e:
+        waiting.wait()
+    assert e.value.errno == errno.ECANCELED
+    assert "2 queued job(s) of the guilty context cancelled" in dev.kmsg.text()  # the nop, the waiting CS
+    drain(s)
+    assert s.bo(s.ib).busy_jobs == 0 and not client.jobs
+
+
+def test_closing_the_file_drops_its_waiting_submissions(dev, client, monkeypatch):
+    monkeypatch.setattr(sched, "MAX_JOBS_PER_CONTEXT", 2)
+    s = Setup(dev, client)
+    block_ring(s)
+    s.submit(SdmaIb().nop())
+    waiting = s.submit(SdmaIb().nop(), raw=True)
+    flag = s.bo(s.a)
+    dev.close_file(client)
+    with pytest.raises(KmdError) as e:
+        waiting.wait()
+    assert e.value.errno == errno.EBADF
+    flag.storage[:4] = memoryview(struct.pack("<I", 1))   # the running job ends; nothing is left behind
+    deadline = time.monotonic() + 10
+    while (dev.memory.bo_count or dev.zombie_bos) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not dev.zombie_bos and dev.memory.bo_count == 0
 
 
 def sched_args(op, priority, ctx_id=0, fd=0):

@@ -6,13 +6,14 @@ import time
 
 import pytest
 
+from kmd.errors import KmdError
 from kmd.hw import SdmaIb
 from vgpu import uapi
 
 from .conftest import call, fails
 from .test_cs import DMA, VA_A, Setup, chunk
 
-FOREVER = -1
+FOREVER = (1 << 63) - 1  # INT64_MAX: what libdrm's users pass for "forever"
 W = uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL
 SUBMIT = uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT
 AVAILABLE = uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_AVAILABLE
@@ -130,9 +131,13 @@ def test_wait_absolute_timeouts(dev, client):
     fails(errno.ETIME, dev, client, "SYNCOBJ_WAIT", wait_args(1, SUBMIT, 0), handles(a))
     fails(errno.ETIME, dev, client, "SYNCOBJ_WAIT", wait_args(1, SUBMIT, 1000), handles(a))
     assert time.monotonic() - t0 < 0.15
-    # negative (or huge) waits forever: a signal from another thread ends it
+    # a negative deadline is in the past: it polls (drm_timeout_abs_to_jiffies)
+    fails(errno.ETIME, dev, client, "SYNCOBJ_WAIT", wait_args(1, SUBMIT, -1), handles(a))
+    fails(errno.ETIME, dev, client, "SYNCOBJ_WAIT", wait_args(1, SUBMIT, -(1 << 63)), handles(a))
+    assert time.monotonic() - t0 < 0.15
+    # INT64_MAX waits forever: a signal from another thread ends it
     threading.Timer(0.1, array_call, (dev, client, "SYNCOBJ_SIGNAL", [a])).start()
-    assert wait(dev, client, [a], SUBMIT, timeout=-1) == 0
+    assert wait(dev, client, [a], SUBMIT, timeout=FOREVER) == 0
 
 
 def test_wait_all_vs_any_and_first_signaled(dev, client):
@@ -347,19 +352,24 @@ def test_cs_timeline_signal_and_errors(dev, client):
     assert tl_wait(dev, client, [t], [3]) == 0 and s.wait(seq) == 0
     assert query(dev, client, [t]) == [3]
     ib = SdmaIb().nop()
-    for bad, err in ((sem_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, empty), errno.EINVAL),       # no fence
-                     (sem_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, 99), errno.ENOENT),
-                     (sem_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, 99), errno.ENOENT),
-                     (chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, b"\1\0"), errno.EINVAL),
-                     (tl_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, (t, 9, 0)), errno.EINVAL),  # point 9
-                     (tl_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, (t, 1, 8)), errno.EINVAL),  # flags
-                     (tl_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, (t, 4, 1)), errno.EINVAL),
-                     (tl_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, (99, 4, 0)), errno.ENOENT),
-                     (chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, bytes(12)), errno.EINVAL)):
-        from kmd.errors import KmdError
+    out_t, out_empty = sem_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, t), sem_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, empty)
+    for bad, err in (([sem_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, empty)], errno.EINVAL),       # no fence
+                     ([sem_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, 99)], errno.ENOENT),
+                     ([sem_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, 99)], errno.EINVAL),  # amdgpu: EINVAL
+                     ([chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, b"\1\0")], errno.EINVAL),
+                     ([tl_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, (t, 9, 0))], errno.EINVAL),  # point 9
+                     ([tl_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, (t, 1, 8))], errno.EINVAL),  # flags
+                     ([tl_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, (t, 4, 1))], errno.EINVAL),
+                     ([tl_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, (99, 4, 0))], errno.EINVAL),
+                     # one SYNCOBJ_OUT or TIMELINE_SIGNAL chunk per CS (amdgpu_cs_p2_syncobj_out)
+                     ([out_t, tl_chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, (t, 4, 0))], errno.EINVAL),
+                     ([out_t, out_empty], errno.EINVAL)):
         with pytest.raises(KmdError) as e:
-            s.submit(ib, nchunks=2, extra_chunks=bad)
+            s.submit(ib, nchunks=1 + len(bad), extra_chunks=b"".join(bad))
         assert e.value.errno == err, bad
+    # a partial entry at the end of a chunk is ignored, as amdgpu counts whole ones
+    assert s.wait(s.submit(ib, nchunks=2, extra_chunks=chunk(uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT,
+                                                               bytes(12)))) == 0
     # a refused CS signals nothing
     assert query(dev, client, [t], uapi.DRM_SYNCOBJ_QUERY_FLAGS_LAST_SUBMITTED) == [3]
 
