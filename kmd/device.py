@@ -2,7 +2,10 @@
 
 Every ioctl runs under one device lock (the handlers are short; blocking waits are
 returned as PendingReply and run outside it). Engines, when they exist, report back
-through the interrupt ring and take the same lock to update state.
+through the interrupt ring and take the same lock to update state. Work that grows
+with a client's objects (closing a file, releasing the BOs a job held) runs in slices
+of at most SLICE seconds under the lock, which is released in between (run_sliced),
+so one client's 100,000 BOs never stall the others.
 """
 import collections
 import errno
@@ -27,6 +30,23 @@ from .memory import DeviceMemory
 from .ring import Ring
 
 MiB = 1 << 20
+# The longest the device lock is held at a stretch by teardown work (closing a file,
+# releasing many BOs); between slices it is released for SLICE_PAUSE seconds so a
+# waiting ioctl takes it.
+SLICE = 0.002
+SLICE_PAUSE = 0.0002
+
+
+class _Waiting:
+    """Closed BOs whose memory waits for a set of jobs in flight (Device.free_bo):
+    the BOs a file drops at its last close share one, so freeing N BOs costs
+    O(N + jobs), not O(N x jobs)."""
+
+    __slots__ = ("jobs", "bos")
+
+    def __init__(self, jobs):
+        self.jobs = set(jobs)
+        self.bos: list[BufferObject] = []
 
 
 class Device:
@@ -48,10 +68,12 @@ class Device:
         self.pstate = _ctx.StablePstate()   # CTX GET/SET_STABLE_PSTATE (amdgpu_ctx.c)
         self.reserved_vmid = None           # the DrmFile holding AMDGPU_VM RESERVE_VMID (kmd/vm.py)
         self._t0 = time.monotonic()
-        # Closed BOs whose memory a job may still touch: {id(bo): bo}, and for each job
-        # in flight the zombies waiting for it (see free_bo).
+        # Closed BOs whose memory a job may still touch: {id(bo): bo}; for each job in
+        # flight the groups of zombies waiting for it (see free_bo); zombies whose
+        # jobs are done, released in slices by the IH thread (_release_ready).
         self.zombie_bos: dict[int, BufferObject] = {}
-        self._zombies_by_job: dict[int, list[BufferObject]] = {}
+        self._waiting_by_job: dict[int, list[_Waiting]] = {}
+        self._ready_zombies: collections.deque[BufferObject] = collections.deque()
         self._bus_repairs_seen = hw.bus_repairs()[0]
         # Notified when jobs complete; kmd/vm.py's UNRESERVE_VMID waits on it (the
         # other waits hang callbacks on fences, kmd/fence.py).
@@ -85,24 +107,54 @@ class Device:
         return f
 
     def close_file(self, f: DrmFile) -> None:
-        """Last close: free every VA mapping, context and GEM handle the file held."""
+        """Last close: free every VA mapping, context and GEM handle the file held.
+        The file refuses ioctls at once (EBADF); the teardown runs in slices
+        (run_sliced), so the cost of a file with many objects is O(objects) and
+        other clients' ioctls get the device lock in between."""
         with self.lock:
             if f.closed:
                 return
             f.closed = True
             self._drop_backlog(lambda j: j.file is f, errno.EBADF)
-            for ring in self.rings.values():
-                ring.cancel(lambda j: j.file is f)
-            f.vm.clear_all()
-            f.bo_lists.clear()
-            _syncobj.close_file(self, f)
-            for ctx in list(f.contexts.values()):
-                self.free_ctx(f, ctx)
-            for handle in list(f.bos):
-                self.close_handle(f, handle)
-            _prime.close_file(self, f)
-            del self.files[f.id]
+        self.run_sliced(self._teardown(f))
         self.kmsg.log(f"client {f.id} closed {f.node}: {f.describe()}")
+
+    def _teardown(self, f: DrmFile):
+        """close_file's work as short steps, each run under the device lock (a yield
+        is where the lock may be released). Queued jobs are cancelled first; a BO a
+        running job may still touch outlives its handle (free_bo)."""
+        for ring in self.rings.values():
+            ring.cancel(lambda j: j.file is f)
+            yield
+        yield from f.vm.clear_all_steps()
+        while f.bo_lists:
+            f.bo_lists.popitem()
+            yield
+        yield from _syncobj.close_file_steps(self, f)
+        for ctx in list(f.contexts.values()):
+            self.free_ctx(f, ctx)
+            yield
+        waiting = self._waiting(f.jobs) if f.jobs else None
+        for handle in list(f.bos):
+            self.close_handle(f, handle, waiting)
+            yield
+        _prime.close_file(self, f)
+        del self.files[f.id]
+
+    def run_sliced(self, steps) -> None:
+        """Run the generator `steps` under the device lock, SLICE seconds of it per
+        hold, releasing the lock (and the GIL) for SLICE_PAUSE between holds. From a
+        thread that already holds the lock this runs it all in one go."""
+        steps = iter(steps)
+        while True:
+            with self.lock:
+                end = time.monotonic() + SLICE
+                for _ in steps:
+                    if time.monotonic() >= end:
+                        break
+                else:
+                    return
+            time.sleep(SLICE_PAUSE)
 
     # -- ioctl ---------------------------------------------------------------
     def ioctl(self, f: DrmFile, request: int, arg: bytes, extra: bytes = b""):
@@ -141,32 +193,44 @@ class Device:
         self.bos_by_offset[bo.mmap_offset] = bo
         return bo
 
-    def close_handle(self, f: DrmFile, handle: int) -> None:
+    def close_handle(self, f: DrmFile, handle: int, waiting: "_Waiting | None" = None) -> None:
+        """Drop one GEM handle of `f`; the BO goes with its last handle (free_bo).
+        `waiting`: the group a closing file's BOs share (see _teardown)."""
         bo, last_here = f.remove_bo(handle)
         if last_here:
             f.vm.unmap_bo(bo)  # amdgpu_gem_object_close: the file's bo_va goes
             _prime.handle_closed(self, f, bo)
         if bo.handle_count == 0 and bo.export is None:  # an export holds the BO too
-            self.free_bo(bo, f.jobs)
+            self.free_bo(bo, f.jobs, waiting)
 
-    def free_bo(self, bo: BufferObject, vm_jobs: set[int] = frozenset()) -> None:
+    def free_bo(self, bo: BufferObject, vm_jobs: set[int] = frozenset(),
+                waiting: "_Waiting | None" = None) -> None:
         """Release a BO's memory and file, or defer it while a job may still touch it:
         a job whose BO list names it (busy_jobs), or one of `vm_jobs`, the jobs in
         flight of the file whose VM mapped it (a packet under way keeps the host
         pointers it translated before the unmap). Their fences guard the memory, as
         the reservation objects of the BO and the VM do in Linux. A CPU mapping that
-        outlives the BO keeps its (unlinked) pages, which are no longer the GPU's."""
-        if bo.freed:
+        outlives the BO keeps its (unlinked) pages, which are no longer the GPU's.
+        `waiting` (a _Waiting whose jobs are `vm_jobs`) groups the BOs of one close."""
+        if bo.freed or id(bo) in self.zombie_bos:
             return
         self.bos_by_offset.pop(bo.mmap_offset, None)
-        if bo.busy_jobs or vm_jobs:
-            if id(bo) not in self.zombie_bos:
-                self.zombie_bos[id(bo)] = bo
-                bo.awaiting = set(vm_jobs)
-                for job_id in bo.awaiting:
-                    self._zombies_by_job.setdefault(job_id, []).append(bo)
+        if not (bo.busy_jobs or vm_jobs):
+            self._release_bo(bo)
             return
-        self._release_bo(bo)
+        self.zombie_bos[id(bo)] = bo
+        if vm_jobs:
+            if waiting is None or not waiting.jobs:
+                waiting = self._waiting(vm_jobs)
+            waiting.bos.append(bo)
+            bo.awaiting = waiting.jobs  # shared: emptied as the jobs complete
+
+    def _waiting(self, jobs) -> _Waiting:
+        """A new group of zombies waiting for `jobs` (device lock held)."""
+        w = _Waiting(jobs)
+        for job_id in w.jobs:
+            self._waiting_by_job.setdefault(job_id, []).append(w)
+        return w
 
     def _release_bo(self, bo: BufferObject) -> None:
         self.zombie_bos.pop(id(bo), None)
@@ -174,16 +238,17 @@ class Device:
         self.memory.free(bo.placement)
 
     def _job_done(self, job: Job) -> None:
-        """Drop a finished job's references (device lock held); free the zombies that
-        waited only for it."""
+        """Drop a finished job's references (device lock held); the zombies that
+        waited only for it go to _ready_zombies, released by _release_ready."""
         for bo in job.bos:
             bo.busy_jobs -= 1
             if bo.busy_jobs == 0 and not bo.awaiting and id(bo) in self.zombie_bos:
-                self._release_bo(bo)
-        for bo in self._zombies_by_job.pop(job.id, ()):
-            bo.awaiting.discard(job.id)
-            if not bo.awaiting and bo.busy_jobs == 0 and not bo.freed:
-                self._release_bo(bo)
+                self._ready_zombies.append(bo)
+        for w in self._waiting_by_job.pop(job.id, ()):
+            w.jobs.discard(job.id)
+            if not w.jobs:
+                self._ready_zombies.extend(bo for bo in w.bos if bo.busy_jobs == 0)
+                w.bos = []
         job.file.jobs.discard(job.id)
         job.pin.release()
         if job.fence is not None:  # it was on a ring, not only in a backlog (queue_job)
@@ -191,6 +256,17 @@ class Device:
                 bo.fences.discard(job.fence)
             job.ctx.inflight -= 1
             self._queue_backlog(job.file, job.ctx)
+
+    def _release_ready(self) -> None:
+        """Release the zombies whose jobs are done, in slices (the IH thread, before
+        the fences of those jobs signal)."""
+        def steps():
+            while self._ready_zombies:
+                bo = self._ready_zombies.popleft()
+                if not bo.freed:
+                    self._release_bo(bo)
+                yield
+        self.run_sliced(steps())
 
     def bo_by_offset(self, offset: int) -> BufferObject | None:
         with self.lock:
@@ -265,6 +341,8 @@ class Device:
         for job in dropped:
             self._job_done(job)
             job.queued.signal(err)
+        if self._ready_zombies:
+            self._release_ready()
         return len(dropped)
 
     def job_failed(self, ring: Ring, job: Job) -> None:
@@ -356,6 +434,8 @@ class Device:
                     bo.storage[off: off + 8] = memoryview(job.fence.seq.to_bytes(8, "little"))
             with self.lock:
                 self._job_done(job)
+            if self._ready_zombies:
+                self._release_ready()
             job.fence.signal(job.error)
             with self.idle_cv:
                 self.idle_cv.notify_all()

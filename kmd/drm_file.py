@@ -73,11 +73,7 @@ class DrmFile:
 
     def mapped_bos(self) -> list:
         """BOs mapped in the VM: what a job without a BO list may touch."""
-        seen = []
-        for m in self.vm.mappings():
-            if m.bo not in seen:
-                seen.append(m.bo)
-        return seen
+        return self.vm.bos()
 
     def describe(self) -> str:
         return f"pid {self.pid} ({self.comm}) uid {self.uid} {self.node}"

@@ -237,11 +237,19 @@ class SyncTokens:
 def close_file(dev, file) -> None:
     """Last close (device lock held): the file's handles and tokens go; waiters
     of the file are woken so they notice (they fail with EBADF)."""
+    for _ in close_file_steps(dev, file):
+        pass
+
+
+def close_file_steps(dev, file):
+    """close_file one syncobj per step (a generator the device runs in slices,
+    Device.run_sliced, so a file with many syncobjs does not hold the lock long)."""
     dev.sync_tokens.drop_file(file)
-    objs = list(file.syncobjs.values())
-    file.syncobjs.clear()
-    for s in objs:
+    yield
+    while file.syncobjs:
+        _, s = file.syncobjs.popitem()
         s._changed()
+        yield
 
 
 # -- argument helpers --------------------------------------------------------------------

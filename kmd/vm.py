@@ -62,12 +62,15 @@ class Mapping:
 
 
 class VirtualMemory:
-    """A file's address space. Mappings never overlap; all values are page aligned."""
+    """A file's address space. Mappings never overlap; all values are page aligned.
+    They are kept sorted by VA (for overlap checks and debugfs) and indexed by BO, so
+    unmapping one BO costs O(its mappings + log n), not a scan of the VM."""
 
     def __init__(self):
         self.page_table = hw.PageTable()
         self._starts: list[int] = []
         self._maps: list[Mapping] = []
+        self._by_bo: dict[int, dict[int, Mapping]] = {}  # id(bo) -> {va: mapping}
         # The last page fault in this VM (amdgpu_vm.h's vm->fault_info), the answer
         # to AMDGPU_INFO_GPUVM_FAULT; all zero until the first fault.
         self.fault_info = uapi.drm_amdgpu_info_gpuvm_fault()
@@ -84,6 +87,10 @@ class VirtualMemory:
 
     def mappings(self) -> list[Mapping]:
         return list(self._maps)
+
+    def bos(self) -> list:
+        """Every BO mapped here, once each."""
+        return [next(iter(ms.values())).bo for ms in self._by_bo.values()]
 
     def overlapping(self, va: int, end: int) -> list[Mapping]:
         i = bisect.bisect_right(self._starts, va) - 1
@@ -106,15 +113,23 @@ class VirtualMemory:
         i = bisect.bisect_left(self._starts, m.va)
         self._starts.insert(i, m.va)
         self._maps.insert(i, m)
+        self._by_bo.setdefault(id(m.bo), {})[m.va] = m
         self.page_table.map(m.va, m.bo.storage, m.offset, m.size, pte_flags(m.flags))
 
+    def _forget(self, m: Mapping) -> None:
+        ms = self._by_bo[id(m.bo)]
+        del ms[m.va]
+        if not ms:
+            del self._by_bo[id(m.bo)]
+
     def _remove(self, m: Mapping) -> None:
-        i = self._maps.index(m)
+        i = bisect.bisect_left(self._starts, m.va)  # VAs are unique: mappings never overlap
         del self._starts[i], self._maps[i]
+        self._forget(m)
         self.page_table.unmap(m.va, m.size)
 
     def unmap(self, bo, va: int) -> None:
-        m = next((m for m in self._maps if m.va == va and m.bo is bo), None)
+        m = self._by_bo.get(id(bo), {}).get(va)
         if m is None:
             raise KmdError(errno.ENOENT, f"no mapping of this BO at va {va:#x}")
         self._remove(m)
@@ -130,18 +145,31 @@ class VirtualMemory:
                 self._insert(Mapping(end, m.end - end, m.bo, m.offset + (end - m.va), m.flags))
 
     def unmap_bo(self, bo) -> None:
-        if not self._maps:
-            return
-        doomed = [m for m in self._maps if m.bo is bo]
-        if doomed:
+        doomed = list(self._by_bo.get(id(bo), {}).values())
+        if len(doomed) <= 64:
+            for m in doomed:
+                self._remove(m)
+        else:
             self._remove_all(doomed)
 
     def clear_all(self) -> None:
-        self._remove_all(list(self._maps))
+        for _ in self.clear_all_steps():
+            pass
+
+    def clear_all_steps(self):
+        """Unmap everything, one mapping per step (a generator: the device runs it in
+        slices when a file closes, Device.run_sliced)."""
+        while self._maps:
+            m = self._maps.pop()
+            self._starts.pop()
+            self._forget(m)
+            self.page_table.unmap(m.va, m.size)
+            yield
 
     def _remove_all(self, doomed: list[Mapping]) -> None:
         """Remove many mappings in one pass (O(mappings), not O(n) per mapping)."""
         for m in doomed:
+            self._forget(m)
             self.page_table.unmap(m.va, m.size)
         gone = {id(m) for m in doomed}
         self._maps = [m for m in self._maps if id(m) not in gone]
@@ -180,7 +208,10 @@ def gem_va(dev, file, args, extra):
     check(not bo.on_chip, errno.EINVAL, "a GDS/GWS/OA BO has no memory to map into a VM")
     if op == uapi.AMDGPU_VA_OP_REPLACE:
         vm.clear(va, size)
-    vm.map(bo, offset, va, size, args.flags & PAGE_FLAGS)
+    flags = args.flags & PAGE_FLAGS
+    if bo.userptr is not None and bo.userptr.readonly:
+        flags &= ~uapi.AMDGPU_VM_PAGE_WRITEABLE  # amdgpu_vm_bo_update: a READONLY userptr
+    vm.map(bo, offset, va, size, flags)
 
 
 # amdgpu_vm_ioctl waits this long for the VM to go idle before it unreserves.
