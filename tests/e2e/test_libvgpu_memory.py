@@ -55,7 +55,7 @@ with lv.device_initialize(M) as dev:
 def test_query_info(vgpu_mount):
     r = run_client(PRELUDE + """
 with lv.device_initialize(M) as dev:
-    print(dev.version.name == "vgpu", dev.version.major >= 3)
+    print(dev.version.name == "amdgpu", dev.version.major >= 3)
     info = dev.info
     print(info.family >= uapi.AMDGPU_FAMILY_AI, info.virtual_address_alignment > 0,
           info.virtual_address_offset < info.virtual_address_max)

@@ -194,7 +194,7 @@ print(out.out.handle)
 print(open(M + "/sys/class/drm/card0/device/mem_info_vram_used").read().strip())
 """, vgpu_mount, check=True)
     name, handle, used = r.stdout.split()
-    assert name == "vgpu" and int(handle) > 0 and int(used) == 65536
+    assert name == "amdgpu" and int(handle) > 0 and int(used) == 65536
 
 
 @pytest.mark.parametrize("case,err", [("bad_magic", "EINVAL"), ("short", "EINVAL"),
@@ -316,7 +316,7 @@ for i in range(300):
         pass
 print(d.version()[1].split(b"\\0")[0].decode())
 """, vgpu_mount, check=True)
-    assert r.stdout.strip() == "vgpu"
+    assert r.stdout.strip() == "amdgpu"
     assert "internal error" not in read_text(f"{vgpu_mount}/dev/kmsg")
 
 
@@ -379,7 +379,7 @@ def test_a_client_blocked_in_a_wait_does_not_hold_up_others(mount_dir):
 print(Drm(M).version()[1].split(b"\\0")[0].decode())
 os.pwrite(os.open(sys.argv[2], os.O_RDWR), (7).to_bytes(4, "little"), 0)
 """, mount_dir, path, check=True)
-        assert r.stdout.strip() == "vgpu"
+        assert r.stdout.strip() == "amdgpu"
         out, _ = waiter.communicate(timeout=120)
         assert out.split() == ["0", "0x600d"]
     finally:
