@@ -23,6 +23,7 @@ import logging
 import os
 import select
 import stat
+import time
 from typing import Callable
 
 import pyfuse3
@@ -30,7 +31,7 @@ import trio
 
 from vgpu.frame import encode_reply, parse_request
 
-from .kmd_interface import BufferObject, KmdDevice, KmdError, PendingReply, PrimeExport, SyncExport
+from .kmd_interface import BufferObject, KmdDevice, KmdError, PendingReply, PrimeExport, Reply, SyncExport
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +72,63 @@ def _proc_comm(pid: int) -> str:
         return "?"
 
 
+def _proc_groups(pid: int) -> frozenset[int]:
+    """The supplementary groups of thread ``pid`` (/proc/<pid>/status, "Groups:"):
+    FUSE passes only the requester's uid, gid and pid."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Groups:"):
+                    return frozenset(int(g) for g in line.split()[1:])
+    except (OSError, ValueError):
+        pass
+    return frozenset()
+
+
+# What a request asks of a node, as access(2)'s mode bits.
+MAY_READ, MAY_WRITE, MAY_EXEC = os.R_OK, os.W_OK, os.X_OK
+
+
+class Credentials:
+    """Who makes a request: the uid, gid and pid of the FUSE request context, and the
+    supplementary groups, read from /proc only when a check needs them."""
+
+    def __init__(self, ctx):
+        self.uid, self.gid, self.pid = ctx.uid, getattr(ctx, "gid", ctx.uid), ctx.pid
+        self._groups: frozenset[int] | None = None
+
+    def in_group(self, gid: int) -> bool:
+        if gid == self.gid:
+            return True
+        if self._groups is None:
+            self._groups = _proc_groups(self.pid)
+        return gid in self._groups
+
+
+def mode_permits(mode: int, uid: int, gid: int, cred: Credentials, want: int) -> bool:
+    """generic_permission(): root may do anything (CAP_DAC_OVERRIDE; vgpu has no
+    executable files); otherwise the owner's, the group's or the others' bits of
+    ``mode``, whichever class the requester is in, must hold every bit of ``want``."""
+    if cred.uid == 0:
+        return True
+    if cred.uid == uid:
+        bits = mode >> 6
+    elif (mode >> 3 & 7) != (mode & 7) and cred.in_group(gid):
+        bits = mode >> 3
+    else:
+        bits = mode
+    return want & ~bits & 7 == 0
+
+
 # ---------------------------------------------------------------------------
 # Nodes of the tree
 # ---------------------------------------------------------------------------
 class Node:
     """An inode. The defaults describe a node that cannot be opened, written,
-    truncated or read as a link, that every uid may reach, and that lives as long
-    as the mount."""
+    truncated or read as a link, and that lives as long as the mount. Who may
+    reach it is its mode, owner and group, checked by vdev.fs on every request
+    (``permits``, with every directory above it searchable: docs/vdev.md,
+    "Permissions")."""
 
     #: entry and attribute timeout the kernel is given for this node, in seconds
     cache_timeout = GENERATED_TIMEOUT
@@ -85,14 +136,20 @@ class Node:
     truncatable = False
     nlink = 1
 
-    def __init__(self, inode: int, mode: int, uid: int = 0):
+    def __init__(self, inode: int, mode: int, uid: int = 0, gid: int = 0):
         self.inode = inode
         self.mode = mode
         self.uid = uid
+        self.gid = gid
+        self.parent: "Dir | None" = None  # set when linked into the tree
 
     @property
     def size(self) -> int:
         return 0
+
+    def permits(self, cred: Credentials, want: int) -> bool:
+        """The mode bits allow ``want`` (MAY_READ | MAY_WRITE | MAY_EXEC) to ``cred``."""
+        return mode_permits(self.mode, self.uid, self.gid, cred, want)
 
     def may_access(self, uid: int) -> bool:
         """access(2) for ``uid``: True unless the node is private to its owner."""
@@ -118,9 +175,11 @@ class Dir(Node):
 
     nlink = 2
 
-    def __init__(self, inode: int, parent: "Dir | None", provider: Callable[[], dict] | None = None):
-        super().__init__(inode, stat.S_IFDIR | 0o755)
+    def __init__(self, inode: int, parent: "Dir | None", provider: Callable[[], dict] | None = None,
+                 mode: int = 0o755, uid: int = 0):
+        super().__init__(inode, stat.S_IFDIR | mode, uid)
         self.parent = parent or self
+        self.file_mode: int | None = None  # mode of the provider's files (None: GeneratedFile's)
         self.children: dict[str, Node] = {}   # every child the kernel may know, by name
         self.fixed: dict[str, Node] = {}      # those that do not come from the provider
         self.provider = provider
@@ -130,13 +189,15 @@ class Dir(Node):
 
 
 class ControlFile(Node):
-    """dev/dri/card0 or renderD128: each open() is one DRM file of the KMD."""
+    """dev/dri/card0 or renderD128: each open() is one DRM file of the KMD. Its mode
+    and group are the mount's (`vgpu mount --mode/--render-mode/--group`: card0 0660
+    video, renderD128 0666, as udev makes them), checked by vdev.fs at open."""
 
     cache_timeout = LONG_TIMEOUT
     truncatable = True  # `> card0` in a shell opens with O_TRUNC
 
-    def __init__(self, inode: int, render: bool):
-        super().__init__(inode, stat.S_IFREG | 0o666)
+    def __init__(self, inode: int, render: bool, mode: int = 0o666, uid: int = 0, gid: int = 0):
+        super().__init__(inode, stat.S_IFREG | mode, uid, gid)
         self.render = render
 
     def open(self, dev, flags, ctx) -> "ControlHandle":
@@ -145,12 +206,16 @@ class ControlFile(Node):
 
 
 class GeneratedFile(Node):
-    """Text made on open by ``read_fn``; ``write_fn(bytes)`` takes writes if set."""
+    """Text made on open by ``read_fn``; ``write_fn(bytes)`` takes writes if set.
+    Mode 0444, or 0644 with a ``write_fn`` (a writable debugfs entry), unless given."""
 
     truncatable = True  # `echo 1 > gpu_reset` opens with O_TRUNC
 
-    def __init__(self, inode: int, read_fn: Callable, write_fn: Callable | None = None):
-        super().__init__(inode, stat.S_IFREG | (0o644 if write_fn else 0o444))
+    def __init__(self, inode: int, read_fn: Callable, write_fn: Callable | None = None,
+                 mode: int | None = None, uid: int = 0):
+        if mode is None:
+            mode = 0o644 if write_fn else 0o444
+        super().__init__(inode, stat.S_IFREG | mode, uid)
         self.read_fn = read_fn
         self.write_fn = write_fn
 
@@ -192,6 +257,9 @@ class BoFile(Symlink):
         self.offset = bo.mmap_offset
         self.nlookup = 0  # references the kernel holds (lookup minus forget)
 
+    def permits(self, cred, want: int) -> bool:
+        return True  # readlink() decides by its own rule, and logs a refusal
+
     def may_access(self, uid: int) -> bool:
         return self.bo.may_access(uid)
 
@@ -230,6 +298,9 @@ class PrimeFile(Node):
     def size(self) -> int:
         return self.export.size
 
+    def permits(self, cred, want: int) -> bool:
+        return True  # open() decides by its own rule, and logs a refusal
+
     def may_access(self, uid: int) -> bool:
         return self.export.may_access(uid)
 
@@ -257,6 +328,9 @@ class SyncFile(Node):
     def __init__(self, inode: int, export: SyncExport):
         super().__init__(inode, stat.S_IFREG | 0o400, export.uid)
         self.export = export
+
+    def permits(self, cred, want: int) -> bool:
+        return True  # open() decides by its own rule, and logs a refusal
 
     def may_access(self, uid: int) -> bool:
         return uid in (0, self.uid)
@@ -302,54 +376,135 @@ class Handle:
         """The last reference to the open file is gone (all fds, dups, forks)."""
 
 
+#: Unread replies one open control file keeps (one per request tag); a write on a
+#: further tag fails with EBUSY until some are read.
+MAX_TAGS = 1024
+
+
 class ControlHandle(Handle):
-    """One open of card0/renderD128 = one DRM file, plus its unread reply
-    (docs/vdev.md, "Control-file protocol choices")."""
+    """One open of card0/renderD128 = one DRM file, plus its unread replies, one per
+    request tag (docs/design.md section 3; docs/vdev.md, "Control-file protocol
+    choices").
+
+    A request's tag is the file offset of its write: a thread sends with
+    ``pwrite(fd, frame, T)`` and gets the reply with ``pread(fd, buf, size, T)``, so
+    threads of one DRM file have requests in flight at once and one blocked in a
+    wait holds up no other. A plain write() moves the file offset past the frame, so
+    its read() comes at the offset where that write ended: a read at offset X gets
+    the reply of tag X, or else the reply of the write that ended at X."""
 
     def __init__(self, dev: KmdDevice, file):
         self.dev = dev
         self.file = file
-        self.reply = None  # kmd Reply | PendingReply | None
+        self.replies: dict[int, Reply | PendingReply] = {}  # tag -> its unread reply
+        self._end: dict[int, int] = {}      # tag -> the offset where its write ended
+        self._by_end: dict[int, int] = {}   # that offset -> tag (plain write()/read())
+
+    def _forget(self, tag: int) -> None:
+        self.replies.pop(tag, None)
+        end = self._end.pop(tag, None)
+        if end is not None and self._by_end.get(end) == tag:
+            del self._by_end[end]
 
     async def write(self, off, buf) -> int:
-        """One request frame. Never blocks: the KMD answers at once or returns a
-        PendingReply that read() waits for. A new request replaces an unread reply,
-        also when it fails (FrameError or KmdError: the write fails with its errno)."""
+        """One request frame, tag ``off``. Never blocks: the KMD answers at once or
+        returns a PendingReply that read() waits for. A new request replaces an
+        unread reply of the same tag, also when it fails (KmdError: the write fails
+        with its errno); a frame that does not parse (FrameError) fails before that.
+        EBUSY: MAX_TAGS other tags have unread replies."""
         req = parse_request(buf)
-        self.reply = None
-        self.reply = self.dev.ioctl(self.file, req.request, req.arg, req.extra)
+        self._forget(off)
+        if len(self.replies) >= MAX_TAGS:
+            _fail(errno.EBUSY)
+        reply = self.dev.ioctl(self.file, req.request, req.arg, req.extra)
+        self.replies[off] = reply
+        self._end[off] = off + len(buf)
+        self._by_end[off + len(buf)] = off
         return len(buf)
 
     async def read(self, off, size) -> bytes:
-        """The reply of the last request: EINVAL if none is waiting or ``size`` is too
-        small (the reply stays for a retry). A PendingReply is waited for here, in a
-        worker thread, so the loop serves other clients meanwhile; a KmdError from it
-        fails the read and drops the reply."""
-        reply = self.reply
-        if reply is None:
+        """The reply of tag ``off`` (or of the write that ended at ``off``): EINVAL if
+        none is waiting or ``size`` is too small (the reply stays for a retry). A
+        PendingReply is waited for here, on the loop, woken by the KMD's fence
+        callbacks (wait_pending), so the loop serves every other request meanwhile;
+        a KmdError from it fails the read and drops the reply."""
+        tag = off if off in self.replies else self._by_end.get(off)
+        if tag is None:
             _fail(errno.EINVAL)
+        reply = self.replies[tag]
         if isinstance(reply, PendingReply):
             try:
-                done = await trio.to_thread.run_sync(reply.wait, **_ABANDON_ON_CANCEL)
+                done = await wait_pending(reply)
             except KmdError:
-                if self.reply is reply:
-                    self.reply = None
+                if self.replies.get(tag) is reply:
+                    self._forget(tag)
                 raise
-            if self.reply is reply:  # a newer write() replaced it meanwhile: keep that one
-                self.reply = done
+            if self.replies.get(tag) is reply:  # a newer write() of this tag replaced it: keep that
+                self.replies[tag] = done
             reply = done
         data = encode_reply(reply.result, reply.arg, reply.extra)
         if size < len(data):
             _fail(errno.EINVAL)
-        if self.reply is reply:
-            self.reply = None
+        if self.replies.get(tag) is reply:
+            self._forget(tag)
         return data
 
     async def release(self) -> None:
         """The last close of a DRM file frees its handles, VAs and contexts; in a
         worker thread, so the loop stays free if the KMD waits for jobs."""
-        self.reply = None
+        self.replies.clear()
+        self._end.clear()
+        self._by_end.clear()
         await trio.to_thread.run_sync(self.dev.close_file, self.file)
+
+
+class _Round:
+    """The trio event one round of wait_pending sleeps on (hashable, for run_sync_soon's
+    idempotent queueing)."""
+
+    __slots__ = ("event",)
+
+    def __init__(self):
+        self.event = trio.Event()
+
+    def set(self) -> None:
+        self.event.set()
+
+
+async def wait_pending(pending: PendingReply) -> Reply:
+    """Complete a PendingReply on the loop: its fence callbacks (kmd/fence.py) queue a
+    wake-up with ``TrioToken.run_sync_soon``, which neither blocks nor locks, as they
+    may run in the KMD's interrupt thread under the device lock. No thread waits; a
+    cancelled read (the client was interrupted) just stops waiting, and the reply
+    stays for the next read. A ``blocking`` PendingReply runs in a worker thread."""
+    if pending.blocking:
+        return await trio.to_thread.run_sync(pending.wait, **_ABANDON_ON_CANCEL)
+    token = trio.lowlevel.current_trio_token()
+    current = _Round()
+
+    def wake() -> None:
+        try:
+            token.run_sync_soon(current.set, idempotent=True)
+        except trio.RunFinishedError:
+            pass  # the daemon is stopping
+
+    cancel = pending.subscribe(wake)
+    try:
+        while True:
+            current = _Round()  # set by a wake-up from here on
+            if pending.ready():
+                break
+            if pending.deadline is None:
+                await current.event.wait()
+                continue
+            left = pending.deadline - time.monotonic()
+            if left <= 0:
+                break
+            with trio.move_on_after(left):
+                await current.event.wait()
+    finally:
+        cancel()
+    return pending.finish()
 
 
 class SnapshotHandle(Handle):

@@ -247,8 +247,8 @@ def syncobj_wait(handle: int, seconds: float) -> bytes:
 
 
 async def test_a_blocking_wait_blocks_in_read_off_the_loop(fs, dev):
-    """A wait is written at once and waited for in read(), in a worker thread: the
-    loop goes on serving while the read waits (here: a SIGNAL written to the same
+    """A wait is written at once and waited for in read(), on the loop, woken by the
+    fence callbacks: the loop goes on serving while the read waits (here: a SIGNAL written to the same
     file, which replaces the unread reply, so the waiting read returns the wait's
     reply and the next read the signal's); a timeout fails the read with ETIME and
     drops the reply."""
@@ -274,6 +274,116 @@ async def test_a_blocking_wait_blocks_in_read_off_the_loop(fs, dev):
     assert replies[0].result == 0 and len(replies[0].arg) == ctypes.sizeof(uapi.drm_syncobj_wait)
     signalled = parse_reply(await fs.read(fh, 0, 4096))
     assert len(signalled.arg) == ctypes.sizeof(uapi.drm_syncobj_array)
+    await fs.release(fh)
+
+
+def version_frame() -> bytes:
+    return encode_request(ioctl("VERSION"), bytes(uapi.drm_version()))
+
+
+def get_cap_frame(cap=uapi.DRM_CAP_SYNCOBJ) -> bytes:
+    return encode_request(ioctl("GET_CAP"), bytes(uapi.drm_get_cap(capability=cap)))
+
+
+async def test_tags_are_independent(fs, dev):
+    """docs/design.md section 3: the reply of tag T (the write's offset) goes only to
+    a read at offset T; an unread reply survives requests on other tags; a new
+    request replaces only its own tag's reply."""
+    fh = await open_card(fs)
+    await fs.write(fh, 1001, version_frame())
+    await fs.write(fh, 1002, get_cap_frame())
+    await fails(errno.EINVAL, fs.read(fh, 1003, 4096))                 # nothing on tag 1003
+    cap = parse_reply(await fs.read(fh, 1002, 4096))
+    assert len(cap.arg) == ctypes.sizeof(uapi.drm_get_cap)
+    assert uapi.drm_get_cap.from_buffer_copy(cap.arg).value == 1
+    await fails(errno.EINVAL, fs.read(fh, 1002, 4096))                 # consumed
+    await fs.write(fh, 1002, get_cap_frame(uapi.DRM_CAP_SYNCOBJ_TIMELINE))
+    await fs.write(fh, 1002, get_cap_frame())                          # replaces tag 1002's only
+    version = parse_reply(await fs.read(fh, 1001, 4096))                # tag 1001 still there
+    assert len(version.arg) == ctypes.sizeof(uapi.drm_version)
+    assert uapi.drm_get_cap.from_buffer_copy(parse_reply(await fs.read(fh, 1002, 4096)).arg).capability \
+        == uapi.DRM_CAP_SYNCOBJ
+    await fs.release(fh)
+
+
+async def test_plain_write_and_read_still_pair(fs, dev):
+    """A plain write() leaves the file offset past the frame, where the plain read()
+    then comes; pwrite/pread at offset 0 are tag 0 like any other."""
+    fh = await open_card(fs)
+    pos = 0
+    for frame in (version_frame(), get_cap_frame(), version_frame()):
+        await fs.write(fh, pos, frame)
+        pos += len(frame)
+        data = await fs.read(fh, pos, 4096)
+        assert parse_reply(data).result == 0
+        pos += len(data)
+    await fs.write(fh, 0, get_cap_frame())
+    assert len(parse_reply(await fs.read(fh, 0, 4096)).arg) == ctypes.sizeof(uapi.drm_get_cap)
+    await fs.release(fh)
+
+
+def timeline_frames(handle: int, point: int, seconds: float) -> tuple[bytes, bytes]:
+    wait = uapi.drm_syncobj_timeline_wait(count_handles=1, flags=uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT,
+                                          timeout_nsec=time.monotonic_ns() + int(seconds * 1e9))
+    arrays = struct.pack("<IQ", handle, point)
+    signal = uapi.drm_syncobj_timeline_array(count_handles=1)
+    return (encode_request(ioctl("SYNCOBJ_TIMELINE_WAIT"), bytes(wait), arrays),
+            encode_request(ioctl("SYNCOBJ_TIMELINE_SIGNAL"), bytes(signal), arrays))
+
+
+async def test_a_wait_on_one_tag_never_holds_up_another(fs, dev, monkeypatch):
+    """Thread A's TIMELINE_WAIT (WAIT_FOR_SUBMIT) blocks in its read of tag A; thread
+    B's TIMELINE_SIGNAL on tag B of the same file goes through, and A's read returns
+    at once. The wait holds no worker thread: the fence callback wakes the loop."""
+    def no_thread(*args, **kwargs):
+        raise AssertionError("a fence wait went to a worker thread")
+
+    fh = await open_card(fs)
+    await fs.write(fh, 7, encode_request(ioctl("SYNCOBJ_CREATE"), bytes(uapi.drm_syncobj_create())))
+    h = uapi.drm_syncobj_create.from_buffer_copy(parse_reply(await fs.read(fh, 7, 4096)).arg).handle
+    wait, signal = timeline_frames(h, 1, 10)
+    monkeypatch.setattr(trio.to_thread, "run_sync", no_thread)
+    await fs.write(fh, 11, wait)
+    done = {}
+    async with trio.open_nursery() as nursery:
+        async def waiter():
+            done["reply"] = parse_reply(await fs.read(fh, 11, 4096))
+            done["at"] = time.monotonic()
+        nursery.start_soon(waiter)
+        await trio.sleep(0.1)
+        assert not done
+        t0 = time.monotonic()
+        await fs.write(fh, 22, signal)
+        assert parse_reply(await fs.read(fh, 22, 4096)).result == 0
+    assert done["reply"].result == 0 and done["at"] - t0 < 1.0
+    monkeypatch.undo()
+    await fs.release(fh)
+
+
+async def test_an_interrupted_read_keeps_its_pending_reply(fs, dev):
+    fh = await open_card(fs)
+    await fs.write(fh, 5, encode_request(ioctl("SYNCOBJ_CREATE"), bytes(uapi.drm_syncobj_create())))
+    h = uapi.drm_syncobj_create.from_buffer_copy(parse_reply(await fs.read(fh, 5, 4096)).arg).handle
+    wait, signal = timeline_frames(h, 2, 10)
+    await fs.write(fh, 5, wait)
+    with trio.move_on_after(0.05):  # the client's read is interrupted (EINTR)
+        await fs.read(fh, 5, 4096)
+    await fs.write(fh, 6, signal)
+    assert parse_reply(await fs.read(fh, 6, 4096)).result == 0
+    assert parse_reply(await fs.read(fh, 5, 4096)).result == 0  # the retried read gets the wait's reply
+    await fs.release(fh)
+
+
+async def test_too_many_unread_tags_is_ebusy(fs, dev, monkeypatch):
+    from vdev import nodes
+    monkeypatch.setattr(nodes, "MAX_TAGS", 3)
+    fh = await open_card(fs)
+    for tag in (1, 2, 3):
+        await fs.write(fh, tag, version_frame())
+    await fails(errno.EBUSY, fs.write(fh, 4, version_frame()))
+    await fs.write(fh, 3, version_frame())   # a tag that has one may replace it
+    await fs.read(fh, 1, 4096)
+    await fs.write(fh, 4, version_frame())   # room again
     await fs.release(fh)
 
 
