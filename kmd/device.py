@@ -26,6 +26,7 @@ from .ioctl_table import TABLE as IOCTL_TABLE
 from .irq import InterruptHandler
 from .job import Job
 from .kmsg import KernelLog
+from .limits import Limiter, Limits
 from .memory import DeviceMemory
 from .ring import Ring
 
@@ -53,9 +54,10 @@ class Device:
     """The KMD of one virtual GPU."""
 
     def __init__(self, vram_size: int = 512 * MiB, gtt_size: int = 1024 * MiB, timeout: float = 2.0,
-                 shm_dir: str | None = None):
+                 shm_dir: str | None = None, limits: Limits | None = None):
         """Raises kmd.shmem.StoreError when the BO store (a tmpfs under ``shm_dir``,
-        default /dev/shm) cannot hold VRAM + GTT."""
+        default /dev/shm) cannot hold VRAM + GTT. ``limits``: the object caps per
+        file and per device (kmd/limits.py; the defaults when None)."""
         self.lock = threading.RLock()
         self.kmsg = KernelLog()
         self.memory = DeviceMemory(vram_size, gtt_size, shm_dir)
@@ -97,11 +99,15 @@ class Device:
         self.busy_meter = _sysfs.BusyMeter(self)
         self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
                       f"ring timeout {timeout:g} s")
+        self.limiter = Limiter(limits or Limits(), self.kmsg, bo_count=lambda: self.memory.bo_count,
+                               bo_bound=lambda: self.memory.store.max_bos)
+        if self.limiter.limits.changes():
+            self.kmsg.log(f"vgpu: limits set at mount: {self.limiter.limits.changes()}")
 
     # -- files ---------------------------------------------------------------
     def open_file(self, pid: int, uid: int, comm: str = "?", render: bool = True) -> DrmFile:
         with self.lock:
-            f = DrmFile(pid, uid, comm, render)
+            f = DrmFile(pid, uid, comm, render, self.limiter)
             self.files[f.id] = f
         self.kmsg.log(f"client {f.id} opened {f.node}: {f.describe()}")
         return f
@@ -166,13 +172,16 @@ class Device:
                     raise KmdError(errno.EBADF, "file is closed")
                 return dispatch(IOCTL_TABLE, self, f, request, arg, extra)
         except KmdError as e:
-            self.kmsg.log(f"{request_name(IOCTL_TABLE, request)} refused for client {f.id} (pid {f.pid}): {e}")
+            if not getattr(e, "quiet", False):  # a LimitError was logged once already
+                self.kmsg.log(f"{request_name(IOCTL_TABLE, request)} refused for client {f.id} (pid {f.pid}): {e}")
             raise
 
     # -- GEM -----------------------------------------------------------------
     def create_bo(self, f: DrmFile, size: int, align: int, domains: int, flags: int) -> BufferObject:
         """Place a BO: VRAM first when allowed, then GTT. ENOMEM when neither fits
-        (or the device's BO limit is reached, or its file cannot be made); logged."""
+        (or the device's BO limit is reached, or its file cannot be made); logged.
+        ENOSPC: the file holds its limit of handles (kmd/limits.py)."""
+        self.limiter.check(f, "bos")
         placement = None
         why = "no domain"
         for domain in (uapi.AMDGPU_GEM_DOMAIN_VRAM, uapi.AMDGPU_GEM_DOMAIN_GTT):
@@ -293,7 +302,9 @@ class Device:
         joins its context's backlog and None is returned: the write() must not block.
         The backlog is queued in order as the context's jobs complete (_job_done),
         and `job.queued` signals when this job is (with ECANCELED or EBADF instead if
-        a reset or the file's close drops it first; see _drop_backlog)."""
+        a reset or the file's close drops it first; see _drop_backlog).
+        ENOMEM: the file's or the device's limit of jobs in flight (kmd/limits.py)."""
+        self.limiter.check(job.file, "jobs")
         for bo in job.bos:
             bo.busy_jobs += 1
         job.pin = job.file.vm.page_table.pin()

@@ -1,30 +1,37 @@
 """DrmFile: one open of card0/renderD128 (struct drm_file): its handle namespaces
-(GEM handles, contexts, syncobjs) and its VM. Handle 0 is never valid (drm-shim's rule)."""
+(GEM handles, contexts, syncobjs) and its VM. Handle 0 is never valid (drm-shim's rule).
+The handle tables are capped per file and per device (kmd/limits.py): the add_*
+methods refuse past a cap, and the tables count themselves into the device's tally."""
 import itertools
 
 from .ctx import Context
+from .limits import CountedDict, CountedSet, Limiter, Limits
 from .vm import VirtualMemory
 
 
 class DrmFile:
     _ids = itertools.count(1)
 
-    def __init__(self, pid: int, uid: int, comm: str, render: bool):
+    def __init__(self, pid: int, uid: int, comm: str, render: bool, limiter: Limiter | None = None):
         self.id = next(self._ids)
+        # The device's limits and totals (a private, unlimited one for a file made alone).
+        self.limiter = limiter = limiter or Limiter(Limits(**dict.fromkeys(Limits.names(), 1 << 62)), None)
+        tally = limiter.tally
+        self.limits_hit: set[str] = set()  # limits this client hit (logged once each)
         self.pid, self.uid, self.comm, self.render = pid, uid, comm, render
         self.node = "renderD128" if render else "card0"
         # drm_ioctl_permit()'s notions (kmd/ioctl_table.py). vgpu has no SET_MASTER and
         # no drmAuthMagic, so every card0 file is the master and authenticated, and a
         # render file is neither, as on Linux.
         self.master = self.authenticated = not render
-        self.bos: dict = {}            # GEM handle -> BufferObject
+        self.bos: dict = CountedDict(tally, "bos")  # GEM handle -> BufferObject
         self.handles_of: dict[int, int] = {}  # id(BufferObject) -> handles to it here
-        self.contexts: dict[int, Context] = {}
+        self.contexts: dict[int, Context] = CountedDict(tally, "contexts")
         self.vm = VirtualMemory()
-        self.bo_lists: dict[int, list] = {}
-        self.syncobjs: dict = {}       # syncobj handle -> kmd.syncobj.Syncobj
+        self.bo_lists: dict[int, list] = CountedDict(tally, "bo_lists")
+        self.syncobjs: dict = CountedDict(tally, "syncobjs")  # syncobj handle -> kmd.syncobj.Syncobj
         self.sync_tokens: set[int] = set()  # tokens this file exported (MOUNT/sync/)
-        self.jobs: set[int] = set()    # ids of its jobs queued or running
+        self.jobs: set[int] = CountedSet(tally, "jobs")  # ids of its jobs in flight
         # Its last job that failed with a crash dump: the answer to vgpu's
         # VGPU_INFO_LAST_FAULT (uapi.vgpu_info_last_fault), None until one fails.
         self.last_fault = None
@@ -35,6 +42,9 @@ class DrmFile:
         self.closed = False
 
     def add_bo(self, bo) -> int:
+        """A new handle to `bo`. ENOSPC past the per-file cap (the device's BO cap is
+        checked when a BO is created, Device.create_bo)."""
+        self.limiter.check(self, "bos", device=False)
         handle = self._next_handle
         self._next_handle += 1
         self.bos[handle] = bo
@@ -54,18 +64,24 @@ class DrmFile:
         return bo, left == 0
 
     def add_ctx(self, priority: int, reset_counter: int) -> Context:
+        """ENOSPC past the per-file cap, ENOMEM past the device's."""
+        self.limiter.check(self, "contexts")
         ctx = Context(self._next_ctx, priority, reset_counter)
         self._next_ctx += 1
         self.contexts[ctx.id] = ctx
         return ctx
 
     def add_bo_list(self, bos: list) -> int:
+        """ENOSPC past the per-file cap, ENOMEM past the device's."""
+        self.limiter.check(self, "bo_lists")
         handle = self._next_list
         self._next_list += 1
         self.bo_lists[handle] = bos
         return handle
 
     def add_syncobj(self, syncobj) -> int:
+        """ENOSPC past the per-file cap, ENOMEM past the device's."""
+        self.limiter.check(self, "syncobjs")
         handle = self._next_syncobj
         self._next_syncobj += 1
         self.syncobjs[handle] = syncobj

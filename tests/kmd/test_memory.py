@@ -103,7 +103,7 @@ def test_past_the_bo_limit_gem_create_is_enomem(dev, client):
     dev.memory.store.max_bos = dev.memory.bo_count + 3
     handles = [gem_create(dev, client) for _ in range(3)]
     fails(errno.ENOMEM, dev, client, "AMDGPU_GEM_CREATE", _create_args())
-    assert "its limit" in dev.kmsg.text()
+    assert "the device's limit of 3 BOs" in dev.kmsg.text()
     call(dev, client, "GEM_CLOSE", uapi.drm_gem_close(handle=handles[0]))
     gem_create(dev, client)                          # room again
 
