@@ -2,9 +2,12 @@
 
 ``device_initialize`` opens the render node, reads VERSION and DEV_INFO, and
 builds the user-space VA manager from DEV_INFO, as libdrm's
-``amdgpu_device_initialize`` does. Everything issued through one Device is
-serialised by a lock: an ioctl is a write()/read() pair on one fd, and two
-threads must not interleave their pairs.
+``amdgpu_device_initialize`` does. Threads may share one Device as they share a
+libdrm device: each ioctl is a pwrite()/pread() pair tagged with the calling
+thread's id (docs/design.md section 3), so a thread blocked in a wait never holds
+up another's ioctl. Only an fd that cannot take offsets (a socket or pipe
+standing in for the control file) falls back to plain write()/read() pairs,
+serialised by a lock.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import NamedTuple
@@ -46,6 +50,9 @@ class Device(Handle):
         self.fd = fd
         self.node = node
         self.mount = mount_point(node)  # MOUNT/dev/dri/<node>
+        # A control file takes request tags; anything else (no offsets) gets plain
+        # write()/read() pairs under the lock, which also serialises close.
+        self._tagged = stat.S_ISREG(os.fstat(fd).st_mode)
         self._lock = threading.RLock()
         self._bos: dict[int, object] = {}  # GEM handle -> Bo, for unmapping at deinit
         self.version: DrmVersion | None = None
@@ -55,7 +62,13 @@ class Device(Handle):
 
     # -- the one path to the device -------------------------------------------------
     def ioctl(self, request: int, struct, extra: bytes = b"", reply_extra: int = 0):
-        """:func:`libvgpu.ioctl.drm_ioctl` on this file, serialised."""
+        """:func:`libvgpu.ioctl.drm_ioctl` on this file, tagged with the calling
+        thread's id (on an fd without offsets: untagged, serialised)."""
+        fd = self.fd
+        if fd < 0:
+            raise error_for(errno.EBADF, f"{uapi.ioctl_name(request)}: device is closed")
+        if self._tagged:
+            return drm_ioctl(fd, request, struct, extra, reply_extra, tag=threading.get_native_id())
         with self._lock:
             if self.fd < 0:
                 raise error_for(errno.EBADF, f"{uapi.ioctl_name(request)}: device is closed")

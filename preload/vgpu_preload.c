@@ -45,6 +45,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -222,14 +223,14 @@ static uint32_t token_of_path(const char *path, char *kind)
 
 /* ------------------------------------------------------------------------------------
  * Tracked fds. A control file's open file description (shared by its dups) is one DRM
- * file on the daemon, with ONE pending reply, so its write/read pairs must not
- * interleave: struct vfile holds the mutex that serialises them. Later, per-thread
- * request tags (design section 3) let threads overlap; see frame_call().
- * Token fds (sync files, dma-bufs) remember their token for FD_TO_HANDLE.
+ * file on the daemon, which keeps one pending reply per request tag (design section
+ * 3): each thread tags its requests with its thread id (frame_call), so the threads
+ * of a program, and of its forks, share it without a lock and never wait for each
+ * other's replies. Token fds (sync files, dma-bufs) remember their token for
+ * FD_TO_HANDLE.
  * ---------------------------------------------------------------------------------- */
 struct vfile {
-	pthread_mutex_t lock; /* held across one write + read */
-	int refs;             /* fds naming it, plus calls in progress */
+	int refs; /* fds naming it, plus calls in progress */
 	int minor;
 };
 
@@ -244,10 +245,8 @@ static int fd_ok(int fd) { return fd >= 0 && fd < FD_SLOTS; }
 
 static void vf_put_locked(struct vfile *vf)
 {
-	if (vf && --vf->refs == 0) {
-		pthread_mutex_destroy(&vf->lock);
+	if (vf && --vf->refs == 0)
 		free(vf);
-	}
 }
 
 /* Forget whatever `fd` was: called before it is closed and after the kernel hands the
@@ -271,7 +270,6 @@ static void track_control(int fd, int minor)
 	}
 	if (!(vf = calloc(1, sizeof(*vf))))
 		return;
-	pthread_mutex_init(&vf->lock, NULL);
 	vf->refs = 1;
 	vf->minor = minor;
 	pthread_mutex_lock(&fdtab_lock);
@@ -350,18 +348,12 @@ static void classify(int fd)
 		track_token(fd, kind, token);
 }
 
-/* After fork() the child has one thread: locks another thread held are released. The
- * child shares the parent's open files, so their ioctls can still meet on the daemon
- * (one pending reply per open file until tags exist): docs/libdrm.md, limits. */
+/* After fork() the child has one thread: the table's lock, which another thread may
+ * have held, is made anew. The child shares the parent's open files; its requests carry
+ * its own thread ids as tags, so they never take the parent's replies. */
 static void atfork_prepare(void) { pthread_mutex_lock(&fdtab_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&fdtab_lock); }
-static void atfork_child(void)
-{
-	pthread_mutex_init(&fdtab_lock, NULL);
-	for (int fd = 0; fd < FD_SLOTS; fd++)
-		if (fdtab[fd].vf)
-			pthread_mutex_init(&fdtab[fd].vf->lock, NULL);
-}
+static void atfork_child(void) { pthread_mutex_init(&fdtab_lock, NULL); }
 
 /* ------------------------------------------------------------------------------------
  * stat: a control file is a regular FUSE file; libdrm insists on a character device
@@ -1008,11 +1000,12 @@ static struct tbuf *tbuf(void)
 }
 
 /* One request on the wire: write the frame, read the reply. `tag` is the protocol's
- * request tag (design section 3): 0 is plain write()/read(), the only form the daemon
- * answers today, so the caller holds the file's lock; a nonzero tag (the thread's id,
- * once the daemon routes replies by tag) is pwrite()/pread() at offset `tag` and needs
- * no lock. Returns 0 or an errno: the write's (the request was refused) or the read's
- * (it failed while completing: ETIME, EFAULT...). */
+ * request tag (design section 3): a nonzero tag (drm_ioctl passes the calling thread's
+ * id) is pwrite()/pread() at offset `tag`, and the daemon gives the reply of tag T only
+ * to a read at offset T, so threads sharing the fd need no lock; 0 is plain
+ * write()/read(), which one thread must not interleave with another's. Returns 0 or an
+ * errno: the write's (the request was refused) or the read's (it failed while
+ * completing: ETIME, EFAULT...). */
 static int frame_call(int fd, uint64_t tag, const char *req, size_t len, char *rep, size_t cap,
 		      size_t *replen)
 {
@@ -1038,7 +1031,7 @@ static int frame_call(int fd, uint64_t tag, const char *req, size_t len, char *r
 }
 
 /* ioctl(fd, request, arg) on a control file. Returns 0 or an errno. */
-static int drm_ioctl(int fd, struct vfile *vf, unsigned long request, void *arg)
+static int drm_ioctl(int fd, unsigned long request, void *arg)
 {
 	const unsigned nr = _IOC_NR(request);
 	const size_t size = _IOC_SIZE(request);
@@ -1077,9 +1070,7 @@ static int drm_ioctl(int fd, struct vfile *vf, unsigned long request, void *arg)
 	memcpy(f.buf, &h, hdr);
 
 	size_t replen = 0;
-	pthread_mutex_lock(&vf->lock);
-	err = frame_call(fd, 0 /* tag */, f.buf, f.len, b->rep, sizeof(b->rep), &replen);
-	pthread_mutex_unlock(&vf->lock);
+	err = frame_call(fd, (uint64_t)syscall(SYS_gettid), f.buf, f.len, b->rep, sizeof(b->rep), &replen);
 	DBG("ioctl fd %d %#lx (nr %#x) struct %zu extra %zu -> %s", fd, request, nr, size,
 	    f.len - hdr - size, err ? strerror(err) : "0");
 	if (err)
@@ -1156,7 +1147,7 @@ int ioctl(int fd, unsigned long request, ...)
 		vf = adopt(fd);
 	if (!vf)
 		return REAL(ioctl)(fd, request, arg);
-	int err = drm_ioctl(fd, vf, request, arg);
+	int err = drm_ioctl(fd, request, arg);
 	vf_release(vf);
 	if (err) {
 		errno = err;

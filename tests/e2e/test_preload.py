@@ -165,7 +165,7 @@ int main(void)
 	return 0;
 }
 """,
-    # Threads share one fd: the preload serialises each write/read pair on it.
+    # Threads share one fd: each tags its requests with its thread id (no lock).
     "threads": r"""
 #include <pthread.h>
 static int fd;
