@@ -85,25 +85,26 @@ def client_python(uid: int | None = None) -> str:
     return os.environ.get("VGPU_TEST_PYTHON", "/usr/bin/python3")
 
 
-def _drop_to(uid: int):
+def _drop_to(uid: int, groups=()):
     def preexec():
-        os.setgroups([])
+        os.setgroups(list(groups))
         os.setgid(uid)
         os.setuid(uid)
     return preexec
 
 
 def run_client(code: str, *args, uid: int | None = None, timeout: float = 60,
-               mount: str | None = None, check: bool = False) -> subprocess.CompletedProcess:
+               mount: str | None = None, check: bool = False, groups=()) -> subprocess.CompletedProcess:
     """Run Python ``code`` in a new process (``sys.argv[1:]`` = ``args`` as strings).
 
-    ``uid``: run as that uid and gid (e.g. NOBODY) with no supplementary groups.
+    ``uid``: run as that uid and gid (e.g. NOBODY) with the supplementary ``groups``
+    (none by default).
     ``mount``: exported as VGPU_MOUNT. Output is captured as text; with ``check``
     a nonzero exit raises CalledProcessError (its output in the message).
     """
     r = subprocess.run([client_python(uid), "-c", code, *map(str, args)], env=_env(mount),
                        capture_output=True, text=True, timeout=timeout, cwd="/",
-                       preexec_fn=_drop_to(uid) if uid is not None else None)
+                       preexec_fn=_drop_to(uid, groups) if uid is not None else None)
     if check and r.returncode != 0:
         raise AssertionError(f"client exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
     return r

@@ -22,6 +22,8 @@ import sys
 import pyfuse3
 import trio
 
+from .options import add_device_options, limits_from, permissions_from
+
 log = logging.getLogger("vgpu.daemon")
 
 MiB = 1 << 20
@@ -66,8 +68,11 @@ async def _stop_on_signal() -> None:
             return
 
 
-def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | None = None) -> int:
+def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | None = None,
+          limits=None, perms=None) -> int:
     """Mount the device tree at ``mountpoint`` and serve it until unmounted or signalled.
+    ``limits``: kmd.limits.Limits; ``perms``: vdev.options.NodePermissions, the modes
+    and group of the device nodes (the defaults when None).
     Returns 1 without mounting when the BO store cannot be set up (logged)."""
     from kmd.device import Device  # imported here so `vgpu --help` stays light
     from kmd.shmem import StoreError
@@ -75,11 +80,11 @@ def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | N
     from .fs import VgpuFs
 
     try:
-        dev = Device(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir)
+        dev = Device(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir, limits=limits)
     except StoreError as e:
         log.error("cannot start: %s", e.strerror)
         return 1
-    ops = VgpuFs(dev)
+    ops = VgpuFs(dev, perms)
     pyfuse3.init(ops, mountpoint, mount_options())
     log.info("mounted vgpu at %s (pid %d)", mountpoint, os.getpid())
     try:
@@ -99,10 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=2.0)
     p.add_argument("--shm-dir", default=None, help="tmpfs for BO files (default /dev/shm)")
     p.add_argument("--debug", action="store_true")
+    add_device_options(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s: %(message)s", stream=sys.stderr)
-    return serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout, args.shm_dir)
+    try:
+        perms = permissions_from(args)
+    except ValueError as e:
+        p.error(f"--group: {e}")
+    return serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout, args.shm_dir,
+                 limits=limits_from(args), perms=perms)
 
 
 if __name__ == "__main__":

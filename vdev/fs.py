@@ -25,9 +25,14 @@ mmap(), read() and write() of ``bo/<offset-hex>`` go to that file, whose pages t
 daemon has mapped into its VRAM/GTT aperture. There is one copy of every byte and
 nothing to push or flush (docs/memory.md).
 
-Permission checks are ours (mounted without ``default_permissions``): anyone may
-open the control files; a BO symlink is read (readlink) by the BO's uid or root
-only, and its target is a 0600 file of that uid in a directory nobody else lists.
+Permission checks are ours (mounted without ``default_permissions``), made from the
+requester's uid and groups (the FUSE request context, /proc/<pid>/status) on every
+lookup, open, opendir, access, readlink and truncate, with Linux's modes
+(docs/vdev.md, "Permissions"): card0 0660 group video and renderD128 0666 (mount
+options), sys/kernel/debug 0700 and devcoredump data 0600 (root only), sysfs and kmsg
+world-readable. The kernel may follow cached names without asking, so an open checks
+every directory above the file too. A BO symlink is read (readlink) by the BO's uid or
+root only, and its target is a 0600 file of that uid in a directory nobody else lists.
 
 Every handler converts KmdError to its errno and any other exception to EIO with a
 kmsg line: pyfuse3 ends its main loop on an uncaught exception, and the daemon must
@@ -39,6 +44,7 @@ import errno
 import functools
 import itertools
 import logging
+import os
 import re
 import time
 
@@ -47,8 +53,9 @@ import pyfuse3
 from vgpu.frame import FrameError
 
 from .kmd_interface import KmdDevice, KmdError
-from .nodes import (ALWAYS_READY, BoFile, ControlFile, Dir, GeneratedFile, Handle, Node, PrimeFile, Symlink,
-                    SyncFile)
+from .nodes import (ALWAYS_READY, MAY_EXEC, MAY_READ, MAY_WRITE, BoFile, ControlFile, Credentials, Dir,
+                    GeneratedFile, Handle, Node, PrimeFile, Symlink, SyncFile)
+from .options import NodePermissions
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +93,13 @@ class VgpuFs(pyfuse3.Operations):
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, dev: KmdDevice):
+    def __init__(self, dev: KmdDevice, perms: NodePermissions | None = None):
         super().__init__()
         self.dev = dev
+        self.perms = perms = perms or NodePermissions()
+        # The tree belongs to the daemon's user (root for a system-wide mount): its
+        # owner bits are that user's, root passes every check.
+        self.owner = os.geteuid()
         self.time_ns = time.time_ns()
         self._inodes: dict[int, Node] = {}
         self._next_inode = itertools.count(pyfuse3.ROOT_INODE + 1)
@@ -98,19 +109,21 @@ class VgpuFs(pyfuse3.Operations):
         self._next_fh = itertools.count(1)
         self._dir_listings: dict[int, list] = {}
 
-        root = self._add(Dir(pyfuse3.ROOT_INODE, None))
+        root = self._add(Dir(pyfuse3.ROOT_INODE, None, uid=self.owner))
         dev_dir = self._mkdir(root, "dev")
         dri = self._mkdir(dev_dir, "dri")
-        self._link(dri, "card0", ControlFile(self._ino(), render=False))
-        self._link(dri, "renderD128", ControlFile(self._ino(), render=True))
+        self._link(dri, "card0", ControlFile(self._ino(), render=False, mode=perms.card_mode, gid=perms.gid))
+        self._link(dri, "renderD128", ControlFile(self._ino(), render=True, mode=perms.render_mode,
+                                                  gid=perms.gid))
         self._link(dev_dir, "kmsg", GeneratedFile(self._ino(), lambda: dev.kmsg.text()))
         self.bo_dir = self._mkdir(root, "bo")
         self.prime_dir = self._mkdir(root, "prime")
         self.sync_dir = self._mkdir(root, "sync")
         sys_dir = self._mkdir(root, "sys")
         cls = self._build_sysfs(sys_dir)
-        self._mkdir(cls, "devcoredump", provider=self._devcoredumps)
-        debug = self._mkdir(self._mkdir(sys_dir, "kernel"), "debug")
+        # Linux: devcd<N>/data is 0600 root; debugfs is mounted 0700 root.
+        self._mkdir(cls, "devcoredump", provider=self._devcoredumps).file_mode = 0o600
+        debug = self._mkdir(self._mkdir(sys_dir, "kernel"), "debug", mode=0o700)
         self._mkdir(self._mkdir(debug, "dri"), "0", provider=dev.debugfs_files)
 
     # -- tree building --------------------------------------------------------
@@ -121,12 +134,17 @@ class VgpuFs(pyfuse3.Operations):
         self._inodes[node.inode] = node
         return node
 
+    def _adopt(self, parent: Dir, node: Node) -> Node:
+        """A new node of the tree under `parent`: the daemon's, below `parent`."""
+        node.parent, node.uid = parent, self.owner
+        return self._add(node)
+
     def _link(self, parent: Dir, name: str, node: Node) -> Node:
-        parent.children[name] = parent.fixed[name] = self._add(node)
+        parent.children[name] = parent.fixed[name] = self._adopt(parent, node)
         return node
 
-    def _mkdir(self, parent: Dir, name: str, provider=None) -> Dir:
-        return self._link(parent, name, Dir(self._ino(), parent, provider))
+    def _mkdir(self, parent: Dir, name: str, provider=None, mode: int = 0o755) -> Dir:
+        return self._link(parent, name, Dir(self._ino(), parent, provider, mode))
 
     def _mkdirs(self, parent: Dir, path: str) -> Dir:
         for name in path.split("/"):
@@ -181,12 +199,14 @@ class VgpuFs(pyfuse3.Operations):
             node = d.children.get(name)
             if isinstance(entry, dict):
                 if not isinstance(node, Dir):
-                    node = d.children[name] = self._add(Dir(self._ino(), d))
+                    node = d.children[name] = self._adopt(d, Dir(self._ino(), d))
+                    node.file_mode = d.file_mode
                 node.provider = (lambda e=entry: e)
             else:
                 read_fn, write_fn = entry if isinstance(entry, tuple) else (entry, None)
                 if not isinstance(node, GeneratedFile) or bool(node.write_fn) != bool(write_fn):
-                    node = d.children[name] = self._add(GeneratedFile(self._ino(), read_fn, write_fn))
+                    node = d.children[name] = self._adopt(d, GeneratedFile(self._ino(), read_fn, write_fn,
+                                                                           d.file_mode))
                 node.read_fn, node.write_fn = read_fn, write_fn
             current[name] = node
         return current
@@ -199,7 +219,7 @@ class VgpuFs(pyfuse3.Operations):
         a.st_mode = node.mode
         a.st_nlink = node.nlink
         a.st_uid = node.uid
-        a.st_gid = 0
+        a.st_gid = node.gid
         a.st_rdev = 0
         a.st_size = node.size
         a.st_blksize = 4096
@@ -214,6 +234,43 @@ class VgpuFs(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return node
 
+    # -- permissions ------------------------------------------------------------
+    def _may(self, node: Node, cred: Credentials, want: int) -> bool:
+        """``want`` on ``node``, and search permission on every directory above it (the
+        kernel may walk a cached path without asking us)."""
+        d = node.parent
+        while d is not None:
+            if not d.permits(cred, MAY_EXEC):
+                return False
+            if d.parent is d:
+                break
+            d = d.parent
+        return node.permits(cred, want)
+
+    def _require(self, node: Node, ctx, want: int) -> Credentials:
+        cred = Credentials(ctx)
+        if not self._may(node, cred, want):
+            if want & MAY_WRITE and getattr(node, "write_fn", None) is not None:
+                # A refused write to an action file (debugfs gpu_reset) is worth a line.
+                self.dev.kmsg.log(f"{self._path(node)}: write by uid {cred.uid} (pid {cred.pid}) "
+                                  f"denied: root only")
+            raise pyfuse3.FUSEError(errno.EACCES)
+        return cred
+
+    def _path(self, node: Node) -> str:
+        parts = []
+        while node.parent is not None and node.parent is not node:
+            parent = node.parent
+            parts.append(next((n for n, c in parent.children.items() if c is node), "?"))
+            node = parent
+        return "/".join(reversed(parts))
+
+    @staticmethod
+    def _wanted(flags: int) -> int:
+        acc = flags & os.O_ACCMODE
+        want = {os.O_RDONLY: MAY_READ, os.O_WRONLY: MAY_WRITE}.get(acc, MAY_READ | MAY_WRITE)
+        return want | (MAY_WRITE if flags & os.O_TRUNC else 0)
+
     @_guard
     async def getattr(self, inode, ctx=None):
         return self._attr(self._node(inode))
@@ -225,6 +282,8 @@ class VgpuFs(pyfuse3.Operations):
         # the node says whether it accepts one (it is then ignored).
         if fields.update_size and not node.truncatable:
             raise pyfuse3.FUSEError(errno.EPERM)
+        if fields.update_size:
+            self._require(node, ctx, MAY_WRITE)
         if fields.update_mode or fields.update_uid or fields.update_gid:
             raise pyfuse3.FUSEError(errno.EPERM)
         return self._attr(node)
@@ -235,6 +294,8 @@ class VgpuFs(pyfuse3.Operations):
         if not isinstance(parent, Dir):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         text = name.decode("utf-8", "surrogateescape")
+        if ctx is not None:
+            self._require(parent, ctx, MAY_EXEC)
         if text == ".":
             return self._attr(parent)
         if text == "..":
@@ -262,6 +323,7 @@ class VgpuFs(pyfuse3.Operations):
         node = self._bo_files.get(offset)
         if node is None or node.bo is not bo:
             node = self._add(BoFile(next(self._next_bo_inode), bo))
+            node.parent = self.bo_dir
             self._bo_files[offset] = node
         node.nlookup += 1
         return node
@@ -274,7 +336,9 @@ class VgpuFs(pyfuse3.Operations):
         export = self.dev.sync_file_by_token(int(name, 16))
         if export is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        return self._add(SyncFile(next(self._next_bo_inode), export))
+        node = self._add(SyncFile(next(self._next_bo_inode), export))
+        node.parent = self.sync_dir
+        return node
 
     def _lookup_prime(self, name: str) -> PrimeFile:
         # As sync/: canonical lowercase hex, a fresh inode per lookup, the KMD's
@@ -284,11 +348,15 @@ class VgpuFs(pyfuse3.Operations):
         export = self.dev.prime_by_token(int(name, 16))
         if export is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        return self._add(PrimeFile(next(self._next_bo_inode), export))
+        node = self._add(PrimeFile(next(self._next_bo_inode), export))
+        node.parent = self.prime_dir
+        return node
 
     @_guard
     async def readlink(self, inode, ctx):
-        return self._node(inode).readlink(self.dev, ctx)
+        node = self._node(inode)
+        self._require(node, ctx, 0)
+        return node.readlink(self.dev, ctx)
 
     async def forget(self, inode_list):
         for inode, nlookup in inode_list:
@@ -301,7 +369,8 @@ class VgpuFs(pyfuse3.Operations):
 
     @_guard
     async def access(self, inode, mode, ctx):
-        return self._node(inode).may_access(ctx.uid)
+        node = self._node(inode)
+        return self._may(node, Credentials(ctx), mode & 7) and node.may_access(ctx.uid)
 
     @_guard
     async def statfs(self, ctx):
@@ -316,6 +385,7 @@ class VgpuFs(pyfuse3.Operations):
         node = self._node(inode)
         if not isinstance(node, Dir):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        self._require(node, ctx, MAY_READ)
         fh = next(self._next_fh)
         # bo/, sync/ and prime/ list nothing: their names are capabilities (GEM_MMAP, tokens).
         children = {} if node in (self.bo_dir, self.sync_dir, self.prime_dir) else self._refresh(node)
@@ -337,7 +407,9 @@ class VgpuFs(pyfuse3.Operations):
     # Each open() makes a Handle (vdev.nodes) that answers the file's own calls.
     @_guard
     async def open(self, inode, flags, ctx):
-        return self._new_handle(self._node(inode).open(self.dev, flags, ctx))
+        node = self._node(inode)
+        self._require(node, ctx, self._wanted(flags))
+        return self._new_handle(node.open(self.dev, flags, ctx))
 
     def _new_handle(self, handle: Handle) -> pyfuse3.FileInfo:
         """Every file vdev itself serves is direct_io (no page cache): its data is

@@ -2,8 +2,9 @@
 "vdev and the KMD").
 
 vdev reaches the driver only through the members listed here, and imports kmd only
-through this module, except where ``vdev.daemon`` builds the device it serves:
-``kmd.device.Device(vram_size=, gtt_size=, timeout=, shm_dir=)``, which raises
+through this module, except where ``vdev.daemon`` builds the device it serves
+(with the mount options of ``vdev.options``, which reads ``kmd.limits.Limits``):
+``kmd.device.Device(vram_size=, gtt_size=, timeout=, shm_dir=, limits=)``, which raises
 ``kmd.shmem.StoreError`` (an OSError whose ``strerror`` says what to do) when the BO
 store cannot be set up. ``kmd.device.Device`` is the implementation;
 tests/vdev/test_kmd_interface.py checks that it has every member with a compatible

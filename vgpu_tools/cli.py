@@ -92,11 +92,12 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 def daemon_argv(args) -> list[str]:
+    from vdev.options import device_argv
     argv = [sys.executable, "-m", "vdev.daemon", os.path.abspath(args.mount),
             "--vram", args.vram, "--gtt", args.gtt, "--timeout", str(args.timeout)]
     if args.shm_dir:
         argv += ["--shm-dir", args.shm_dir]
-    return argv
+    return argv + device_argv(args)
 
 
 def _clean_stale_stores(shm_dir: str | None = None) -> None:
@@ -115,6 +116,12 @@ def cmd_mount(args) -> int:
         except ValueError as e:
             print(f"vgpu mount: --{opt}: {e}", file=sys.stderr)
             return 2
+    from vdev.options import permissions_from
+    try:
+        permissions_from(args)
+    except ValueError as e:
+        print(f"vgpu mount: --group: {e}", file=sys.stderr)
+        return 2
     state = mount_state(mount)
     if state == "dead":
         print(f"vgpu mount: {mount}: stale mount (transport endpoint is not connected), "
@@ -310,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--shm-dir", default=None,
                    help="tmpfs that holds the BO files (default /dev/shm, or $VGPU_SHM_DIR)")
     m.add_argument("--foreground", "-f", action="store_true", help="serve in this process")
+    from vdev.options import add_device_options   # --mode, --group, --max-bos, ...
+    add_device_options(m)
     m.set_defaults(func=cmd_mount)
 
     u = sub.add_parser("umount", help="unmount and stop the daemon")

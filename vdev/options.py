@@ -1,0 +1,107 @@
+"""The device options of `vgpu mount` and `python3 -m vdev.daemon`, defined once
+(docs/vdev.md, "Mounting and the daemon"): who may open the device nodes
+(`--mode`, `--render-mode`, `--group`) and the object limits (`--max-bos`,
+`--max-bos-per-file`, ..., kmd/limits.py). `vgpu mount` passes what it was given
+on to the daemon (`device_argv`). Light: no FUSE, no trio.
+"""
+from __future__ import annotations
+
+import argparse
+import grp
+from dataclasses import dataclass
+
+from kmd.limits import KINDS, Limits
+
+# udev's rules on Linux: card0 is root:video 0660, renderD128 0666 here (Debian makes
+# it root:render 0660 plus a uaccess ACL; vgpu has no seat to grant it to).
+DEFAULT_CARD_MODE = 0o660
+DEFAULT_RENDER_MODE = 0o666
+DEFAULT_GROUP = "video"
+
+
+@dataclass
+class NodePermissions:
+    """Mode and group of dev/dri/card0 and renderD128 (their owner is the daemon's uid)."""
+
+    card_mode: int = DEFAULT_CARD_MODE
+    render_mode: int = DEFAULT_RENDER_MODE
+    gid: int = 0
+
+
+def octal_mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an octal mode: {text!r} (example: 0660)") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"mode {text} is not within 0000..0777")
+    return mode
+
+
+def group_id(text: str) -> int:
+    """A group name or number -> gid (ValueError if there is no such group)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return grp.getgrnam(text).gr_gid
+    except KeyError:
+        raise ValueError(f"no group named {text!r} (give a name from /etc/group or a number)") from None
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def add_device_options(p: argparse.ArgumentParser) -> None:
+    nodes = p.add_argument_group("device nodes (docs/vdev.md)")
+    nodes.add_argument("--mode", type=octal_mode, default=DEFAULT_CARD_MODE, metavar="MODE",
+                       help="mode of dev/dri/card0 (default 0660)")
+    nodes.add_argument("--render-mode", type=octal_mode, default=DEFAULT_RENDER_MODE, metavar="MODE",
+                       help="mode of dev/dri/renderD128 (default 0666)")
+    nodes.add_argument("--group", default=DEFAULT_GROUP, metavar="GROUP",
+                       help="group of both nodes, a name or a number (default video; "
+                            "root if there is no group video)")
+    limits = p.add_argument_group("object limits (docs/kmd.md, \"Limits\")")
+    defaults = Limits()
+    for name in Limits.names():
+        kind = KINDS[name.removesuffix("_per_file")]
+        scope = "per DRM file" if name.endswith("_per_file") else "per device"
+        limits.add_argument(Limits.option(name), dest=name, type=_count, default=None, metavar="N",
+                            help=f"{kind.what} {scope} (default {getattr(defaults, name)})")
+
+
+def limits_from(args) -> Limits:
+    given = {n: getattr(args, n) for n in Limits.names() if getattr(args, n, None) is not None}
+    return Limits(**given)
+
+
+def permissions_from(args) -> NodePermissions:
+    """Raises ValueError for a group that does not exist (the default, video, falls
+    back to gid 0 where there is none)."""
+    try:
+        gid = group_id(args.group)
+    except ValueError:
+        if args.group != DEFAULT_GROUP:
+            raise
+        gid = 0
+    return NodePermissions(args.mode, args.render_mode, gid)
+
+
+def device_argv(args) -> list[str]:
+    """The options of `args` to pass on to the daemon, the ones that differ from
+    their defaults."""
+    argv = []
+    if args.mode != DEFAULT_CARD_MODE:
+        argv += ["--mode", f"{args.mode:04o}"]
+    if args.render_mode != DEFAULT_RENDER_MODE:
+        argv += ["--render-mode", f"{args.render_mode:04o}"]
+    if args.group != DEFAULT_GROUP:
+        argv += ["--group", args.group]
+    for name in Limits.names():
+        value = getattr(args, name, None)
+        if value is not None:
+            argv += [Limits.option(name), str(value)]
+    return argv
