@@ -184,11 +184,13 @@ def _create_on_chip(dev, file, a) -> BufferObject:
 def gem_mmap(dev, file, args, extra):
     """Return the fake offset naming MOUNT/bo/<offset-hex>.
 
-    EINVAL: nonzero padding. ENOENT: bad handle. EPERM: BO created NO_CPU_ACCESS."""
+    EINVAL: nonzero padding. ENOENT: bad handle. EPERM: BO created NO_CPU_ACCESS, or
+    a userptr BO (the CPU has its pages already; amdgpu_gem_mmap_ioctl)."""
     check(args.in_._pad == 0, errno.EINVAL, "nonzero padding")
     bo = lookup_bo(file, args.in_.handle)
     check(not bo.flags & uapi.AMDGPU_GEM_CREATE_NO_CPU_ACCESS, errno.EPERM,
           "BO was created with NO_CPU_ACCESS")
+    check(bo.userptr is None, errno.EPERM, "a userptr BO is mapped by its owner's own pointer")
     args.out.addr_ptr = bo.mmap_offset
 
 
@@ -224,7 +226,8 @@ def gem_op(dev, file, args, extra):
     """GET_GEM_CREATE_INFO returns the creation parameters as out-data (the struct
     the `value` pointer names); SET_PLACEMENT changes the preferred domains.
 
-    ENOENT: bad handle. EINVAL: unknown op, or a placement outside VRAM|GTT."""
+    ENOENT: bad handle. EINVAL: unknown op, or a placement outside VRAM|GTT.
+    EPERM: SET_PLACEMENT of a userptr BO (amdgpu_gem_op_ioctl)."""
     bo = lookup_bo(file, args.handle)
     if args.op == uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO:
         info = uapi.drm_amdgpu_gem_create_in()
@@ -234,6 +237,7 @@ def gem_op(dev, file, args, extra):
         info.domain_flags = bo.flags
         return bytes(info)
     if args.op == uapi.AMDGPU_GEM_OP_SET_PLACEMENT:
+        check(bo.userptr is None, errno.EPERM, "a userptr BO stays in GTT")
         check(args.value & SUPPORTED_DOMAINS and not args.value & ~SUPPORTED_DOMAINS,
               errno.EINVAL, f"bad placement {args.value:#x}")
         bo.preferred_domains = args.value

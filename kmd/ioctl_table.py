@@ -17,7 +17,7 @@ An ioctl that vgpu/uapi.py defines but vgpu does not implement yet is listed wit
 table says what is intended. tests/kmd/test_dispatch.py checks that the table covers
 every request of uapi.IOCTLS.
 """
-from . import bo_list, cs, ctx, gem, info, prime, sched, syncobj, vm
+from . import bo_list, cs, ctx, gem, info, prime, sched, syncobj, userptr, vm
 from .ioctl import (DRM_AUTH, DRM_IOCTL_DEF, DRM_IOCTL_DEF_DRV, DRM_MASTER, DRM_RENDER_ALLOW, IoctlDesc,
                     index, not_implemented)
 
@@ -59,9 +59,7 @@ AMDGPU_IOCTLS_KMS: list[IoctlDesc] = [
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_METADATA", gem.gem_metadata, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_VA", vm.gem_va, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_OP", gem.gem_op, DRM_AUTH | DRM_RENDER_ALLOW),
-    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_USERPTR",
-                      not_implemented("a client's own memory cannot back a BO across FUSE"),
-                      DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_GEM_USERPTR", userptr.gem_userptr, DRM_AUTH | DRM_RENDER_ALLOW),
 ]
 
 #: `_IOC_NR` -> entry, what kmd.ioctl.dispatch reads (drm_ioctl's two array lookups in one).

@@ -13,7 +13,7 @@ import errno
 import threading
 import time
 
-from . import hw
+from . import hw, userptr
 from .fence import Fence
 from .job import Job
 from .sched import RingScheduler
@@ -121,6 +121,10 @@ class Ring:
             job.error = errno.ECANCELED  # drm_sched skips jobs whose dependency failed
         if job.error:
             return
+        err = userptr.begin_job(self.dev, job)  # copy in its userptr BOs' pages (kmd/userptr.py)
+        if err:
+            job.error = err
+            return
         job.started_at = time.monotonic()
         with self._cv:
             self._deadline = job.started_at + self.dev.timeout
@@ -136,6 +140,7 @@ class Ring:
         finally:
             self.busy_time += time.monotonic() - job.started_at
             self.jobs_done += 1
+            userptr.end_job(self.dev, job)  # write back what it changed, before the fence
         if job.result is not None and job.result.status != "ok":
             self.dev.job_failed(self, job)
 

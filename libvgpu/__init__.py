@@ -12,7 +12,8 @@ each to its libdrm counterpart and ioctl.
 
 from .bo import (Bo, BoInfo, amdgpu_bo_handle_type_dma_buf_fd, amdgpu_bo_handle_type_gem_flink_name,
                  amdgpu_bo_handle_type_kms, amdgpu_bo_handle_type_kms_noimport, bo_alloc, bo_cpu_map,
-                 bo_cpu_unmap, bo_export, bo_free, bo_import, bo_query_info, bo_wait_for_idle)
+                 bo_cpu_unmap, bo_export, bo_free, bo_import, bo_query_info, bo_wait_for_idle,
+                 create_bo_from_user_mem)
 from .cs import (AMDGPU_QUERY_FENCE_TIMEOUT_IS_ABSOLUTE, BoList, CsFence, CsRequest, IbInfo, bo_list_create,
                  bo_list_destroy, bo_list_update, cs_query_fence_status, cs_submit, cs_wait_fences, fence_of)
 from .ctx import Context, cs_ctx_create, cs_ctx_free, cs_ctx_override_priority

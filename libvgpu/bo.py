@@ -50,6 +50,8 @@ class Bo(Handle):
         self._view: memoryview | None = None
         self._map_count = 0
         self._refs = 1  # bo_import of a handle the Device already has adds one (libdrm's refcount)
+        self.user_memory = None  # create_bo_from_user_mem: the caller's buffer, kept alive
+        self.user_address = None  # ... and its address (None for an ordinary BO)
 
     # -- object-style API, same verbs as the functions below -------------------------
     def cpu_map(self) -> memoryview:
@@ -254,5 +256,66 @@ def bo_import(dev, token: int, handle_type: int | None = None) -> Bo:
         dev._bos[handle] = bo
     except BaseException:
         _gem_close(dev, handle)
+        raise
+    return bo
+
+
+# -- user memory: GEM_USERPTR (amdgpu_create_bo_from_user_mem) ---------------------
+
+def _buffer_address(buf) -> tuple[int, int]:
+    """(address, size in bytes) of a writable buffer (mmap, bytearray, numpy array...)."""
+    view = memoryview(buf)
+    try:
+        if view.readonly or not view.c_contiguous:
+            raise error_for(errno.EINVAL, "create_bo_from_user_mem: the buffer must be writable and contiguous")
+        byte_view = view.cast("B")
+        char = ctypes.c_char.from_buffer(byte_view)
+        try:
+            return ctypes.addressof(char), byte_view.nbytes
+        finally:
+            del char
+            byte_view.release()
+    finally:
+        view.release()
+
+
+def create_bo_from_user_mem(dev, cpu, size: int | None = None,
+                            flags: int = (uapi.AMDGPU_GEM_USERPTR_ANONONLY | uapi.AMDGPU_GEM_USERPTR_REGISTER
+                                          | uapi.AMDGPU_GEM_USERPTR_VALIDATE)) -> Bo:
+    """amdgpu_create_bo_from_user_mem: AMDGPU_GEM_USERPTR, a BO whose bytes are this
+    process's own memory, which the GPU then reads and writes (map it with bo_va_op
+    like any BO). ``cpu`` is a writable buffer (an anonymous private mmap, a numpy
+    array on one...; the Bo keeps a reference to it) or an address; ``size``
+    defaults to the buffer's. Both must be page aligned (EINVAL otherwise).
+    ``flags`` are libdrm's: ANONONLY | REGISTER | VALIDATE (add READONLY for memory
+    the GPU only reads).
+
+    vgpu copies the range into the BO before each job that uses it and writes back
+    what the job changed after it (docs/kmd.md, "GEM_USERPTR"): the CPU sees the
+    GPU's writes once the fence has signalled, as with any BO, but a CPU store made
+    while a job runs may be missed by that job. ``bo.cpu_map()`` is refused (EPERM,
+    as on Linux): the CPU has the memory already. Errors: VgpuInvalidArgument,
+    VgpuPermissionDenied (EACCES: writable without REGISTER; EPERM: ANONONLY and
+    file-backed memory, such as Python's default shared ``mmap(-1, n)``),
+    OSError EFAULT (not mapped as needed), VgpuOutOfMemory."""
+    if isinstance(cpu, int):
+        addr, keep = cpu, None
+        if size is None:
+            raise error_for(errno.EINVAL, "create_bo_from_user_mem: an address needs a size")
+    else:
+        addr, nbytes = _buffer_address(cpu)
+        keep = cpu
+        size = nbytes if size is None else size
+        if size > nbytes:
+            raise error_for(errno.EINVAL, f"create_bo_from_user_mem: size {size} past the buffer's {nbytes}")
+    req = uapi.drm_amdgpu_gem_userptr(addr=addr, size=size, flags=flags)
+    dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_USERPTR, req)
+    try:
+        bo = Bo(dev, req.handle, size, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT, 0)
+        bo.user_memory = keep
+        bo.user_address = addr
+        dev._bos[req.handle] = bo
+    except BaseException:
+        _gem_close(dev, req.handle)
         raise
     return bo

@@ -365,3 +365,28 @@ def test_bo_export_and_import_share_one_bo(kmd_mount):
     with pytest.raises(libvgpu.VgpuNoSuchObject):
         libvgpu.bo_import(b.dev, token)    # the exporter's file is gone, nothing holds it
     assert kmd_mount.kmd.memory.gtt_used == 0
+
+
+def test_create_bo_from_user_mem(client):
+    """GEM_USERPTR with libdrm's flags on this process's own page-aligned buffer: a GTT
+    BO the GPU writes; cpu_map is EPERM, a shared (file-backed) buffer is refused."""
+    import mmap
+    dev = client.dev
+    with mmap.mmap(-1, 8192, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) as buf:
+        bo = libvgpu.create_bo_from_user_mem(dev, buf)
+        kbo = client.file.bos[bo.handle]
+        assert (bo.size, kbo.size, kbo.domain) == (8192, 8192, uapi.AMDGPU_GEM_DOMAIN_GTT)
+        assert kbo.userptr.addr == bo.user_address and bo.user_memory is buf
+        with pytest.raises(libvgpu.VgpuPermissionDenied):
+            bo.cpu_map()
+        bo.free()
+        with pytest.raises(libvgpu.VgpuInvalidArgument):
+            libvgpu.create_bo_from_user_mem(dev, bo_address(buf) + 1, 4096)
+    with mmap.mmap(-1, 4096) as shared:
+        with pytest.raises(libvgpu.VgpuPermissionDenied):
+            libvgpu.create_bo_from_user_mem(dev, shared)
+
+
+def bo_address(buf) -> int:
+    import ctypes
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))

@@ -489,7 +489,8 @@ async def test_prime_file_is_the_exported_bo(fs, dev):
     f = dev.open_file(pid=10, uid=1000, comm="t")
     h, token = export_bo(dev, f)
     assert await listdir(fs, "prime") == []
-    await fails(errno.ENOENT, walk(fs, f"prime/{token:X}"))
+    if f"{token:X}" != f"{token:x}":  # a token without hex letters has one spelling
+        await fails(errno.ENOENT, walk(fs, f"prime/{token:X}"))
     await fails(errno.ENOENT, walk(fs, f"prime/0{token:x}"))
     inode = await walk(fs, f"prime/{token:x}")
     attr = await fs.getattr(inode)
