@@ -49,7 +49,9 @@ def gem_info(dev) -> str:
             out.append(f"pid {f.pid:8d} command {f.comm} client {f.id}:")
             for handle, bo in sorted(f.bos.items()):
                 out.append(f"\t{handle:#010x}: {bo.size:12d} byte {DOMAIN_NAMES[bo.domain]:>4} "
-                           f"{bo.where} flags {bo.flags:#x} offset {bo.mmap_offset:#x}")
+                           f"{bo.where} flags {bo.flags:#x} offset {bo.mmap_offset:#x}"
+                           + (f" exported prime/{bo.export.token:x}" if bo.export is not None else "")
+                           + (f" {bo.userptr.describe()}" if bo.userptr is not None else ""))
     return "\n".join(out) + "\n" if out else ""
 
 

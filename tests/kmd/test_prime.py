@@ -162,3 +162,9 @@ def test_prime_file_io_past_the_end(dev, client):
 def test_both_render_and_card_files_may_share(dev, client, root_client):
     h = gem_create(dev, root_client, 4096, GTT)
     assert client.bos[import_(dev, client, export(dev, root_client, h))] is root_client.bos[h]
+
+
+def test_gem_info_shows_exports(dev, client):
+    h = gem_create(dev, client, 4096, GTT)
+    token = export(dev, client, h)
+    assert f"exported prime/{token:x}" in dev.debugfs_files()["gem_info"]()

@@ -218,3 +218,8 @@ def test_a_job_of_a_process_that_is_gone_fails_with_efault(dev):
     assert s.wait(s.submit(SdmaIb().constant_fill(VA_A, 7, 16))) == 0
     assert s.bo(s.a).read(0, 4) == struct.pack("<I", 7)
     dev.close_file(f)
+
+
+def test_gem_info_shows_userptr_bos(dev, me, buf):
+    userptr(dev, me, address(buf), PAGE, U.READONLY)
+    assert f"userptr {address(buf):#x}+{PAGE:#x} of pid {os.getpid()} readonly" in dev.debugfs_files()["gem_info"]()
