@@ -91,9 +91,9 @@ def cs(dev, file, args, extra):
     EINVAL: no chunks, unknown context, unknown or short chunk, IB not dword-sized
     or too big or with unknown flags or nonzero padding, IBs for different rings,
     unknown ring, no IB, a user-fence handle that names no BO or a BO that is not
-    one page, a user-fence offset past its end, bad dependency, a syncobj (point)
-    without a fence, a bad SYNCOBJ_OUT / TIMELINE_SIGNAL handle or a second such
-    chunk, unknown syncobj chunk flags, two BO lists, nonzero CS flags.
+    one page or is a userptr BO, a user-fence offset past its end, bad dependency,
+    a syncobj (point) without a fence, a bad SYNCOBJ_OUT / TIMELINE_SIGNAL handle or
+    a second such chunk, unknown syncobj chunk flags, two BO lists, nonzero CS flags.
     ENOENT: bad BO list handle, BO handle (BO_HANDLES) or SYNCOBJ_IN / TIMELINE_WAIT
     handle. ECANCELED: the context is guilty of a hang or fault (also in read(),
     see above)."""
@@ -128,6 +128,7 @@ def cs(dev, file, args, extra):
             check(bo.size == PAGE_SIZE and f.offset <= bo.size - 8, errno.EINVAL,
                   f"user fence at offset {f.offset:#x} of a {bo.size}-byte BO (one page, 8 bytes inside)")
             check(not bo.on_chip, errno.EINVAL, "user fence in a GDS/GWS/OA BO (no memory to write)")
+            check(bo.userptr is None, errno.EINVAL, "user fence in a userptr BO (amdgpu_ttm_tt_get_usermm)")
             user_fence = (bo, f.offset)
         elif chunk_id in (uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, uapi.AMDGPU_CHUNK_ID_SCHEDULED_DEPENDENCIES):
             for d in chunk_entries(uapi.drm_amdgpu_cs_chunk_dep, data):

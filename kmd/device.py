@@ -77,9 +77,6 @@ class Device:
         self._waiting_by_job: dict[int, list[_Waiting]] = {}
         self._ready_zombies: collections.deque[BufferObject] = collections.deque()
         self._bus_repairs_seen = hw.bus_repairs()[0]
-        # Notified when jobs complete; kmd/vm.py's UNRESERVE_VMID waits on it (the
-        # other waits hang callbacks on fences, kmd/fence.py).
-        self.idle_cv = threading.Condition()
         # Submissions waiting for room on their context (queue_job), in order:
         # {(file id, ctx id): deque of (ring, job)}.
         self._backlog: dict[tuple[int, int], collections.deque] = {}
@@ -326,6 +323,17 @@ class Device:
             s.signal_point(job.fence, point)
         return seq
 
+    def file_fences(self, f: DrmFile) -> list:
+        """The unsignalled fences of `f`'s jobs on the rings, queued or running (device
+        lock held): what its VM's reservation holds and amdgpu_vm_wait_idle waits
+        for. A job still waiting for room (queue_job) has no fence yet."""
+        fences = []
+        for ring in self.rings.values():
+            with ring._cv:
+                jobs = [*ring.sched.jobs(), *ring.hw_pending.values()]
+            fences += [j.fence for j in jobs if j.file is f and not j.fence.signaled]
+        return fences
+
     def _queue_backlog(self, file: DrmFile, ctx) -> None:
         """Queue what the backlog of (file, ctx) has room for (device lock held)."""
         key = (file.id, ctx.id)
@@ -448,8 +456,6 @@ class Device:
             if self._ready_zombies:
                 self._release_ready()
             job.fence.signal(job.error)
-            with self.idle_cv:
-                self.idle_cv.notify_all()
         self._log_truncated_bo_files()
 
     def _log_truncated_bo_files(self) -> None:

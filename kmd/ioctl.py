@@ -45,8 +45,8 @@ class Reply:
 
 class PendingReply:
     """A request that completes later: a wait (WAIT_CS, WAIT_FENCES, GEM_WAIT_IDLE,
-    the syncobj waits) or a CS waiting for room on its context. It never blocks by
-    itself; whoever holds it drives it through four members:
+    the syncobj waits, VM UNRESERVE_VMID) or a CS waiting for room on its context.
+    It never blocks by itself; whoever holds it drives it through four members:
 
     - ``ready() -> bool``: the request can complete now. Cheap, any thread, no lock.
     - ``subscribe(wake) -> cancel``: arrange for ``wake()`` whenever ready() may have
@@ -62,30 +62,16 @@ class PendingReply:
 
     ``wait()`` drives it in the calling thread (kmd.fence.block_until). vdev drives
     it on its trio loop, woken through ``run_sync_soon`` (vdev/nodes.py), so a
-    blocked read costs no thread.
-
-    A wait with nothing to hang a callback on may instead be one blocking function,
-    ``PendingReply(complete)``: ``blocking`` is then True, ``wait()`` runs
-    ``complete()`` and vdev runs it in a worker thread.
+    blocked read costs no thread. There is no other kind: every wait hangs on fences.
     """
 
-    def __init__(self, complete: Callable[[], object] | None = None, *,
-                 ready: Callable[[], bool] | None = None,
-                 subscribe: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
-                 finish: Callable[[], object] | None = None,
-                 deadline: float | None = None):
-        if (complete is None) == (finish is None):
-            raise TypeError("PendingReply takes either complete or ready/subscribe/finish")
-        self._complete = complete
-        self._ready = ready or (lambda: False)
-        self._subscribe = subscribe or (lambda wake: _nothing)
+    def __init__(self, *, ready: Callable[[], bool],
+                 subscribe: Callable[[Callable[[], None]], Callable[[], None]],
+                 finish: Callable[[], object], deadline: float | None = None):
+        self._ready = ready
+        self._subscribe = subscribe
         self._finish = finish
         self.deadline = deadline
-
-    @property
-    def blocking(self) -> bool:
-        """True for the ``PendingReply(complete)`` form: only wait() completes it."""
-        return self._complete is not None
 
     def ready(self) -> bool:
         return self._ready()
@@ -97,30 +83,19 @@ class PendingReply:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
     def finish(self):
-        if self._complete is not None:
-            raise TypeError("a blocking PendingReply completes only through wait()")
         return self._finish()
 
     def wait(self):
         """Block this thread until the request completes; returns what finish()
         returns (the Reply, from dispatch) or raises its KmdError."""
-        if self._complete is not None:
-            return self._complete()
         block_until(self._ready, self._subscribe, self.deadline)
         return self._finish()
 
     def then(self, fn: Callable[[object], object]) -> "PendingReply":
         """The same wait, its result passed through ``fn`` (dispatch makes the Reply)."""
-        if self._complete is not None:
-            complete = self._complete
-            return PendingReply(lambda: fn(complete()))
         finish = self._finish
         return PendingReply(ready=self._ready, subscribe=self._subscribe, deadline=self.deadline,
                             finish=lambda: fn(finish()))
-
-
-def _nothing() -> None:
-    pass
 
 
 @dataclass(frozen=True)
@@ -250,7 +225,7 @@ def dispatch(table: dict[int, IoctlDesc], dev, file, request: int, arg: bytes, e
     if isinstance(out, PendingReply):
         # finish() updates args (a view of buf) first, then the Reply is made
         pending = out.then(lambda extra_out: Reply(0, bytes(buf[: len(arg)]), extra_out or b""))
-        if not pending.blocking and (pending.ready() or pending.expired()):
+        if pending.ready() or pending.expired():
             try:  # decided already: answer in the write()'s reply...
                 return pending.finish()
             except KmdError:

@@ -13,6 +13,7 @@ from vgpu import uapi
 
 from . import hw
 from .errors import KmdError, check
+from .fence import deadline, subscribe
 from .gem import lookup_bo
 from .ioctl import PendingReply
 from .vram import PAGE_SIZE
@@ -223,7 +224,8 @@ def vm_ioctl(dev, file, args, extra):
     the device's one reservable VMID (AMDGPU_VM_MAX_RESERVED_VMID is 1, see
     amdgpu_vmid_alloc_reserved), for tools such as SPM that must know which VMID its
     jobs run under. Reserving it again is a no-op; UNRESERVE first waits, at most
-    2 s, for the file's jobs to finish (in read(), as a PendingReply), then gives it
+    2 s, for the fences of the file's jobs on the rings (in read(), as a PendingReply
+    woken by them), then gives it
     back (a no-op if the file does not hold it). Closing the file gives it back
     (amdgpu_vm_fini). vgpu's engines do not look at VMIDs: the reservation is kept
     and enforced between files, nothing else changes. The reply is the request,
@@ -248,13 +250,6 @@ def vm_ioctl(dev, file, args, extra):
             if dev.reserved_vmid is file:
                 dev.reserved_vmid = None
 
-    if not file.jobs:
-        release()
-        return None
-
-    def complete():
-        with dev.idle_cv:
-            dev.idle_cv.wait_for(lambda: not file.jobs, UNRESERVE_IDLE_TIMEOUT)
-        release()
-
-    return PendingReply(complete)
+    fences = dev.file_fences(file)  # what amdgpu_vm_wait_idle waits for
+    return PendingReply(ready=lambda: all(f.signaled for f in fences), subscribe=lambda wake: subscribe(fences, wake),
+                        finish=release, deadline=deadline(UNRESERVE_IDLE_TIMEOUT))

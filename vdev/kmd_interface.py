@@ -12,8 +12,9 @@ signature, so a change on the KMD side that would break vdev fails there first.
 
 Threads (docs/vdev.md, "Threads"). vdev calls the KMD from the trio loop that
 serves every client, so a method called there must answer without waiting for GPU
-work; what may wait (``close_file``, a ``blocking`` PendingReply's ``wait``, the
-write of a writable debugfs entry) vdev runs in a ``trio.to_thread`` worker. The
+work; what may wait (``close_file``, the write of a writable debugfs entry) vdev
+runs in a ``trio.to_thread`` worker, and a ``PendingReply`` on the loop, woken by its
+callbacks. The
 KMD calls back into vdev only through callbacks it is handed, from its own threads
 and possibly under the device lock: ``SyncExport.notify_on_change`` and a
 PendingReply's ``subscribe(wake)``; they queue work on the loop and return.
@@ -131,9 +132,8 @@ class KmdDevice(Protocol):
         (result, arg: the updated struct, extra: the out-data) or a ``PendingReply``
         (kmd/ioctl.py): ``ready()``, ``subscribe(wake) -> cancel``, ``deadline``
         and ``finish() -> Reply``, which vdev drives on the loop, woken by the fence
-        callbacks (vdev.nodes.wait_pending); or, when ``blocking``, ``wait() ->
-        Reply``, run in a worker thread. Raises KmdError for a refused request (also
-        from ``finish()`` and ``wait()``, failing the read())."""
+        callbacks (vdev.nodes.wait_pending). Raises KmdError for a refused request
+        (also from ``finish()``, failing the read())."""
 
     def bo_by_offset(self, offset: int) -> BufferObject | None:
         """The live BO whose mmap offset is ``offset``, or None (never created, or

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import inspect
 import logging
 import os
 import select
@@ -34,12 +33,6 @@ from vgpu.frame import encode_reply, parse_request
 from .kmd_interface import BufferObject, KmdDevice, KmdError, PendingReply, PrimeExport, Reply, SyncExport
 
 log = logging.getLogger(__name__)
-
-# A cancelled read (the client was interrupted) must not wait for the GPU: trio 0.23
-# renamed run_sync's `cancellable` to `abandon_on_cancel` and later dropped the old name.
-_ABANDON_ON_CANCEL = ({"abandon_on_cancel": True}
-                      if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters
-                      else {"cancellable": True})
 
 # Generated files change under the reader: the kernel caches their attributes briefly.
 GENERATED_TIMEOUT = 1.0
@@ -476,9 +469,7 @@ async def wait_pending(pending: PendingReply) -> Reply:
     wake-up with ``TrioToken.run_sync_soon``, which neither blocks nor locks, as they
     may run in the KMD's interrupt thread under the device lock. No thread waits; a
     cancelled read (the client was interrupted) just stops waiting, and the reply
-    stays for the next read. A ``blocking`` PendingReply runs in a worker thread."""
-    if pending.blocking:
-        return await trio.to_thread.run_sync(pending.wait, **_ABANDON_ON_CANCEL)
+    stays for the next read."""
     token = trio.lowlevel.current_trio_token()
     current = _Round()
 

@@ -1,6 +1,8 @@
 """BO_LIST, CS, WAIT_CS, WAIT_FENCES and faults, through the dispatch table."""
 import ctypes
 import errno
+import mmap
+import os
 import struct
 import threading
 import time
@@ -387,12 +389,21 @@ def test_user_fence(s, dev, client):
     ("big", 0, "a BO of more than one page"),
     ("page", 4089, "past the end"),
     ("page", 1 << 32, "far past the end"),
+    ("userptr", 0, "a userptr BO"),
 ])
 def test_user_fence_refused(s, dev, client, handle, offset, why):
     h = {"big": s.b, "page": gem_create(dev, client, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)}.get(handle, handle)
+    if handle == "userptr":  # a userptr BO of this process's own page (amdgpu_ttm_tt_get_usermm)
+        from .test_userptr import address, anon, userptr
+        me = dev.open_file(pid=os.getpid(), uid=os.getuid(), comm="pytest", render=True)
+        s = Setup(dev, me)
+        client, page = me, anon(mmap.PAGESIZE)
+        h = userptr(dev, me, address(page), mmap.PAGESIZE)
     f = uapi.drm_amdgpu_cs_chunk_fence(handle=h, offset=offset & 0xFFFFFFFF if offset < 1 << 32 else 0xFFFFFFFF)
     fails(errno.EINVAL, dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 2),
           chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(ib_chunk(VA_IB, 4))) + chunk(uapi.AMDGPU_CHUNK_ID_FENCE, bytes(f)))
+    if handle == "userptr":
+        dev.close_file(client)
 
 
 @pytest.mark.parametrize("flag", [uapi.AMDGPU_IB_FLAG_CE, uapi.AMDGPU_IB_FLAG_PREAMBLE, uapi.AMDGPU_IB_FLAG_PREEMPT,
@@ -482,7 +493,7 @@ def test_a_pending_wait_is_woken_by_the_fence_callback(s, dev, client):
     answers. No thread waits and nothing polls."""
     seq = s.submit(SdmaIb().poll_regmem(VA_A, 1))
     pending = s.wait(seq, raw=True)
-    assert isinstance(pending, PendingReply) and not pending.blocking and pending.deadline is None
+    assert isinstance(pending, PendingReply) and pending.deadline is None
     woken = threading.Event()
     threads = []
     cancel = pending.subscribe(lambda: (threads.append(threading.current_thread().name), woken.set()))
