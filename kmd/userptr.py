@@ -245,17 +245,23 @@ def _runs(changed: np.ndarray) -> list[tuple[int, int]]:
 
 _job_bos: dict[int, list] = {}   # job id -> the userptr BOs begun for it
 _job_lock = threading.Lock()
+# DRM file id -> its userptr BOs (a userptr BO is never exported, so only its creator
+# has a handle): a job of a file without any costs nothing to look at.
+_file_bos: "dict[int, weakref.WeakSet]" = {}
 
 
 def begin_job(dev, job) -> int:
     """Before a job runs (ring thread): copy in the userptr BOs it may touch. Returns 0,
     or the errno the job fails with (logged): EFAULT when the owner is gone or the
     range is not mapped as needed, EPERM for a file-backed range of an ANONONLY BO."""
+    mine = _file_bos.get(job.file.id)
+    if not mine:
+        return 0
     with dev.lock:
         if job.file.closed:
             return 0
-        bos = [b for b in dict.fromkeys(list(job.bos) + job.file.mapped_bos())
-               if b.userptr is not None and not b.freed]
+        listed = {id(b) for b in job.bos}
+        bos = [b for b in list(mine) if not b.freed and (id(b) in listed or job.file.vm.maps_bo(b))]
     if not bos:
         return 0
     begun = []
@@ -320,3 +326,6 @@ def gem_userptr(dev, file, args, extra):
     bo = dev.create_bo(file, size, PAGE_SIZE, uapi.AMDGPU_GEM_DOMAIN_GTT, 0)
     bo.userptr = UserPages(owner, addr, size, flags)
     args.handle = file.add_bo(bo)
+    for gone in [fid for fid, bos in _file_bos.items() if not bos]:
+        del _file_bos[gone]  # files whose userptr BOs are all freed
+    _file_bos.setdefault(file.id, weakref.WeakSet()).add(bo)

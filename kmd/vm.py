@@ -93,6 +93,10 @@ class VirtualMemory:
         """Every BO mapped here, once each."""
         return [next(iter(ms.values())).bo for ms in self._by_bo.values()]
 
+    def maps_bo(self, bo) -> bool:
+        """True if some range of `bo` is mapped here (O(1))."""
+        return id(bo) in self._by_bo
+
     def overlapping(self, va: int, end: int) -> list[Mapping]:
         i = bisect.bisect_right(self._starts, va) - 1
         out = []
