@@ -219,6 +219,28 @@ def test_libdrm_start_up_requests():
         "renderD128: AMDGPU_VM {op=RESERVE_VMID} = 0"]
 
 
+def test_prime_and_userptr():
+    """PRIME export/import name the prime file; GEM_USERPTR shows its range and flags."""
+    export = uapi.drm_prime_handle(handle=2, flags=uapi.DRM_CLOEXEC | uapi.DRM_RDWR)
+    export_out = uapi.drm_prime_handle(handle=2, flags=export.flags, fd=0x1234abc)
+    imp = uapi.drm_prime_handle(fd=0x1234abc)
+    imp_out = uapi.drm_prime_handle(fd=0x1234abc, handle=5)
+    up = uapi.drm_amdgpu_gem_userptr(addr=0x7f0000001000, size=8192,
+                                     flags=uapi.AMDGPU_GEM_USERPTR_ANONONLY | uapi.AMDGPU_GEM_USERPTR_REGISTER
+                                     | uapi.AMDGPU_GEM_USERPTR_VALIDATE)
+    up_out = uapi.drm_amdgpu_gem_userptr(addr=up.addr, size=up.size, flags=up.flags, handle=7)
+    log = (pair(yfd(3), req(uapi.DRM_IOCTL_PRIME_HANDLE_TO_FD, export), rep(export_out))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_PRIME_FD_TO_HANDLE, imp), rep(imp_out))
+           + pair(yfd(3), req(uapi.DRM_IOCTL_AMDGPU_GEM_USERPTR, up), rep(up_out)))
+    out = decode_lines(log)
+    assert out[0].startswith("renderD128: PRIME_HANDLE_TO_FD {handle=2, flags=RDWR|CLOEXEC} = 0") or \
+        out[0].startswith("renderD128: PRIME_HANDLE_TO_FD {handle=2, flags=CLOEXEC|RDWR} = 0"), out[0]
+    assert "prime/1234abc" in out[0]
+    assert out[1] == "renderD128: PRIME_FD_TO_HANDLE {fd=19090108 (prime/1234abc)} = 0 {handle=5}"
+    assert out[2] == ("renderD128: AMDGPU_GEM_USERPTR {addr=0x7f0000001000, size=8192, "
+                      "flags=ANONONLY|VALIDATE|REGISTER} = 0 {handle=7}")
+
+
 def test_trace_register_names_are_the_kmds():
     from kmd import info as kinfo
     from vgpu_tools.trace_ioctls import MMR_REGISTERS

@@ -53,6 +53,8 @@ DRM_CAPS = _enum("DRM_CAP_")
 GEM_OPS = _enum("AMDGPU_GEM_OP_")
 SYNCOBJ_WAIT_FLAGS = _enum("DRM_SYNCOBJ_WAIT_FLAGS_")
 PRIME_FLAGS = {uapi.DRM_CLOEXEC: "CLOEXEC", uapi.DRM_RDWR: "RDWR"}
+USERPTR_FLAGS = {uapi.AMDGPU_GEM_USERPTR_READONLY: "READONLY", uapi.AMDGPU_GEM_USERPTR_ANONONLY: "ANONONLY",
+                 uapi.AMDGPU_GEM_USERPTR_VALIDATE: "VALIDATE", uapi.AMDGPU_GEM_USERPTR_REGISTER: "REGISTER"}
 FENCE_TO_HANDLE = _enum("AMDGPU_FENCE_TO_HANDLE_")
 STABLE_PSTATES = _enum("AMDGPU_CTX_STABLE_PSTATE_", skip=("FLAGS_MASK",))
 METADATA_OPS = _enum("AMDGPU_GEM_METADATA_OP_")
@@ -528,6 +530,10 @@ def _req_mmap(s, extra):
     return _braces(f"handle={s.in_.handle}")
 
 
+def _req_userptr(s, extra):
+    return _braces(f"addr={s.addr:#x}", f"size={s.size}", f"flags={flags_of(s.flags, USERPTR_FLAGS)}")
+
+
 _REQUEST_FMT = {
     "VERSION": _req_version,
     "GET_CLIENT": _req_get_client,
@@ -559,6 +565,7 @@ _REQUEST_FMT = {
     "AMDGPU_FENCE_TO_HANDLE": _req_fence_to_handle,
     "AMDGPU_GEM_METADATA": _req_gem_metadata,
     "AMDGPU_VM": _req_vm,
+    "AMDGPU_GEM_USERPTR": _req_userptr,
 }
 
 _REPLY_FMT = {
@@ -593,6 +600,7 @@ _REPLY_FMT = {
     "AMDGPU_FENCE_TO_HANDLE": _handle_only("out.handle"),
     "AMDGPU_GEM_METADATA": _rep_gem_metadata,
     "AMDGPU_VM": lambda r, s, e: "",
+    "AMDGPU_GEM_USERPTR": _handle_only("handle"),
 }
 
 
