@@ -20,12 +20,6 @@ SAMPLES = Path(ROOT) / "samples" / "c"
 pytestmark = pytest.mark.skipif(not LIBRARY.is_file(),
                                 reason=f"{LIBRARY} is not built (make build compiles it)")
 
-# What the KMD and vdev answer today that libdrm_amdgpu 2.4.114 cannot get past (the
-# full list, with the Linux sources, is in docs/libdrm.md, "What the device must answer").
-NOT_AMDGPU_YET = ("the device does not answer as amdgpu yet: VERSION names the driver 'vgpu'; "
-                  "amdgpu_device_initialize needs MOUNT/sys/dev/char/226:128/device/drm (else it "
-                  "sends GET_CLIENT: ENOTTY) and INFO READ_MMR_REG GB_ADDR_CONFIG (EINVAL)")
-
 PRELUDE = r"""
 #include <errno.h>
 #include <fcntl.h>
@@ -544,7 +538,6 @@ def test_drmdevice_lists_the_device(vgpu_mount):
     assert "revision_id   " in r.stdout and "Failed" not in r.stdout
 
 
-@pytest.mark.xfail(reason=NOT_AMDGPU_YET, strict=False)
 def test_c_sample_sdma_exercise(vgpu_mount):
     exe = SAMPLES / "sdma_exercise"
     assert exe.is_file(), f"{exe} is not built (make build)"
@@ -552,7 +545,6 @@ def test_c_sample_sdma_exercise(vgpu_mount):
     assert r.returncode == 0 and r.stdout.endswith("PASS\n"), r.stdout + r.stderr
 
 
-@pytest.mark.xfail(reason=NOT_AMDGPU_YET, strict=False)
 def test_c_sample_dmabuf_share(vgpu_mount):
     exe = SAMPLES / "dmabuf_share"
     assert exe.is_file(), f"{exe} is not built (make build)"
