@@ -10,7 +10,7 @@ DEMO_MOUNT ?=
 PRELOAD := preload/libvgpu_preload.so
 C_SAMPLES := samples/c/sdma_exercise samples/c/dmabuf_share
 
-.PHONY: deps build test demo bench clean
+.PHONY: deps build test soak demo bench clean
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -36,6 +36,13 @@ samples/c/%: samples/c/%.c
 
 test: build
 	$(PYTHON) -m pytest -q tests
+
+# Not part of `make test`: 1,000,000 fuzzed requests from 4 processes, fuzzed IBs on
+# every ring and a checksummed victim against a fresh mount (tests/soak.py); it prints
+# the requests sent, crashes, hangs, the daemon's RSS before and after, and leaks.
+SOAK_REQUESTS ?= 1000000
+soak: build
+	$(PYTHON) -m tests.soak --requests $(SOAK_REQUESTS) --procs 4
 
 # The Python exercise (vgpu_tools.demo mounts and unmounts), then the same exercise in
 # C on libdrm_amdgpu through `vgpu run`, on a device mounted for it.

@@ -26,6 +26,7 @@ is reported in place: a dump never raises.
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import struct
@@ -41,6 +42,8 @@ from .hw.mmu import GpuFault
 from .hw.sdma_disasm import disasm_sdma
 
 MAX_DUMPS = 16                  # devcd entries kept; the oldest goes first
+MAX_ENTRIES = 512               # VM mappings and BOs a dump lists (around the fault): a
+                                # dump's size and its capture under the lock stay bounded
 MAX_IB_LINES = 400              # per IB, around the failing packet
 KERNEL_CONTEXT = 12             # instructions shown before and after the PC
 VGPR_LANES_PER_LINE = 8
@@ -183,20 +186,38 @@ def _capture_kernel(job, r) -> dict | None:
     return {at: _read(pt, code_va + at, isa.INST_BYTES) for at in _kernel_window(pc)}
 
 
-def _capture_vm(f) -> tuple:
-    handles = {id(bo): h for h, bo in f.bos.items()}
+def _capture_vm(f, va: int | None = None) -> tuple:
+    """(pages mapped, the mappings, how many more were left out): at most MAX_ENTRIES
+    mappings, those around `va` (the fault's) or the first ones."""
+    maps = f.vm.mappings()
+    start = 0
+    if va is not None and len(maps) > MAX_ENTRIES:
+        i = bisect.bisect_right([m.va for m in maps], va)
+        start = max(0, min(i - MAX_ENTRIES // 2, len(maps) - MAX_ENTRIES))
+    window = maps[start:start + MAX_ENTRIES]
+    handles = _handles(f, {id(m.bo) for m in window})
     return (f.vm.page_table.mapped_pages(),
-            [(m.va, m.end, m.flags, handles.get(id(m.bo), 0), m.offset, m.size) for m in f.vm.mappings()])
+            [(m.va, m.end, m.flags, handles.get(id(m.bo), 0), m.offset, m.size) for m in window],
+            len(maps) - len(window))
 
 
-def _capture_bos(job) -> list:
+def _handles(f, ids: set) -> dict:
+    """{id(bo): a handle of it in file f} for the BOs in `ids`."""
+    return {id(bo): h for h, bo in f.bos.items() if id(bo) in ids}
+
+
+def _capture_bos(job) -> tuple:
+    """(the job's BOs, how many more were left out): at most MAX_ENTRIES."""
     f = job.file
-    handles = {id(bo): h for h, bo in f.bos.items()}
+    bos = job.bos[:MAX_ENTRIES]
+    ids = {id(bo) for bo in bos}
+    handles = _handles(f, ids)
     maps: dict[int, list[str]] = {}
     for m in f.vm.mappings():
-        maps.setdefault(id(m.bo), []).append(f"{m.va:#x}")
-    return [(handles.get(id(bo), 0), bo.size, DOMAIN_NAMES.get(bo.domain, "?"),
-             bo.where, maps.get(id(bo), [])) for bo in job.bos]
+        if id(m.bo) in ids:
+            maps.setdefault(id(m.bo), []).append(f"{m.va:#x}")
+    return ([(handles.get(id(bo), 0), bo.size, DOMAIN_NAMES.get(bo.domain, "?"),
+              bo.where, maps.get(id(bo), [])) for bo in bos], len(job.bos) - len(bos))
 
 
 def capture(dev, ring, job) -> Snapshot:
@@ -215,7 +236,7 @@ def capture(dev, ring, job) -> Snapshot:
         elapsed=time.monotonic() - job.started_at if job.started_at else 0.0,
         ibs=_guard(lambda: _capture_ibs(job, r)),
         kernel=_guard(lambda: _capture_kernel(job, r)) if compute else None,
-        vm=_guard(lambda: _capture_vm(f)),
+        vm=_guard(lambda: _capture_vm(f, getattr(getattr(r, "fault", None), "va", None))),
         bos=_guard(lambda: _capture_bos(job)))
 
 
@@ -337,8 +358,9 @@ def _kernel_section(out: list[str], s: Snapshot, code_va: int | None) -> None:
 
 
 def _vm_section(out: list[str], s: Snapshot) -> None:
-    pages, mappings = _checked(s.vm)
-    out.append(f"{pages} pages mapped")
+    pages, mappings, omitted = _checked(s.vm)
+    out.append(f"{pages} pages mapped" + (f"; {len(mappings)} of {len(mappings) + omitted} mappings "
+                                          f"shown, around the fault" if omitted else ""))
     for va, end, flags, handle, offset, size in mappings:
         perms = "".join(c if flags & b else "-" for c, b in (
             ("r", uapi.AMDGPU_VM_PAGE_READABLE), ("w", uapi.AMDGPU_VM_PAGE_WRITEABLE),
@@ -347,10 +369,12 @@ def _vm_section(out: list[str], s: Snapshot) -> None:
 
 
 def _bo_section(out: list[str], s: Snapshot) -> None:
-    bos = _checked(s.bos)
+    bos, omitted = _checked(s.bos)
     for handle, size, domain, where, maps in bos:
         out.append(f"  handle {handle:<4} {size:>10} bytes {domain:>4} "
                    f"{where} mapped at {', '.join(maps) or '-'}")
+    if omitted:
+        out.append(f"  ... and {omitted} more BOs, not listed")
     if not bos:
         out.append("  (empty)")
 

@@ -44,8 +44,14 @@ class StoreError(OSError):
 
 
 def _hold_lock(path: str) -> int:
+    """An fd holding the exclusive lock of `path`; OSError (and no fd left open) when
+    someone else holds it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)  # a live daemon's store: no fd of ours may stay on its lock
+        raise
     return fd
 
 

@@ -183,3 +183,25 @@ def test_dump_is_formatted_outside_the_device_lock(dev, c, monkeypatch):
     assert c.wait(seq, uapi.AMDGPU_HW_IP_DMA) == errno.EFAULT
     assert "address: 0x7000000 (write, unmapped)" in the_dump(dev)
     dev.close_file(other)
+
+
+def test_a_dump_lists_a_bounded_window_of_a_big_vm(dev, client):
+    """A file with thousands of mappings (and no BO list, so its job holds every BO):
+    the dump keeps MAX_ENTRIES mappings around the fault and MAX_ENTRIES BOs, and says
+    how many it left out; sixteen such dumps stay small, and so does the capture
+    under the device lock."""
+    c = Client(dev, client)
+    n = 3 * D.MAX_ENTRIES
+    for i in range(n):
+        h = gem_create(dev, client, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
+        call(dev, client, "AMDGPU_GEM_VA", gem_va(dev, client, h, 0x100000000 + 2 * 4096 * i, 4096))
+    hole = 0x100000000 + 2 * 4096 * (n // 2) + 4096            # between two mappings
+    assert c.wait(c.submit(SdmaIb().write_linear(hole, [1]), uapi.AMDGPU_HW_IP_DMA),
+                  uapi.AMDGPU_HW_IP_DMA) == errno.EFAULT
+    (text,) = dev.devcoredumps().values()
+    vm = text.split("=== vm ===")[1].split("===")[0]
+    assert f"{D.MAX_ENTRIES} of {n + 3} mappings shown, around the fault" in vm
+    assert f"{hole - 4096:#014x}" in vm and f"{hole + 4096:#014x}" in vm
+    assert vm.count(" handle ") == D.MAX_ENTRIES
+    bos = text.split("=== bo list ===")[1]
+    assert bos.count("  handle ") == D.MAX_ENTRIES and f"and {n + 3 - D.MAX_ENTRIES} more BOs" in bos

@@ -91,6 +91,28 @@ def test_clean_stale_removes_only_dead_daemons_stores(tmp_path):
     assert not os.path.exists(live.path)
 
 
+def test_clean_stale_leaves_no_fd_on_a_live_stores_lock(tmp_path):
+    """A daemon runs clean_stale at start: an fd left on every other live daemon's
+    lock would leak one fd per mount (found by the soak, tests/soak.py)."""
+    live = shmem.ShmemStore(MiB, str(tmp_path))
+    lock = os.path.join(live.path, shmem.LOCK_NAME)
+
+    def fds_on_lock():
+        n = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                n += os.readlink(f"/proc/self/fd/{fd}") == lock
+            except OSError:
+                pass
+        return n
+
+    assert fds_on_lock() == 1          # the store's own
+    for _ in range(3):
+        assert shmem.clean_stale(str(tmp_path)) == []
+    assert fds_on_lock() == 1
+    live.close()
+
+
 def test_a_store_too_small_is_a_clear_error(tmp_path):
     try:
         shmem.ShmemStore(1 << 60, str(tmp_path))
