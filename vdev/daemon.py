@@ -27,6 +27,11 @@ from .options import add_device_options, limits_from, permissions_from
 log = logging.getLogger("vgpu.daemon")
 
 MiB = 1 << 20
+# FUSE requests served at once, each by a pyfuse3 worker task. A read waiting for a
+# fence holds its task (a trio task, no thread) until the fence signals, so the limit
+# must be well above the number of waits in flight: with pyfuse3's default (99),
+# 99 threads blocked in waits would stall every other request of every client.
+MAX_TASKS = 4096
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -56,7 +61,7 @@ def mount_options() -> set[str]:
 async def _serve() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signal)
-        await pyfuse3.main()
+        await pyfuse3.main(max_tasks=MAX_TASKS)
         nursery.cancel_scope.cancel()
 
 

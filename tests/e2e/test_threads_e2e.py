@@ -189,3 +189,40 @@ def test_1000_back_to_back_submissions_on_one_context(vgpu_mount):
     assert r.stdout.split() == ["1000", "True"]
     log = daemon_log(vgpu_mount) + (Path(vgpu_mount) / "dev" / "kmsg").read_text()
     assert "EBUSY" not in log and "AMDGPU_CS refused" not in log
+
+
+MANY_WAITERS = r"""
+import sys, threading, time, libvgpu
+from vgpu import uapi
+N = int(sys.argv[2])
+dev = libvgpu.device_initialize(sys.argv[1])
+objs = [libvgpu.syncobj_create(dev) for _ in range(N)]
+done = []
+
+def waiter(s):
+    libvgpu.syncobj_wait(dev, [s], 30_000_000_000, wait_for_submit=True)
+    done.append(s)
+
+threads = [threading.Thread(target=waiter, args=(s,)) for s in objs]
+for t in threads:
+    t.start()
+time.sleep(1.0)                                  # every waiter is blocked in its read
+t0 = time.monotonic()
+libvgpu.get_cap(dev, uapi.DRM_CAP_SYNCOBJ)       # one more request still goes through
+print(round(time.monotonic() - t0, 3), len(done), flush=True)
+libvgpu.syncobj_signal(objs)
+for t in threads:
+    t.join(30)
+print(len(done), flush=True)
+"""
+
+
+def test_more_blocked_waits_than_pyfuse3s_default_tasks(vgpu_mount):
+    """150 threads of one Device blocked in SYNCOBJ_WAIT (pyfuse3 would serve 99
+    requests at once by default): another request is still answered at once, and a
+    signal releases them all."""
+    r = run_client(MANY_WAITERS, vgpu_mount, 150, timeout=120, check=True)
+    first, last = r.stdout.splitlines()
+    took, done_before = first.split()
+    assert float(took) < 2.0 and done_before == "0"
+    assert last == "150"
