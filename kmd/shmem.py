@@ -122,10 +122,15 @@ class ShmemStore:
                              f"BO store {base} has {free >> 20} MiB free but VRAM + GTT need "
                              f"{need >> 20} MiB: choose smaller --vram/--gtt, grow the tmpfs "
                              f"(mount -o remount,size=... {base}) or pass --shm-dir")
-        self.path = os.path.join(base, PREFIX + secrets.token_hex(8))
-        os.mkdir(self.path, 0o700)
-        self._lock_fd = _hold_lock(os.path.join(self.path, LOCK_NAME))
-        os.chmod(self.path, 0o711)  # searchable, not listable, once the lock is ours
+        # Made and locked under a name clean_stale() ignores, then renamed: another
+        # daemon's clean_stale() must never see an unlocked directory of ours.
+        name = secrets.token_hex(8)
+        making = os.path.join(base, f".{PREFIX}new-{name}")
+        os.mkdir(making, 0o700)
+        self._lock_fd = _hold_lock(os.path.join(making, LOCK_NAME))
+        os.chmod(making, 0o711)  # searchable, not listable
+        self.path = os.path.join(base, PREFIX + name)
+        os.rename(making, self.path)
         self.max_bos = max(0, min(MAX_BOS, map_count_limit() - MAP_HEADROOM))
         self._granted: dict[str, set[int]] = {}  # BO file -> uids given access by grant()
 
