@@ -382,3 +382,16 @@ def test_run_returns_the_command_status(tmp_path):
     assert run([sys.executable, "-c", "import sys; sys.exit(3)"], str(log), out) == 3
     assert out.getvalue() == "" and log.exists()
     assert run(["sh", "-c", "kill -TERM $$"], None, io.StringIO()) == 128 + 15
+
+
+def test_version_strings_follow_the_requested_lengths():
+    # libdrm asks with buffers larger than the strings (drmGetVersion asks twice: the
+    # second time with the lengths of the first); the out-data is laid out by the
+    # REQUESTED lengths, zero-padded, and the reply's lengths are the true ones.
+    v = uapi.drm_version(name_len=8, date_len=10, desc_len=4)
+    v_out = uapi.drm_version(version_major=3, version_minor=49, name_len=6, date_len=8, desc_len=3)
+    extra = b"amdgpu\0\0" + b"20261129\0\0" + b"abc\0"
+    log = pair(yfd(3), req(uapi.DRM_IOCTL_VERSION, v), rep(v_out, extra))
+    assert decode_lines(log) == [
+        'renderD128: VERSION {name_len=8, date_len=10, desc_len=4} = 0 {version=3.49.0, name="amdgpu", '
+        'date="20261129", desc="abc"}']

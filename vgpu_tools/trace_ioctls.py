@@ -162,15 +162,17 @@ def _req_version(s, extra):
 def _rep_version(req, s, extra):
     parts = [f"version={s.version_major}.{s.version_minor}.{s.version_patchlevel}"]
     offset = 0
+    # The out-data holds each string in the length the REQUEST asked for (cut or
+    # zero-padded, docs/design.md section 3); the reply's *_len are the full lengths.
     for field in ("name", "date", "desc"):
         asked, true_len = getattr(req, f"{field}_len"), getattr(s, f"{field}_len")
         n = min(asked, true_len)
-        if n and offset + n <= len(extra):
+        if n and offset + asked <= len(extra):
             text = extra[offset:offset + n].decode("utf-8", "replace")
             parts.append(f'{field}="{text}"')
         else:
             parts.append(f"{field}_len={true_len}")
-        offset += n
+        offset += asked
     return _braces(*parts)
 
 
