@@ -11,7 +11,7 @@ import pytest
 from tests.helpers import ROOT, make_mount_dir, mount, unmount, vgpu_cli
 
 LIBRARY = os.path.join(ROOT, "preload", "libvgpu_preload.so")
-SAMPLE = os.path.join(ROOT, "samples", "c", "sdma_exercise")
+SAMPLES = [os.path.join(ROOT, "samples", "c", name) for name in ("sdma_exercise", "dmabuf_share")]
 pytestmark = [
     pytest.mark.skipif(not os.path.isfile(LIBRARY), reason=f"{LIBRARY} is not built (make build)"),
     pytest.mark.skipif(shutil.which("amdgpu_stress") is None,
@@ -62,9 +62,10 @@ def test_four_amdgpu_stress_at_once(big_mount):
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
-def test_c_sample_under_plain_strace(big_mount, tmp_path):
+@pytest.mark.parametrize("sample", SAMPLES, ids=os.path.basename)
+def test_c_samples_under_plain_strace(big_mount, tmp_path, sample):
     log = tmp_path / "strace.log"
-    r = vgpu_cli("run", "--mount", big_mount, "--", "strace", "-f", "-o", log, SAMPLE, timeout=300)
+    r = vgpu_cli("run", "--mount", big_mount, "--", "strace", "-f", "-o", log, sample, timeout=300)
     assert r.returncode == 0 and r.stdout.endswith("PASS\n"), r.stdout + r.stderr
     text = log.read_text()
     # strace sees the frames: the preload library turned each ioctl into write + read.
