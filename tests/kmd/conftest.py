@@ -76,3 +76,14 @@ def gem_va(dev, f, handle, va, size, op=None, offset=0, flags=None):
 
 def sizeof(s) -> int:
     return ctypes.sizeof(s)
+
+
+def info(dev, f, query, size, **sub):
+    """AMDGPU_INFO `query` with `return_size` `size`; `sub` sets union members as
+    member__field=value. Returns the answer's bytes."""
+    a = uapi.drm_amdgpu_info()
+    a.query, a.return_size = query, size
+    for k, v in sub.items():
+        obj, field = k.split("__")
+        setattr(getattr(a, obj), field, v)
+    return call(dev, f, "AMDGPU_INFO", a)[1]

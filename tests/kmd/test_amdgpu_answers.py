@@ -15,20 +15,11 @@ from kmd import onchip
 from vgpu import uapi
 from vgpu.pm4 import Pm4Ib
 
-from .conftest import call, fails, gem_create, gem_va
+from .conftest import call, fails, gem_create, gem_va, info
 from .test_cs import Setup, chunk
 
 GDS, GWS, OA = uapi.AMDGPU_GEM_DOMAIN_GDS, uapi.AMDGPU_GEM_DOMAIN_GWS, uapi.AMDGPU_GEM_DOMAIN_OA
 BROADCAST = 0xFFFFFFFF
-
-
-def info(dev, f, query, size, **sub):
-    a = uapi.drm_amdgpu_info()
-    a.query, a.return_size = query, size
-    for k, v in sub.items():
-        obj, field = k.split("__")
-        setattr(getattr(a, obj), field, v)
-    return call(dev, f, "AMDGPU_INFO", a)[1]
 
 
 def mmr_args(offset, count=1, instance=BROADCAST):

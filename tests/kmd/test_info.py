@@ -6,16 +6,7 @@ import pytest
 
 from vgpu import uapi
 
-from .conftest import MiB, call, fails, gem_create
-
-
-def info(dev, f, query, size, **sub):
-    a = uapi.drm_amdgpu_info()
-    a.query, a.return_size = query, size
-    for k, v in sub.items():
-        obj, field = k.split("__")
-        setattr(getattr(a, obj), field, v)
-    return call(dev, f, "AMDGPU_INFO", a)[1]
+from .conftest import MiB, call, fails, gem_create, info
 
 
 def test_version(dev, client):

@@ -15,7 +15,6 @@ import pyfuse3
 import pytest
 import trio
 
-from kmd.device import Device
 from kmd.errors import KmdError
 from tests.kmd.conftest import call, gem_create, gem_va
 from vgpu.frame import encode_request, parse_reply
@@ -39,13 +38,6 @@ class Owner(Ctx):
 
 class Other(Ctx):
     uid = 1001
-
-
-@pytest.fixture
-def dev(request):
-    d = Device(vram_size=2 * MiB, gtt_size=2 * MiB, timeout=1.0)
-    request.addfinalizer(d.shutdown)
-    return d
 
 
 @pytest.fixture

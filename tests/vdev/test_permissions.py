@@ -10,7 +10,6 @@ import stat
 import pyfuse3
 import pytest
 
-from kmd.device import Device
 from tests.kmd.conftest import call, gem_create, gem_va
 from vdev import nodes
 from vdev.fs import VgpuFs
@@ -19,7 +18,6 @@ from vgpu import uapi
 
 from .test_fs import VA_IB, Ctx, bo_path, fails, faulting_job, walk
 
-MiB = 1 << 20
 VIDEO = 44
 
 
@@ -35,13 +33,6 @@ class Video(Nobody):
 
 class Member(Nobody):
     pass                   # video only as a supplementary group (see the fixture)
-
-
-@pytest.fixture
-def dev(request):
-    d = Device(vram_size=2 * MiB, gtt_size=2 * MiB, timeout=1.0)
-    request.addfinalizer(d.shutdown)
-    return d
 
 
 @pytest.fixture
