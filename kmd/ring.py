@@ -111,9 +111,11 @@ class Ring:
             with self._cv:
                 self.running = None
                 self._deadline = None
-            # End of job: fence write-back, then the trap interrupt (sdma_v4_0_ring_emit_fence).
+            # End of job: fence write-back, then the trap interrupt (sdma_v4_0_ring_emit_fence),
+            # handled at once on this thread (kmd/irq.py says why).
             self.fence_wb = job.hw_seq
-            self.dev.ih.push(hw.ih.IH_SRC_TRAP, self.ring_id, job.ctx.id, 0)
+            self.dev.ih.push(hw.ih.IH_SRC_TRAP, self.ring_id, job.ctx.id, 0, wake=False)
+            self.dev.irq.service()
 
     def _run(self, job: Job) -> None:
         failed_dep = next((d for d in job.deps if d.error), None)

@@ -43,11 +43,14 @@ class InterruptRing:
         self._entries: collections.deque[IhEntry] = collections.deque()
         self._cond = threading.Condition(threading.Lock())
 
-    def push(self, src_id: int, ring_id: int, ctx_id: int, data: int) -> None:
-        """Append an entry and wake one waiter.  Called from engine threads."""
+    def push(self, src_id: int, ring_id: int, ctx_id: int, data: int, wake: bool = True) -> None:
+        """Append an entry and, unless ``wake`` is false, wake the waiters.  Called
+        from engine threads; one that services the ring itself right after pushing
+        (kmd/irq.py, InterruptHandler.service) passes ``wake=False``."""
         with self._cond:
             self._entries.append(IhEntry(src_id, ring_id, ctx_id, data))
-            self._cond.notify_all()
+            if wake:
+                self._cond.notify_all()
 
     def drain(self) -> list[IhEntry]:
         """Remove and return every pending entry, oldest first."""

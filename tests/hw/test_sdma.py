@@ -292,3 +292,52 @@ def test_large_fills_match_the_pattern(hw, ih, fill_size, offset):
     want = np.tile(pattern, -(-n // len(pattern)))[:n]
     assert r.status == "ok" and np.array_equal(mem[offset:offset + n], want)
     assert not mem[:offset].any() and not mem[offset + n:].any()
+
+
+@pytest.mark.parametrize("split", [1 << 20, 0])
+def test_fills_shared_with_the_helper_thread_land_in_order(ih, split):
+    """The core cuts fills of at least ``set_split_bytes`` into chunks that the engine's
+    thread and a helper thread claim (kmd/hw/_core.pyx). Two engines filling at once
+    (only one fill at a time gets the helper), overlapping fills in one IB, odd sizes
+    and offsets: memory must end as the same fills applied one by one, in order."""
+    from kmd.hw import _core
+    rng = np.random.default_rng(7)
+    half = 24 << 20
+    mem = np.zeros(2 * half, np.uint8)
+    ibs = np.zeros(2 * 16384, np.uint8)
+    pt = _core.PageTable()
+    pt.map(MEM_VA, mem, 0, mem.nbytes, RW)
+    pt.map(IB_VA, ibs, 0, ibs.nbytes, PTE_READ)
+    want = mem.copy()
+    ib_len = []
+    for e in range(2):
+        ib = S.SdmaIb()
+        for _ in range(40):
+            n = int(rng.integers(1, 4 << 20))
+            off = e * half + int(rng.integers(0, half - n))
+            value, kind = int(rng.integers(0, 1 << 32)), int(rng.integers(0, 2))
+            size = S.SDMA_FILLSIZE_BYTE if kind else S.SDMA_FILLSIZE_DWORD
+            ib.constant_fill(MEM_VA + off, value, n, size)
+            pattern = (np.full(1, value & 0xFF, np.uint8) if kind
+                       else np.frombuffer(struct.pack("<I", value), np.uint8))
+            want[off:off + n] = np.tile(pattern, -(-n // len(pattern)))[:n]
+        raw = ib.tobytes()
+        ibs[e * 16384:e * 16384 + len(raw)] = np.frombuffer(raw, np.uint8)
+        ib_len.append(len(raw) // 4)
+    engines = [_core.SdmaEngine(f"sdma{e}", ih) for e in range(2)]
+    results: list = [None, None]
+
+    def go(e: int) -> None:
+        results[e] = engines[e].run(pt, IB_VA + e * 16384, ib_len[e], ring_id=e)
+
+    _core.set_split_bytes(split)
+    try:
+        threads = [threading.Thread(target=go, args=(e,)) for e in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        _core.set_split_bytes(1 << 20)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert np.array_equal(mem, want)
