@@ -11,7 +11,7 @@
 Runtime: Device, memory pool, SDMA copies, streams, events, kernel launch, debug
 switches (this half). Kernel compiler: umd.kernel, umd.types, umd.compiler.
 """
-from . import debug
+from . import debug, memcheck
 from .array import DeviceArray, empty, empty_like, full, to_device, zeros
 from .copy import memcpy_dtod, memcpy_dtoh, memcpy_htod, memset, memset_d32
 from .device import Device, get_device, set_device, synchronize
@@ -23,6 +23,7 @@ from .intrinsics import (activemask, all_sync, any_sync, atomic, atomic_add, ato
                          gridsize, laneid, local, math, popc, shared, shared_array, shfl_down_sync, shfl_sync,
                          shfl_up_sync, shfl_xor_sync, syncthreads, syncwarp, thread_idx, threadIdx, warpsize)
 from .kernel import DeviceFunction, Kernel, jit, kernel
+from .memcheck import MemcheckError
 from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
 from .stream import Stream, default_stream
 from .types import Ptr, f32, float32, i32, int32, u32, uint32
