@@ -124,7 +124,8 @@ def _describe(what) -> tuple[str, int]:
     shape, dtype = getattr(what, "shape", None), getattr(what, "dtype", None)
     if shape is None or dtype is None:
         return "", 1
-    return f"a {dtype} array of shape {tuple(shape)}", dtype.itemsize
+    article = "an" if dtype.name.startswith("int") else "a"
+    return f"{article} {dtype} array of shape {tuple(shape)}", dtype.itemsize
 
 
 class GuardedPool(MemoryPool):

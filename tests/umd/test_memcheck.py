@@ -121,7 +121,7 @@ def test_double_free_and_use_after_free_are_reported(vgpu_mount, tmp_path):
     assert "double free caught" in r.stdout and "use after free caught" in r.stdout, r.stdout
     err = r.stderr
     assert "========= Double free of <DeviceArray shape=(4, 8) dtype=int32 at freed> " \
-           "(a int32 array of shape (4, 8))" in err, err
+           "(an int32 array of shape (4, 8))" in err, err
     m = re.search(r"freed again at <string>:(\d+)\n=========     first freed at <string>:(\d+)\n"
                   r"=========     allocated at <string>:(\d+)", err)
     again, first, made = map(int, m.groups())
