@@ -112,6 +112,7 @@ ballot_sync = Intrinsic("warp.ballot_sync", "umd.ballot_sync")  # (mask, predica
 any_sync = Intrinsic("warp.any_sync", "umd.any_sync")           # (mask, predicate) -> bool
 all_sync = Intrinsic("warp.all_sync", "umd.all_sync")           # (mask, predicate) -> bool
 activemask = Intrinsic("warp.activemask", "umd.activemask")     # () -> u32
+lanemask_lt = Intrinsic("warp.lanemask_lt", "umd.lanemask_lt")  # () -> u32: the lanes below
 syncwarp = Intrinsic("warp.syncwarp", "umd.syncwarp")           # (mask=0xffffffff)
 popc = Intrinsic("bit.popc", "umd.popc")                        # set bits
 ffs = Intrinsic("bit.ffs", "umd.ffs")                           # 1 + lowest set bit, 0 for 0
@@ -127,4 +128,4 @@ __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "threadIdx", "blo
            "gridDim", "grid", "gridsize", "shared_array", "shared", "local", "syncthreads", "fma",
            "atomic", "atomic_add", "atomic_max", "atomic_cas", "math", "warpsize", "laneid",
            "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync",
-           "any_sync", "all_sync", "activemask", "syncwarp", "popc", "ffs", "clz", "brev"]
+           "any_sync", "all_sync", "activemask", "lanemask_lt", "syncwarp", "popc", "ffs", "clz", "brev"]

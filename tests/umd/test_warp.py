@@ -36,7 +36,7 @@ def test_shuffles_follow_cuda():
     n = 128                                         # 2 blocks of 64: 4 full warps
     x = RNG.integers(-1000, 1000, n).astype(np.int32)
     src = RNG.integers(0, 70, n).astype(np.int32)   # some beyond the warp
-    out = np.zeros((n, 10), np.int32)
+    out = np.zeros((n, 11), np.int32)
     run(build(K.shuffles), 2, 64, x, src, out)
     lane = lanes(n)
     base = np.arange(n) - lane
@@ -54,6 +54,7 @@ def test_shuffles_follow_cuda():
     np.testing.assert_array_equal(out[:, 7], pick(lane + src, lane + src < W))
     np.testing.assert_array_equal(out[:, 8], lane)
     assert (out[:, 9] == 32).all()
+    np.testing.assert_array_equal(out[:, 10].view(np.uint32), (1 << lane.astype(np.uint64)) - 1)
 
 
 def test_float_shuffles_keep_the_bits():

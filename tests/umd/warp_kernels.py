@@ -22,6 +22,7 @@ def shuffles(x: i32[:], src: i32[:], out: i32[:, :]):
     out[i, 7] = umd.shfl_down_sync(FULL, v, src[i])         # a per-lane delta
     out[i, 8] = umd.laneid
     out[i, 9] = umd.warpsize
+    out[i, 10] = umd.lanemask_lt()
 
 
 @umd.jit

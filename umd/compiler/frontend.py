@@ -1301,6 +1301,10 @@ class FunctionLowering:
         if kind == "activemask":
             nargs(0)
             return self.op("activemask", u32, [], node)
+        if kind == "lanemask_lt":
+            nargs(0)
+            below = self.binop("shl", const(1, u32), self.convert(self.laneid(node), u32, node), node)
+            return self.binop("sub", below, const(1, u32), node)
         if kind in ("ballot_sync", "any_sync", "all_sync"):
             nargs(2)
             values()
