@@ -78,9 +78,17 @@ cdef extern from *:
     static std::atomic<VgpuFillJob*> vgpu_fill_job{nullptr};
     static std::atomic<int> vgpu_fill_active{0};     /* helpers inside a job */
     static std::atomic<uint64_t> vgpu_fill_gen{0};   /* bumped per posted job */
-    static std::mutex vgpu_fill_mu;                  /* the helper's sleep; one poster */
-    static std::mutex vgpu_fill_owner;
-    static std::condition_variable vgpu_fill_cv;
+    /* Made once and never destroyed: the helper sleeps on them until the process
+       ends, and destroying a condition variable with a waiter blocks exit. */
+    struct VgpuFillSync {
+        std::mutex mu;                  /* the helper's sleep */
+        std::mutex owner;               /* one fill at a time uses the helper */
+        std::condition_variable cv;
+    };
+    static VgpuFillSync* vgpu_fill_sync() {
+        static VgpuFillSync* s = new VgpuFillSync();
+        return s;
+    }
     static bool vgpu_fill_started = false;
 
     static void vgpu_fill_chunks(VgpuFillJob* j) {
@@ -104,8 +112,9 @@ cdef extern from *:
     #endif
             }
             if (vgpu_fill_gen.load() == seen) {
-                std::unique_lock<std::mutex> lk(vgpu_fill_mu);
-                vgpu_fill_cv.wait(lk, [&] { return vgpu_fill_gen.load() != seen; });
+                VgpuFillSync* s = vgpu_fill_sync();
+                std::unique_lock<std::mutex> lk(s->mu);
+                s->cv.wait(lk, [&] { return vgpu_fill_gen.load() != seen; });
             }
             seen = vgpu_fill_gen.load();
             /* Announce before looking: a poster that saw no helper active after
@@ -119,19 +128,20 @@ cdef extern from *:
 
     /* n is a multiple of 8, p 8-byte aligned. */
     static void vgpu_fill64(uint8_t* p, uint64_t n, uint64_t v) {
-        if (VGPU_SPLIT_BYTES == 0 || n < VGPU_SPLIT_BYTES || !vgpu_fill_owner.try_lock()) {
+        VgpuFillSync* s = vgpu_fill_sync();
+        if (VGPU_SPLIT_BYTES == 0 || n < VGPU_SPLIT_BYTES || !s->owner.try_lock()) {
             vgpu_store64(p, n, v);
             return;
         }
         {
-            std::lock_guard<std::mutex> lk(vgpu_fill_mu);
+            std::lock_guard<std::mutex> lk(s->mu);
             if (!vgpu_fill_started) {
                 try { std::thread(vgpu_fill_helper).detach(); vgpu_fill_started = true; }
                 catch (...) {}
             }
         }
         if (!vgpu_fill_started) {
-            vgpu_fill_owner.unlock();
+            s->owner.unlock();
             vgpu_store64(p, n, v);
             return;
         }
@@ -141,17 +151,17 @@ cdef extern from *:
         j.next.store(0); j.done.store(0);
         vgpu_fill_job.store(&j);
         {
-            std::lock_guard<std::mutex> lk(vgpu_fill_mu);
+            std::lock_guard<std::mutex> lk(s->mu);
             vgpu_fill_gen.fetch_add(1);
         }
-        vgpu_fill_cv.notify_one();
+        s->cv.notify_one();
         vgpu_fill_chunks(&j);
         for (unsigned spins = 0; j.done.load() != j.chunks; spins++) {
             if (spins > 1000) std::this_thread::yield();   /* a helper mid-chunk lost its core */
         }
         vgpu_fill_job.store(nullptr);
         while (vgpu_fill_active.load() != 0) std::this_thread::yield();
-        vgpu_fill_owner.unlock();
+        s->owner.unlock();
     }
 
     static void vgpu_move(uint8_t* d, const uint8_t* s, uint64_t n) {

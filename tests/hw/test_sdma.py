@@ -341,3 +341,23 @@ def test_fills_shared_with_the_helper_thread_land_in_order(ih, split):
         _core.set_split_bytes(1 << 20)
     assert [r.status for r in results] == ["ok", "ok"]
     assert np.array_equal(mem, want)
+
+
+def test_a_process_whose_fill_used_the_helper_thread_exits():
+    """The helper thread sleeps until the process ends: exiting must not wait for it
+    (a condition variable destroyed at exit with the helper waiting on it blocks)."""
+    import subprocess
+    import sys
+    code = ("import numpy as np\n"
+            "from kmd.hw import _core, InterruptRing, PTE_READ, PTE_WRITE\n"
+            "from kmd.hw import sdma as S\n"
+            "mem = np.zeros(8 << 20, np.uint8); ib = np.zeros(4096, np.uint8)\n"
+            "pt = _core.PageTable(); pt.map(1 << 32, mem, 0, mem.nbytes, PTE_READ | PTE_WRITE)\n"
+            "pt.map(1 << 33, ib, 0, 4096, PTE_READ)\n"
+            "raw = S.SdmaIb().constant_fill(1 << 32, 7, 4 << 20).tobytes()\n"
+            "ib[:len(raw)] = np.frombuffer(raw, np.uint8)\n"
+            "r = _core.SdmaEngine('sdma0', InterruptRing()).run(pt, 1 << 33, len(raw) // 4)\n"
+            "assert r.status == 'ok' and mem[:4 << 20].view(np.uint32).tolist() == [7] * (1 << 20)\n"
+            "print('filled')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout == "filled\n", p.stderr
