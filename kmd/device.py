@@ -54,13 +54,15 @@ class Device:
     """The KMD of one virtual GPU."""
 
     def __init__(self, vram_size: int = 512 * MiB, gtt_size: int = 1024 * MiB, timeout: float = 2.0,
-                 shm_dir: str | None = None, limits: Limits | None = None):
+                 shm_dir: str | None = None, limits: Limits | None = None, huge_pages: bool = False):
         """Raises kmd.shmem.StoreError when the BO store (a tmpfs under ``shm_dir``,
         default /dev/shm) cannot hold VRAM + GTT. ``limits``: the object caps per
-        file and per device (kmd/limits.py; the defaults when None)."""
+        file and per device (kmd/limits.py; the defaults when None). ``huge_pages``:
+        BO files on a private huge-page tmpfs when root (kmd/shmem.py; the daemon's
+        default)."""
         self.lock = threading.RLock()
         self.kmsg = KernelLog()
-        self.memory = DeviceMemory(vram_size, gtt_size, shm_dir)
+        self.memory = DeviceMemory(vram_size, gtt_size, shm_dir, huge_pages)
         self.timeout = timeout
         self.files: dict[int, DrmFile] = {}
         self.bos_by_offset: dict[int, BufferObject] = {}

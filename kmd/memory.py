@@ -58,8 +58,9 @@ class Heap:
 class DeviceMemory:
     """VRAM and GTT of one device, backed by one ShmemStore."""
 
-    def __init__(self, vram_size: int, gtt_size: int, shm_dir: str | None = None):
-        self.store = ShmemStore(vram_size + gtt_size, shm_dir)
+    def __init__(self, vram_size: int, gtt_size: int, shm_dir: str | None = None,
+                 huge_pages: bool = False):
+        self.store = ShmemStore(vram_size + gtt_size, shm_dir, huge=huge_pages)
         self.vram = Heap(uapi.AMDGPU_GEM_DOMAIN_VRAM, vram_size)
         self.gtt = Heap(uapi.AMDGPU_GEM_DOMAIN_GTT, gtt_size)
         self.heaps = {h.domain: h for h in (self.vram, self.gtt)}

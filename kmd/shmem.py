@@ -7,12 +7,24 @@ MOUNT/bo/<offset-hex>, so CPU and GPU share the pages (as memory behind a PCI BA
 The directory is ``<base>/vgpu-<random>`` (base /dev/shm unless told otherwise),
 mode 0711: others may reach a file whose name they were given, never list names.
 A file is 0600, owned by the uid of the DRM file that created the BO, named by 128
-random bits. The daemon holds an exclusive flock on ``<dir>/.lock`` for its whole
-life, so :func:`clean_stale` can tell a dead daemon's directory from a live one
-(pids are reused, locks die with their process).
+random bits, in ``<dir>/bo/``. The daemon holds an exclusive flock on ``<dir>/.lock``
+for its whole life, so :func:`clean_stale` can tell a dead daemon's directory from a
+live one (pids are reused, locks die with their process).
+
+Huge pages: a root daemon asked for them (``huge=True``; ``vgpu mount`` does) mounts
+a private tmpfs on ``<dir>/bo`` with ``huge=within_size``, so every 2 MiB of a BO
+that lies inside the file is one huge page, mapped by one PMD in the aperture (the
+buddy allocator aligns blocks to their size) and in the clients. /dev/shm gives 4 KiB
+pages: an engine streaming through a 64 MiB BO then takes 16,384 TLB misses, each a
+two-level walk under virtualisation, and a 64 MiB fill measured ~30 % slower. A BO
+smaller than 2 MiB still gets 4 KiB pages (within_size), so small BOs cost no more
+memory. The private tmpfs is as large as the base one: unlinked files still mapped
+by a client keep their pages, and a full tmpfs would SIGBUS a client's store.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import fcntl
 import os
@@ -23,6 +35,9 @@ import struct
 DEFAULT_BASE = "/dev/shm"
 PREFIX = "vgpu-"
 LOCK_NAME = ".lock"
+FILES_DIR = "bo"           # the BO files; the private tmpfs's mountpoint when there is one
+TMPFS_SOURCE = "vgpu-bo"   # what /proc/self/mountinfo shows as the private tmpfs's source
+MNT_DETACH = 2             # umount2(2): lazy, files still mapped keep their pages
 MAX_MAP_COUNT = "/proc/sys/vm/max_map_count"
 # What the daemon raises vm.max_map_count to when it is root: one mapping per BO in
 # the aperture, plus the interpreter's own, with room to spare.
@@ -55,9 +70,40 @@ def _hold_lock(path: str) -> int:
     return fd
 
 
+_libc = None
+
+
+def _libc_call(name: str, *args) -> None:
+    """mount(2) / umount2(2) through libc; OSError with the errno on failure."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if getattr(_libc, name)(*args) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{name}: {os.strerror(e)}")
+
+
+def mount_huge_tmpfs(path: str, size: int) -> None:
+    """Mount a private tmpfs of ``size`` bytes with huge=within_size on ``path``
+    (root; OSError otherwise, or where the kernel has no transparent huge pages)."""
+    opts = f"size={size},huge=within_size,mode=0711,nr_inodes=0".encode()
+    _libc_call("mount", TMPFS_SOURCE.encode(), path.encode(), b"tmpfs", ctypes.c_ulong(0), opts)
+
+
+def unmount_tmpfs(path: str) -> None:
+    """Detach the private tmpfs on ``path`` if there is one (lazily: a client's
+    mapping keeps its pages until it goes)."""
+    if os.path.ismount(path):
+        try:
+            _libc_call("umount2", path.encode(), MNT_DETACH)
+        except OSError:
+            pass  # not ours to unmount (not root): rmtree then leaves it
+
+
 def clean_stale(base: str = DEFAULT_BASE) -> list[str]:
-    """Remove the directories of daemons that are gone (nobody holds their lock).
-    Returns the paths removed. Run by `vgpu mount`, `vgpu umount` and every new store."""
+    """Remove the directories of daemons that are gone (nobody holds their lock),
+    with their private tmpfs. Returns the paths removed. Run by `vgpu mount`,
+    `vgpu umount` and every new store."""
     removed = []
     try:
         names = os.listdir(base)
@@ -72,6 +118,7 @@ def clean_stale(base: str = DEFAULT_BASE) -> list[str]:
         except OSError:
             continue  # a live daemon holds it, or it is not ours to touch
         try:
+            unmount_tmpfs(os.path.join(path, FILES_DIR))
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
         finally:
@@ -106,9 +153,11 @@ def map_count_limit() -> int:
 
 
 class ShmemStore:
-    """One device's BO files. ``need`` bytes (VRAM + GTT) must fit in the tmpfs."""
+    """One device's BO files. ``need`` bytes (VRAM + GTT) must fit in the tmpfs.
+    ``huge``: put them on a private huge-page tmpfs when root (module docstring);
+    ``self.huge`` says whether that happened."""
 
-    def __init__(self, need: int, base: str | None = None):
+    def __init__(self, need: int, base: str | None = None, huge: bool = False):
         base = base or os.environ.get("VGPU_SHM_DIR") or DEFAULT_BASE
         clean_stale(base)
         try:
@@ -131,13 +180,22 @@ class ShmemStore:
         os.chmod(making, 0o711)  # searchable, not listable
         self.path = os.path.join(base, PREFIX + name)
         os.rename(making, self.path)
+        self.files = os.path.join(self.path, FILES_DIR)
+        os.mkdir(self.files, 0o711)
+        self.huge = False
+        if huge and os.geteuid() == 0:
+            try:
+                mount_huge_tmpfs(self.files, st.f_blocks * st.f_frsize)
+                self.huge = True
+            except OSError:
+                pass  # no THP, or a container without CAP_SYS_ADMIN: 4 KiB pages in base
         self.max_bos = max(0, min(MAX_BOS, map_count_limit() - MAP_HEADROOM))
         self._granted: dict[str, set[int]] = {}  # BO file -> uids given access by grant()
 
     def create(self, size: int, uid: int) -> tuple[str, int]:
         """A new zero-filled file of ``size`` bytes owned by ``uid`` (when we are root).
         Returns (path, fd); the caller maps the fd and closes it. Raises OSError."""
-        path = os.path.join(self.path, secrets.token_hex(16))
+        path = os.path.join(self.files, secrets.token_hex(16))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(fd, size)
@@ -172,6 +230,7 @@ class ShmemStore:
         """Remove the directory and everything in it (daemon exit)."""
         if self._lock_fd < 0:
             return
+        unmount_tmpfs(self.files)
         shutil.rmtree(self.path, ignore_errors=True)
         os.close(self._lock_fd)
         self._lock_fd = -1

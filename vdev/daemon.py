@@ -74,10 +74,11 @@ async def _stop_on_signal() -> None:
 
 
 def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | None = None,
-          limits=None, perms=None) -> int:
+          limits=None, perms=None, huge_pages: bool = True) -> int:
     """Mount the device tree at ``mountpoint`` and serve it until unmounted or signalled.
     ``limits``: kmd.limits.Limits; ``perms``: vdev.options.NodePermissions, the modes
-    and group of the device nodes (the defaults when None).
+    and group of the device nodes (the defaults when None); ``huge_pages``: BO files
+    on a private huge-page tmpfs when root (kmd/shmem.py).
     Returns 1 without mounting when the BO store cannot be set up (logged)."""
     from kmd.device import Device  # imported here so `vgpu --help` stays light
     from kmd.shmem import StoreError
@@ -85,13 +86,15 @@ def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | N
     from .fs import VgpuFs
 
     try:
-        dev = Device(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir, limits=limits)
+        dev = Device(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir, limits=limits,
+                     huge_pages=huge_pages)
     except StoreError as e:
         log.error("cannot start: %s", e.strerror)
         return 1
     ops = VgpuFs(dev, perms)
     pyfuse3.init(ops, mountpoint, mount_options())
-    log.info("mounted vgpu at %s (pid %d)", mountpoint, os.getpid())
+    log.info("mounted vgpu at %s (pid %d); BO files in %s%s", mountpoint, os.getpid(), dev.memory.store.files,
+             " (private tmpfs, huge pages)" if dev.memory.store.huge else "")
     try:
         trio.run(_serve)
     finally:
@@ -108,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gtt", type=parse_size, default=1024 * MiB)
     p.add_argument("--timeout", type=float, default=2.0)
     p.add_argument("--shm-dir", default=None, help="tmpfs for BO files (default /dev/shm)")
+    p.add_argument("--no-huge-pages", action="store_true",
+                   help="keep BO files in 4 KiB pages of --shm-dir (by default root mounts a "
+                        "private huge-page tmpfs for them)")
     p.add_argument("--debug", action="store_true")
     add_device_options(p)
     args = p.parse_args(argv)
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(f"--group: {e}")
     return serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout, args.shm_dir,
-                 limits=limits_from(args), perms=perms)
+                 limits=limits_from(args), perms=perms, huge_pages=not args.no_huge_pages)
 
 
 if __name__ == "__main__":

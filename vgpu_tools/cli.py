@@ -97,6 +97,8 @@ def daemon_argv(args) -> list[str]:
             "--vram", args.vram, "--gtt", args.gtt, "--timeout", str(args.timeout)]
     if args.shm_dir:
         argv += ["--shm-dir", args.shm_dir]
+    if args.no_huge_pages:
+        argv.append("--no-huge-pages")
     return argv + device_argv(args)
 
 
@@ -316,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--timeout", type=float, default=2.0, help="ring job timeout in seconds (default 2)")
     m.add_argument("--shm-dir", default=None,
                    help="tmpfs that holds the BO files (default /dev/shm, or $VGPU_SHM_DIR)")
+    m.add_argument("--no-huge-pages", action="store_true",
+                   help="keep BO files in 4 KiB pages (by default root mounts a private "
+                        "huge-page tmpfs for them, docs/memory.md)")
     m.add_argument("--foreground", "-f", action="store_true", help="serve in this process")
     from vdev.options import add_device_options   # --mode, --group, --max-bos, ...
     add_device_options(m)

@@ -123,10 +123,20 @@ cdef class Aperture:
     def __cinit__(self, uint64_t size):
         if size == 0 or size & PAGE_MASK:
             raise ValueError("aperture size must be a nonzero multiple of 4 KiB")
-        cdef void* p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+        # 2 MiB aligned, so that a BO file's huge pages (kmd/shmem.py) can be mapped
+        # by PMDs: the buddy allocator aligns a block to its size, the window's base
+        # must be aligned too. Reserve 2 MiB more, then give back head and tail.
+        cdef uint64_t huge = 2 << 20
+        cdef void* r = mmap(NULL, size + huge, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-        if p == MAP_FAILED:
+        if r == MAP_FAILED:
             raise _os_error(f"reserving {size} bytes of address space")
+        cdef uint64_t start = (<uint64_t>r + huge - 1) & ~(huge - 1)
+        if start > <uint64_t>r:
+            munmap(r, start - <uint64_t>r)
+        if <uint64_t>r + size + huge > start + size:
+            munmap(<void*>(start + size), <uint64_t>r + size + huge - (start + size))
+        cdef void* p = <void*>start
         self.base = <uint8_t*>p
         self.size = size
         self.slot = vgpu_register_aperture(<uint64_t>p, <uint64_t>p + size)

@@ -34,13 +34,8 @@ __all__ = ["PageTable", "SdmaEngine", "ComputeEngine", "InterruptRing", "GpuFaul
 # stay one memmove. The dword fill is one `rep stosq` per host run (vgpu_fill64).
 cdef extern from *:
     """
-    #include <atomic>
-    #include <chrono>
-    #include <condition_variable>
     #include <cstdint>
     #include <cstring>
-    #include <mutex>
-    #include <thread>
     #if defined(__x86_64__)
     #include <emmintrin.h>
     #endif
@@ -49,8 +44,10 @@ cdef extern from *:
     /* n is a multiple of 8, p 8-byte aligned. On x86-64, `rep stosq`: with ERMS the
        CPU writes whole lines without reading them first, which a store loop does not
        get (64 MiB into a BO's shared pages: 2.35-2.45 ms against 2.45-2.8 ms for the
-       loop and 2.4-2.5 ms for streaming stores, same machine). */
-    static void vgpu_store64(uint8_t* p, uint64_t n, uint64_t v) {
+       loop and 2.4-2.5 ms for streaming stores, same machine). Splitting a fill
+       between two host threads was measured too: a little faster on an idle
+       machine, about 30 % slower on a loaded one. */
+    static void vgpu_fill64(uint8_t* p, uint64_t n, uint64_t v) {
     #if defined(__x86_64__)
         uint64_t count = n / 8;
         __asm__ volatile("rep stosq" : "+D"(p), "+c"(count) : "a"(v) : "memory");
@@ -58,110 +55,6 @@ cdef extern from *:
         uint64_t* q = (uint64_t*)p;
         for (uint64_t i = 0; i < n / 8; i++) q[i] = v;
     #endif
-    }
-
-    /* Fills of at least VGPU_SPLIT_BYTES are shared with one helper thread, as a
-       real SDMA engine spreads a fill over its memory channels: one host core does
-       not reach the memory's write bandwidth (64 MiB: ~2.0 ms on two cores against
-       ~2.35 ms on one, same machine). The fill is cut into 256 KiB chunks that both
-       threads claim from one counter, so a helper that is not scheduled costs
-       nothing: the caller takes every chunk left. The helper spins ~100 us after a
-       fill (an IB's fills come back to back), then sleeps. One fill at a time uses
-       the helper; a concurrent one (another engine) runs alone. */
-    static uint64_t VGPU_SPLIT_BYTES = 1u << 20;
-    static const uint64_t VGPU_FILL_CHUNK = 256u << 10;
-
-    struct VgpuFillJob {
-        uint8_t* p; uint64_t n; uint64_t v; uint64_t chunks;
-        std::atomic<uint64_t> next; std::atomic<uint64_t> done;
-    };
-    static std::atomic<VgpuFillJob*> vgpu_fill_job{nullptr};
-    static std::atomic<int> vgpu_fill_active{0};     /* helpers inside a job */
-    static std::atomic<uint64_t> vgpu_fill_gen{0};   /* bumped per posted job */
-    /* Made once and never destroyed: the helper sleeps on them until the process
-       ends, and destroying a condition variable with a waiter blocks exit. */
-    struct VgpuFillSync {
-        std::mutex mu;                  /* the helper's sleep */
-        std::mutex owner;               /* one fill at a time uses the helper */
-        std::condition_variable cv;
-    };
-    static VgpuFillSync* vgpu_fill_sync() {
-        static VgpuFillSync* s = new VgpuFillSync();
-        return s;
-    }
-    static bool vgpu_fill_started = false;
-
-    static void vgpu_fill_chunks(VgpuFillJob* j) {
-        for (;;) {
-            uint64_t i = j->next.fetch_add(1);
-            if (i >= j->chunks) return;
-            uint64_t off = i * VGPU_FILL_CHUNK;
-            uint64_t len = j->n - off < VGPU_FILL_CHUNK ? j->n - off : VGPU_FILL_CHUNK;
-            vgpu_store64(j->p + off, len, j->v);
-            j->done.fetch_add(1);
-        }
-    }
-
-    static void vgpu_fill_helper() {
-        uint64_t seen = vgpu_fill_gen.load();
-        for (;;) {
-            auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
-            while (vgpu_fill_gen.load() == seen && std::chrono::steady_clock::now() < until) {
-    #if defined(__x86_64__)
-                __builtin_ia32_pause();
-    #endif
-            }
-            if (vgpu_fill_gen.load() == seen) {
-                VgpuFillSync* s = vgpu_fill_sync();
-                std::unique_lock<std::mutex> lk(s->mu);
-                s->cv.wait(lk, [&] { return vgpu_fill_gen.load() != seen; });
-            }
-            seen = vgpu_fill_gen.load();
-            /* Announce before looking: a poster that saw no helper active after
-               withdrawing its job knows no helper still holds it. */
-            vgpu_fill_active.fetch_add(1);
-            VgpuFillJob* j = vgpu_fill_job.load();
-            if (j) vgpu_fill_chunks(j);
-            vgpu_fill_active.fetch_sub(1);
-        }
-    }
-
-    /* n is a multiple of 8, p 8-byte aligned. */
-    static void vgpu_fill64(uint8_t* p, uint64_t n, uint64_t v) {
-        VgpuFillSync* s = vgpu_fill_sync();
-        if (VGPU_SPLIT_BYTES == 0 || n < VGPU_SPLIT_BYTES || !s->owner.try_lock()) {
-            vgpu_store64(p, n, v);
-            return;
-        }
-        {
-            std::lock_guard<std::mutex> lk(s->mu);
-            if (!vgpu_fill_started) {
-                try { std::thread(vgpu_fill_helper).detach(); vgpu_fill_started = true; }
-                catch (...) {}
-            }
-        }
-        if (!vgpu_fill_started) {
-            s->owner.unlock();
-            vgpu_store64(p, n, v);
-            return;
-        }
-        VgpuFillJob j;
-        j.p = p; j.n = n; j.v = v;
-        j.chunks = (n + VGPU_FILL_CHUNK - 1) / VGPU_FILL_CHUNK;
-        j.next.store(0); j.done.store(0);
-        vgpu_fill_job.store(&j);
-        {
-            std::lock_guard<std::mutex> lk(s->mu);
-            vgpu_fill_gen.fetch_add(1);
-        }
-        s->cv.notify_one();
-        vgpu_fill_chunks(&j);
-        for (unsigned spins = 0; j.done.load() != j.chunks; spins++) {
-            if (spins > 1000) std::this_thread::yield();   /* a helper mid-chunk lost its core */
-        }
-        vgpu_fill_job.store(nullptr);
-        while (vgpu_fill_active.load() != 0) std::this_thread::yield();
-        s->owner.unlock();
     }
 
     static void vgpu_move(uint8_t* d, const uint8_t* s, uint64_t n) {
@@ -189,7 +82,6 @@ cdef extern from *:
     void vgpu_fill64(uint8_t* p, uint64_t n, uint64_t v) noexcept nogil
     void vgpu_move(uint8_t* d, const uint8_t* s, uint64_t n) noexcept nogil
     uint64_t VGPU_STREAM_BYTES
-    uint64_t VGPU_SPLIT_BYTES
 
 
 def set_stream_bytes(uint64_t n):
@@ -197,12 +89,6 @@ def set_stream_bytes(uint64_t n):
     global VGPU_STREAM_BYTES
     VGPU_STREAM_BYTES = n
 
-
-def set_split_bytes(uint64_t n):
-    """Fills of at least `n` bytes are shared with the fill helper thread; 0: never
-    (tests compare both paths, benchmarks measure both)."""
-    global VGPU_SPLIT_BYTES
-    VGPU_SPLIT_BYTES = n
 
 DEF PAGE_SHIFT = 12
 DEF PAGE_SIZE = 4096

@@ -8,6 +8,7 @@ import os
 import stat
 
 import numpy as np
+import pytest
 
 from kmd import shmem
 from kmd.device import Device
@@ -152,11 +153,74 @@ def test_a_hundred_thousand_live_bos():
         for h in (1, n // 2, n):
             with open(f.bos[h].path, "rb") as fobj:
                 assert fobj.read(1)[0] == h & 0xFF
-        assert len(os.listdir(d.memory.store.path)) == n + 1  # + the lock
+        assert len(os.listdir(d.memory.store.files)) == n
         d.check_invariants()
         d.close_file(f)
         assert d.memory.bo_count == 0 and d.memory.vram_allocator.used == 0
-        assert os.listdir(d.memory.store.path) == [shmem.LOCK_NAME]
+        assert os.listdir(d.memory.store.files) == []
         d.check_invariants()
     finally:
         d.shutdown()
+
+
+def _pmd_mapped_kib(start: int, end: int) -> int:
+    """ShmemPmdMapped of this process's mappings inside [start, end), from smaps."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            first = line.split()[0]
+            if "-" in first and not first.endswith(":"):
+                lo, hi = (int(x, 16) for x in first.split("-"))
+                inside = start <= lo and hi <= end
+            elif inside and first == "ShmemPmdMapped:":
+                total += int(line.split()[1])
+    return total
+
+
+_THP = os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not _THP, reason="a private tmpfs needs root and THP")
+def test_huge_page_store_maps_large_bos_with_pmds():
+    """A root daemon's BO files live on a private tmpfs with huge=within_size
+    (kmd/shmem.py): a 4 MiB VRAM BO is two huge pages, mapped by PMDs in the aperture,
+    and a 4 KiB BO still costs one 4 KiB page. The tmpfs goes with the store."""
+    d = Device(vram_size=64 * MiB, gtt_size=16 * MiB, huge_pages=True)
+    try:
+        store = d.memory.store
+        assert store.huge and os.path.ismount(store.files)
+        with open("/proc/self/mountinfo") as f:
+            line = next(l for l in f if l.split()[4] == store.files)
+        assert "tmpfs" in line and shmem.TMPFS_SOURCE in line and "huge=within_size" in line
+        f = d.open_file(pid=1000, uid=1000, comm="test", render=True)
+        big = f.bos[gem_create(d, f, 4 * MiB, uapi.AMDGPU_GEM_DOMAIN_VRAM)]
+        small = f.bos[gem_create(d, f, 4096, uapi.AMDGPU_GEM_DOMAIN_VRAM)]
+        heap = d.memory.vram
+        base = heap.window.ctypes.data
+        assert base % (2 * MiB) == 0
+        heap.window[big.gpu_offset: big.gpu_offset + big.size] = 7   # fault it in through the window
+        heap.window[small.gpu_offset: small.gpu_offset + 4096] = 7
+        assert _pmd_mapped_kib(base + big.gpu_offset, base + big.gpu_offset + big.size) == 4096
+        assert _pmd_mapped_kib(base + small.gpu_offset, base + small.gpu_offset + 4096) == 0
+        assert os.stat(big.path).st_blocks * 512 == 4 * MiB
+        files = store.files
+        d.close_file(f)
+    finally:
+        d.shutdown()
+    assert not os.path.ismount(files) and not os.path.exists(store.path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not _THP, reason="a private tmpfs needs root and THP")
+def test_clean_stale_unmounts_a_dead_daemons_private_tmpfs(tmp_path):
+    """A daemon killed with its private tmpfs mounted: the next clean_stale detaches
+    the tmpfs and removes the directory."""
+    store = shmem.ShmemStore(MiB, str(tmp_path), huge=True)
+    assert store.huge
+    path, fd = store.create(4096, 0)
+    os.close(fd)
+    os.close(store._lock_fd)    # what the daemon's death does to its lock
+    store._lock_fd = -1
+    assert shmem.clean_stale(str(tmp_path)) == [store.path]
+    assert not os.path.exists(store.path)
+    with open("/proc/self/mountinfo") as f:
+        assert store.files not in f.read()
