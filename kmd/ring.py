@@ -58,10 +58,17 @@ class Ring:
             self.fences.popitem(last=False)
         with self._cv:
             self.sched.push(job)
+            if self.dev.trace.on:  # under the ring's lock: before the worker may run it
+                self.dev.trace.job_queued(self, job, self.entity_jobs(job))
             self._cv.notify_all()
         for dep in job.deps:  # a signalled dependency may make the job ready
             dep.add_callback(self._wake)
         return job.fence.seq
+
+    def entity_jobs(self, job: Job) -> int:
+        """Jobs queued on `job`'s entity now (drm_sched trace events' job count)."""
+        ent = self.sched.entities.get((job.file.id, job.ctx.id))
+        return len(ent.jobs) if ent is not None else 0
 
     def _wake(self, _fence=None) -> None:
         with self._cv:
@@ -107,7 +114,11 @@ class Ring:
                 job.hw_seq = self.hw_emitted
                 self.hw_pending[job.hw_seq] = job
                 self.history.append((job.id, job.ctx.id))
+            if self.dev.trace.on:
+                self.dev.trace.job_run(self, job, self.entity_jobs(job))
             self._run(job)
+            if self.dev.trace.on:
+                self.dev.trace.job_done(self, job)
             with self._cv:
                 self.running = None
                 self._deadline = None

@@ -52,9 +52,9 @@ import pyfuse3
 
 from vgpu.frame import FrameError
 
-from .kmd_interface import KmdDevice, KmdError
+from .kmd_interface import KmdDevice, KmdError, Stream
 from .nodes import (ALWAYS_READY, MAY_EXEC, MAY_READ, MAY_WRITE, BoFile, ControlFile, Credentials, Dir,
-                    GeneratedFile, Handle, Node, PrimeFile, Symlink, SyncFile)
+                    GeneratedFile, Handle, Node, PrimeFile, StreamFile, Symlink, SyncFile)
 from .options import NodePermissions
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,7 @@ class VgpuFs(pyfuse3.Operations):
         self._mkdir(cls, "devcoredump", provider=self._devcoredumps).file_mode = 0o600
         debug = self._mkdir(self._mkdir(sys_dir, "kernel"), "debug", mode=0o700)
         self._mkdir(self._mkdir(debug, "dri"), "0", provider=dev.debugfs_files)
+        self._mkdir(debug, "tracing", provider=dev.tracing_files)
 
     # -- tree building --------------------------------------------------------
     def _ino(self) -> int:
@@ -202,6 +203,10 @@ class VgpuFs(pyfuse3.Operations):
                     node = d.children[name] = self._adopt(d, Dir(self._ino(), d))
                     node.file_mode = d.file_mode
                 node.provider = (lambda e=entry: e)
+            elif isinstance(entry, Stream):
+                if not isinstance(node, StreamFile):
+                    node = d.children[name] = self._adopt(d, StreamFile(self._ino(), entry))
+                node.stream = entry
             else:
                 read_fn, write_fn = entry if isinstance(entry, tuple) else (entry, None)
                 if not isinstance(node, GeneratedFile) or bool(node.write_fn) != bool(write_fn):

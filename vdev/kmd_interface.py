@@ -29,14 +29,19 @@ from typing import Callable, Protocol, Tuple, Union, runtime_checkable
 
 from kmd.errors import KmdError
 from kmd.ioctl import PendingReply, Reply
+from kmd.trace import Reader, Stream
 
 __all__ = ["KmdError", "PendingReply", "Reply", "KernelLog", "BufferObject", "PrimeExport", "SyncExport",
-           "KmdDevice", "ProviderEntry"]
+           "KmdDevice", "ProviderEntry", "Reader", "Stream"]
 
 #: A generated file in a provider's answer: ``read()`` -> its text, taken once per
 #: open(); or ``(read, write)`` for a writable entry, ``write(data: bytes)`` run in
-#: a worker thread (it may wait for engines; a KmdError fails the write()).
-ProviderEntry = Union[Callable[[], str], Tuple[Callable[[], str], Callable[[bytes], object]]]
+#: a worker thread (it may wait for engines; a KmdError fails the write()); or a
+#: ``Stream`` (trace_pipe, timeline): each open gets a ``Reader`` from its
+#: ``open_reader()``, whose ``read(size)`` never waits (b"" when empty) and whose
+#: ``subscribe(wake) -> cancel`` calls ``wake()`` once, from any thread, when
+#: entries may have come; ``close()`` at release.
+ProviderEntry = Union[Callable[[], str], Tuple[Callable[[], str], Callable[[bytes], object]], Stream]
 
 
 @runtime_checkable
@@ -153,6 +158,10 @@ class KmdDevice(Protocol):
 
     def debugfs_files(self) -> dict[str, ProviderEntry]:
         """The entries of sys/kernel/debug/dri/0/, as sysfs_files()."""
+
+    def tracing_files(self) -> dict[str, ProviderEntry]:
+        """The entries of sys/kernel/debug/tracing/ (nested dicts are directories),
+        as sysfs_files() (docs/tracing.md)."""
 
     def devcoredumps(self) -> dict[int, str]:
         """The crash dumps kept now, {N: text}: sys/class/devcoredump/devcd<N>/data
