@@ -5,7 +5,6 @@ import errno
 from vgpu import uapi
 
 from .gem import DOMAIN_NAMES
-from .trace import Stream
 
 
 def files(dev) -> dict:
@@ -17,7 +16,6 @@ def files(dev) -> dict:
         "vm_info": lambda: vm_info(dev),
         "fence_info": lambda: fence_info(dev),
         "gpu_reset": (lambda: f"resets: {dev.reset_counter}\n", lambda data: dev.gpu_reset()),
-        "timeline": Stream(dev.open_timeline),  # vgpu timeline's recording (docs/tracing.md)
         **{f"ring_{r.name}": r.describe for r in dev.rings.values()},
     }
 

@@ -29,7 +29,7 @@ from .kmsg import KernelLog
 from .limits import Limiter, Limits
 from .memory import DeviceMemory
 from .ring import Ring
-from .trace import Tracer
+from .trace import Stream, Tracer
 
 MiB = 1 << 20
 # The longest the device lock is held at a stretch by teardown work (closing a file,
@@ -531,11 +531,12 @@ class Device:
         return _debugfs.files(self)
 
     def tracing_files(self) -> dict:
-        """MOUNT/sys/kernel/debug/tracing/*: ftrace's files for the events of kmd/trace.py."""
-        return self.trace.files()
+        """MOUNT/sys/kernel/debug/tracing/*: ftrace's files for the events of kmd/trace.py,
+        and vgpu_timeline, the recordings of `vgpu timeline`."""
+        return {**self.trace.files(), "vgpu_timeline": Stream(self.open_timeline)}
 
     def open_timeline(self):
-        """A new recording for MOUNT/sys/kernel/debug/dri/0/timeline (kmd.trace.Reader):
+        """A new recording for MOUNT/sys/kernel/debug/tracing/vgpu_timeline (kmd.trace.Reader):
         first a header (the clock, rings, memory and clients now), then every record."""
         with self.lock:
             header = {"type": "header", "ts": time.monotonic(), "clock": "CLOCK_MONOTONIC",

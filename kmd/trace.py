@@ -10,7 +10,7 @@ Two consumers of the same call sites:
   event's TP_printk format. The buffer is bounded and overwrites its oldest events,
   as ftrace's ring buffer does: a reader that falls behind loses events and is told
   so by a ``CPU:N [LOST M EVENTS]`` line; a writer never waits for a reader.
-- recordings (``vgpu timeline``): each open of MOUNT/sys/kernel/debug/dri/0/timeline
+- recordings (``vgpu timeline``): each open of MOUNT/sys/kernel/debug/tracing/vgpu_timeline
   gets every record from then on (ioctls with their arguments, jobs queued, run,
   done and signalled, BOs created and freed), as JSON lines, in its own bounded buffer.
 

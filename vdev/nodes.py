@@ -223,7 +223,7 @@ class GeneratedFile(Node):
 
 
 class StreamFile(Node):
-    """A file whose read() waits for entries (tracing/trace_pipe, dri/0/timeline):
+    """A file whose read() waits for entries (tracing/trace_pipe, tracing/vgpu_timeline):
     each open gets its own Reader from the KMD's Stream (docs/tracing.md)."""
 
     def __init__(self, inode: int, stream: Stream, mode: int = 0o444, uid: int = 0):

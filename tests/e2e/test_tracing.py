@@ -121,7 +121,7 @@ for p in sys.argv[1:]:
         print(errno.errorcode[e.errno])
 """
     paths = [os.path.join(vgpu_mount, TRACING, p) for p in ("trace_pipe", "events/enable", "trace")]
-    paths.append(os.path.join(vgpu_mount, "sys/kernel/debug/dri/0/timeline"))
+    paths.append(os.path.join(vgpu_mount, TRACING, "vgpu_timeline"))
     for p in paths:  # root may: the kernel then knows the names
         os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK))
     r = run_client(try_open, *paths, uid=NOBODY, check=True)
@@ -132,7 +132,7 @@ def test_readers_that_never_read_or_read_slowly_do_not_hold_up_submissions(vgpu_
     tracing = os.path.join(vgpu_mount, TRACING)
     write(f"{tracing}/events/enable", "1")
     idle = os.open(f"{tracing}/trace_pipe", os.O_RDONLY)  # opened, never read
-    timeline = os.open(os.path.join(vgpu_mount, "sys/kernel/debug/dri/0/timeline"), os.O_RDONLY)
+    timeline = os.open(os.path.join(vgpu_mount, TRACING, "vgpu_timeline"), os.O_RDONLY)
     slow = subprocess.Popen([sys.executable, "-c", "import os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
                              "while True:\n    os.read(fd, 64)\n    time.sleep(0.05)\n", f"{tracing}/trace_pipe"],
                             env=_env(), cwd=ROOT)
