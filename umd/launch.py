@@ -34,6 +34,7 @@ from .compiler import ArgSpec, CompiledKernel
 from .debug import DebugFlag
 from .errors import ArgumentTypeError, LaunchError
 from .stream import current_stream
+from .trace import traced
 
 MAX_BLOCK_THREADS = 1024
 MAX_GRID_DIM = (1 << 32) - 1
@@ -210,6 +211,9 @@ def load_kernel(device, compiled):
     return loaded
 
 
+@traced("kernel", lambda compiled, *a, **k: compiled.name,
+        lambda compiled, grid, block, args=(), stream=None: {"grid": list(_dims("grid", grid, MAX_GRID_DIM)),
+                                                            "block": list(_dims("block", block, MAX_BLOCK_THREADS))})
 def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
     """Queue ``compiled`` on ``stream`` (default stream) over ``grid`` workgroups of
     ``block`` threads. Raises LaunchError for a bad grid, block or argument

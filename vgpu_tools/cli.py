@@ -353,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS]")
     r.set_defaults(func=cmd_run)
 
+    from vgpu_tools.timeline import add_parser as add_timeline_parser
+    add_timeline_parser(sub, default_mount())
+
     from vgpu_tools.asm_cli import add_parsers as add_asm_parsers   # asm, disasm
     add_asm_parsers(sub)
     return p
