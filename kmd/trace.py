@@ -417,10 +417,11 @@ class Tracer:
             self.record({"type": "job_run", "ts": time.monotonic(), "job": job.id, "ring": ring.name,
                          "hw_seq": job.hw_seq})
 
-    def job_done(self, ring, job, counters: dict | None = None) -> None:
-        """The ring finished `job` (its end-of-job packets); `counters`: what the engine
-        counted for it, when it counts."""
+    def job_done(self, ring, job) -> None:
+        """The ring finished `job` (its end-of-job packets), with what the engines
+        counted for it (`job.counters`, when they count)."""
         if self._recordings:
+            counters = getattr(job, "counters", None)
             rec = {"type": "job_done", "ts": time.monotonic(), "job": job.id, "ring": ring.name,
                    "error": job.error, "status": getattr(job.result, "status", None) or ("skipped" if job.error else "ok")}
             if counters:

@@ -617,11 +617,11 @@ class StreamHandle(_PollNotifier):
                 return data
             if self.nonblock:
                 _fail(errno.EAGAIN)
-            await self._wait()
-            if _being_killed(self.pid):
+            if not await self._wait() and _being_killed(self.pid):
                 _fail(errno.EINTR)
 
-    async def _wait(self) -> None:
+    async def _wait(self) -> bool:
+        """Wait for a wake-up from the writer, STREAM_RECHECK seconds at most; True if woken."""
         token = trio.lowlevel.current_trio_token()
         rnd = _Round()
 
@@ -637,6 +637,7 @@ class StreamHandle(_PollNotifier):
                 await rnd.event.wait()
         finally:
             cancel()
+        return rnd.event.is_set()
 
     def poll(self, poll_handle) -> int:
         """POLLIN once entries are waiting; until then, as SyncHandle.poll."""

@@ -96,7 +96,7 @@ class ProcessTree:
         self.root = root
         self.known: dict[int, bool] = {root: True}
 
-    def __contains__(self, pid: int) -> bool:
+    def includes(self, pid: int) -> bool:
         if pid not in self.known:
             p, seen = pid, set()
             while p not in self.known and p not in seen and p > 1:
@@ -127,7 +127,7 @@ def record(mount: str, command: list[str], umd_trace: str | None) -> tuple[list[
             n = reader.drain()
             for r in reader.records[len(reader.records) - n:]:
                 if "pid" in r:
-                    r["pid"] in tree  # decide while the process still lives
+                    tree.includes(r["pid"])  # decided while the process still lives, then kept
 
         while proc.poll() is None:
             reader.wait(POLL_MS)
@@ -316,7 +316,7 @@ def run(mount: str, out: str, command: list[str], everything: bool = False) -> i
             print(f"vgpu timeline: {timeline_path(mount)} not found: is a vgpu mounted at {mount}?",
                   file=sys.stderr)
             return 2
-        trace = build(records, (lambda pid: True) if everything else tree.__contains__, load_umd(own or tmp))
+        trace = build(records, (lambda pid: True) if everything else tree.includes, load_umd(own or tmp))
     finally:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
