@@ -15,7 +15,7 @@ import struct
 
 from vgpu import isa as I
 
-_ARG_KINDS = {"ptr": 8, "u32": 4, "i32": 4, "f32": 4}
+_ARG_KINDS = {"ptr": 8, "u32": 4, "i32": 4, "f32": 4, "u64": 8, "i64": 8, "f64": 8}
 _COMMENT = re.compile(r";|#|//")
 _LABEL = re.compile(r"\s*([A-Za-z_.$][\w.$]*)\s*:(?!\d)")
 _IDENT = re.compile(r"[A-Za-z_.$][\w.$]*$")
@@ -305,7 +305,7 @@ class _Assembler:
     def operand(self, kind: str, tok: str, info: I.OpInfo) -> tuple[int, int | None]:
         low = tok.lower()
         width = I.KIND_WIDTH.get(kind, 1)
-        if kind == I.K_SBASE and low == "off":
+        if kind in (I.K_SBASE, I.K_VDST2_OFF) and low == "off":
             return I.OPR_OFF, None
         if low in _SPECIAL:
             code = _SPECIAL[low]
