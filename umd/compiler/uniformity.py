@@ -6,6 +6,8 @@ the scalar ALU has, and it is assigned under uniform control only.  Those go in 
 (`Var.cls = 's'`); everything else in VGPRs ('v'):
   - thread_idx, loads, atomics and float arithmetic (there is no scalar float ALU)
     are vector values, and so is anything computed from a vector value;
+  - 64-bit values (i64, u64, f64) are vector values, kernel arguments too: the vISA's
+    64-bit operations are VALU ones (docs/isa.md 4.8);
   - a variable assigned inside an `if` whose condition is a vector value, or inside a
     divergent loop, is a vector value (lanes that skip the assignment keep the old one);
   - a loop is divergent when its condition is a vector value, when a break, continue or
@@ -37,7 +39,13 @@ def is_vector(x) -> bool:
     return False
 
 
+def _wide(t) -> bool:
+    return not isinstance(t, PtrType) and t is not None and t.wide
+
+
 def scalar_capable(inst: ir.Inst) -> bool:
+    if _wide(inst.dst.type) or any(_wide(getattr(a, "type", None)) for a in inst.args):
+        return False
     if inst.op == "mov":
         return True
     if inst.op == "cvt":
@@ -51,7 +59,7 @@ def scalar_capable(inst: ir.Inst) -> bool:
 
 def analyze(fn: ir.Function) -> None:
     for v in _all_vars(fn):
-        v.cls = "s"
+        v.cls = "v" if _wide(v.type) else "s"
     changed = True
     while changed:
         changed = False
