@@ -372,6 +372,11 @@ def disasm_word(word: int, pc: int | None = None, labels: dict[int, str] | None 
     info = I.BY_CODE.get(inst.op)
     if info is None or I.check_fields(info, inst) is not None:
         return f".inst {word:#018x}"
+    # A pair that runs off the register file (v[127:128]) decodes (and faults as
+    # bad_register) but has no assembly spelling.
+    if any(index + width > (I.MAX_VGPRS if vgpr else I.MAX_SGPRS)
+           for vgpr, index, width in I.registers(info, inst)):
+        return f".inst {word:#018x}"
     fields = I.operand_fields(info, inst)
     parts = []
     for field, kind in info.operands:

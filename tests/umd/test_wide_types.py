@@ -167,11 +167,11 @@ def test_64bit_compares():
     a = np.array([-(1 << 63), -6, -5, 0, 7, 8, (1 << 40), (1 << 63) - 1], np.int64)
     b = np.array([0, 1, (1 << 63), (1 << 63) + 1, (1 << 64) - 1, 5, 1 << 63, 3], np.uint64)
     x = np.array([np.nan, 0.5, 0.49, -np.inf, 7.0, 8.0, 2.0 ** 40, np.inf])
-    out = np.zeros((7, 8), np.int32)
+    out = np.zeros((8, 8), np.int32)
     run(build(K.compare64), 1, 32, a, b, x, out)
     with np.errstate(invalid="ignore"):
         want = [a < 0, a >= -5, a != 7, b > np.uint64(1 << 63), x != x, x >= 0.5,
-                a.astype(np.float64) == x]
+                a.astype(np.float64) == x, np.ones(8, bool)]
     np.testing.assert_array_equal(out, np.array(want, np.int32))
 
 
@@ -255,3 +255,13 @@ def test_64bit_control_flow_device_functions_and_local_arrays():
         want.append(acc if v != 0.0 else -1.0)
     np.testing.assert_array_equal(out, want)
     assert cnt[0] == n
+
+
+def test_float64_warp_shuffle_reduce():
+    n = 200
+    x = RNG.standard_normal(n)
+    out = np.zeros(8)                       # 4 blocks of 64 threads: 8 warps, the last empty
+    run(build(K.warp_sum64), 4, 64, x, out)
+    padded = np.zeros(8 * 32)
+    padded[:n] = x
+    np.testing.assert_allclose(out, padded.reshape(8, 32).sum(axis=1), rtol=1e-13, atol=1e-15)

@@ -145,6 +145,7 @@ def compare64(a: i64[:], b: u64[:], x: f64[:], out: i32[:, :]):
         out[4, i] = x[i] != x[i]
         out[5, i] = x[i] >= 0.5
         out[6, i] = a[i] == x[i]            # i64 == f64 compares as f64
+        out[7, i] = i < 4_294_967_299       # a 64-bit literal: i is widened (not 3 in i32)
 
 
 @umd.jit
@@ -161,6 +162,19 @@ def bit_ops64(a: i64[:], b: u64[:], out: u64[:, :], sout: i64[:, :]):
         sout[2, i] = max(a[i], -a[i])
         sout[3, i] = min(a[i], 5)
         sout[4, i] = a[i] * a[i] - 3
+
+
+@umd.jit
+def warp_sum64(x: f64[:], out: f64[:]):
+    # the shfl_down warp reduce of Numba's documentation, on float64
+    i = umd.grid(1)
+    v = x[i] if i < x.size else 0.0
+    offset = 16
+    while offset > 0:
+        v += umd.shfl_down_sync(0xFFFFFFFF, v, offset)
+        offset //= 2
+    if umd.laneid == 0:
+        out[i // 32] = v
 
 
 @umd.jit(device=True)

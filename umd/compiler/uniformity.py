@@ -4,8 +4,9 @@ A value is uniform when every lane of a wave has the same one: it depends only o
 arguments, block_idx, block_dim, grid_dim and constants, through integer operations
 the scalar ALU has, and it is assigned under uniform control only.  Those go in SGPRs
 (`Var.cls = 's'`); everything else in VGPRs ('v'):
-  - thread_idx, loads, atomics and float arithmetic (there is no scalar float ALU)
-    are vector values, and so is anything computed from a vector value;
+  - thread_idx, loads, atomics, float arithmetic (there is no scalar float ALU) and
+    the wave operations of ir.WAVE / ir.BITS (scalar_capable says no) are vector
+    values, and so is anything computed from a vector value;
   - 64-bit values (i64, u64, f64) are vector values, kernel arguments too: the vISA's
     64-bit operations are VALU ones (docs/isa.md 4.8);
   - a variable assigned inside an `if` whose condition is a vector value, or inside a
