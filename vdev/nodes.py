@@ -579,23 +579,26 @@ class _PollNotifier(Handle):
             log.exception("vdev: waking a poller failed")
 
 
-#: How often a read() blocked on a stream looks whether its reader is being killed:
-#: the kernel waits for our answer even then (fuse request_wait_answer), and pyfuse3
-#: does not pass FUSE_INTERRUPT on.
+#: How often a read() blocked on a stream looks whether its reader got a signal: the
+#: kernel then sends FUSE_INTERRUPT and waits for our answer (fuse's
+#: request_wait_answer), even for a dying reader, and pyfuse3 does not pass
+#: FUSE_INTERRUPT on.
 STREAM_RECHECK = 0.25
-SIGKILL_BIT = 1 << 8  # signal 9 in /proc/<pid>/status's masks
 
 
-def _being_killed(pid: int) -> bool:
-    """Thread `pid` has SIGKILL pending (a fatal signal becomes one) or is gone."""
+def _interrupted(pid: int) -> bool:
+    """Thread `pid` has a signal pending that it neither blocks nor ignores (the
+    kernel's reason for a FUSE_INTERRUPT; a fatal one shows as SIGKILL), or is gone."""
+    masks = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & SIGKILL_BIT:
-                    return True
+                if line.startswith(("SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:")):
+                    masks[line[:6]] = int(line.split()[1], 16)
     except (OSError, ValueError, IndexError):
         return True
-    return False
+    pending = masks.get("SigPnd", 0) | masks.get("ShdPnd", 0)
+    return bool(pending & ~masks.get("SigBlk", 0) & ~masks.get("SigIgn", 0))
 
 
 class StreamHandle(_PollNotifier):
@@ -608,7 +611,7 @@ class StreamHandle(_PollNotifier):
     def __init__(self, reader: Reader, nonblock: bool, pid: int):
         self.reader = reader
         self.nonblock = nonblock
-        self.pid = pid  # the opener: a read waits no longer once it is being killed
+        self.pid = pid  # the opener: a read waits no longer once it has a signal (EINTR)
 
     async def read(self, off, size) -> bytes:
         while True:
@@ -617,7 +620,7 @@ class StreamHandle(_PollNotifier):
                 return data
             if self.nonblock:
                 _fail(errno.EAGAIN)
-            if not await self._wait() and _being_killed(self.pid):
+            if not await self._wait() and _interrupted(self.pid):
                 _fail(errno.EINTR)
 
     async def _wait(self) -> bool:

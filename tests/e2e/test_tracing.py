@@ -5,6 +5,7 @@ import errno
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 
@@ -150,3 +151,16 @@ def test_readers_that_never_read_or_read_slowly_do_not_hold_up_submissions(vgpu_
         slow.wait()
         os.close(idle)
         os.close(timeline)
+
+
+def test_a_reader_blocked_on_trace_pipe_can_be_interrupted(vgpu_mount):
+    # The kernel waits for the daemon's answer even for a killed reader (fuse's
+    # request_wait_answer): the daemon must fail the read once the reader is dying.
+    reader = start_client(BLOCKING_READER, os.path.join(vgpu_mount, TRACING, "trace_pipe"), 1)
+    try:
+        assert reader.stdout.readline() == "open\n"
+        reader.send_signal(signal.SIGINT)
+        assert reader.wait(timeout=60) != 0
+    finally:
+        reader.kill()
+        reader.wait()
