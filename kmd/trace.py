@@ -132,7 +132,7 @@ class TraceBuffer:
         with self._lock:
             n = min(limit, len(self._items))
             items = [self._items.popleft() for _ in range(n)]
-            lost, self.lost = (self.lost, 0) if n or self.lost else (0, 0)
+            lost, self.lost = self.lost, 0
             return lost, items
 
     def peek(self) -> tuple[list, int]:

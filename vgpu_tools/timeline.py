@@ -79,6 +79,10 @@ class RecordingReader:
         os.close(self.fd)
 
 
+class CommandError(Exception):
+    """COMMAND could not be started."""
+
+
 def _ppid(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -120,7 +124,10 @@ def record(mount: str, command: list[str], umd_trace: str | None) -> tuple[list[
         env = dict(os.environ)
         if umd_trace:
             env["VGPU_TRACE"] = umd_trace
-        proc = subprocess.Popen(command, env=env)
+        try:
+            proc = subprocess.Popen(command, env=env)
+        except OSError as e:
+            raise CommandError(f"{command[0]}: {e.strerror}") from e
         tree = ProcessTree(proc.pid)
 
         def take() -> None:
@@ -316,6 +323,9 @@ def run(mount: str, out: str, command: list[str], everything: bool = False) -> i
             print(f"vgpu timeline: {timeline_path(mount)} not found: is a vgpu mounted at {mount}?",
                   file=sys.stderr)
             return 2
+        except CommandError as e:
+            print(f"vgpu timeline: cannot run {e}", file=sys.stderr)
+            return 127
         trace = build(records, (lambda pid: True) if everything else tree.includes, load_umd(own or tmp))
     finally:
         if tmp and os.path.exists(tmp):
