@@ -23,6 +23,7 @@ from .intrinsics import (atomic, atomic_add, atomic_cas, atomic_max, block_dim, 
                          thread_idx, threadIdx)
 from .kernel import DeviceFunction, Kernel, jit, kernel
 from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
+from .profiler import LaunchProfile, Profile, profile
 from .stream import Stream, default_stream
 from .types import Ptr, f32, float32, i32, int32, u32, uint32
 
