@@ -77,11 +77,16 @@ class RingPerf:
     def __init__(self, kind: str) -> None:
         self.kind = kind                       # 'sdma' or 'compute'
         self.created = time.monotonic()
-        self.totals: dict[str, int] = {"jobs": 0, "busy_ns": 0}
+        self.totals: dict[str, int] = {"submitted": 0, "jobs": 0, "busy_ns": 0}
         self.records: collections.deque[JobRecord] = collections.deque(maxlen=JOB_RECORDS)
         self.by_seq: collections.OrderedDict[int, JobRecord] = collections.OrderedDict()
         self._intervals: collections.deque[tuple[float, float]] = collections.deque()
         self._lock = threading.Lock()
+
+    def submitted(self) -> None:
+        """A CS queued a job on the ring."""
+        with self._lock:
+            self.totals["submitted"] += 1
 
     def job_done(self, job, started: float | None, ended: float, status: str) -> dict:
         """Account a finished job (the ring's worker): its counters, kept on the job

@@ -56,6 +56,7 @@ class Ring:
     # -- submission (called under the device lock) ---------------------------
     def submit(self, job: Job) -> int:
         job.file.usage.submitted()
+        self.perf.submitted()
         self.emitted_seq += 1
         job.fence = Fence(self.name, self.emitted_seq)
         self.fences[job.fence.seq] = job.fence

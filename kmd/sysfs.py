@@ -20,6 +20,9 @@ PCI_SLOT_NAME = "0000:00:00.0"
 # other" (0x0380) as compute-only parts are. kmd/info.py may name them itself
 # (PCI_SUBSYSTEM_VENDOR, PCI_SUBSYSTEM_DEVICE, PCI_CLASS).
 BOARDS = {0x687F: (0x1002, 0x0B36, 0x030000), 0x738C: (0x1002, 0x0C34, 0x038000)}
+# product_name (amdgpu reads it from the board's FRU EEPROM): the marketing names
+# libdrm's amdgpu.ids gives those ids.
+PRODUCT_NAMES = {0x687F: "Radeon RX Vega", 0x738C: "AMD Instinct MI100"}
 
 
 def pci_identity(dev) -> dict[str, int]:
@@ -105,6 +108,7 @@ def files(dev) -> dict:
         "revision": lambda: f"{pci_identity(dev)['revision']:#04x}\n",
         "class": lambda: f"{pci_identity(dev)['class']:#08x}\n",
         "config": lambda: config(dev),
+        "product_name": lambda: f"{PRODUCT_NAMES.get(pci_identity(dev)['device'], 'vgpu')}\n",
         "uevent": lambda: uevent(dev),
         "mem_info_vram_total": lambda: f"{m.vram_allocator.size}\n",
         "mem_info_vram_used": lambda: f"{m.vram_allocator.used}\n",

@@ -15,6 +15,8 @@
                                         sys/class/drm/<node>, sys/dev/char/226:N (_build_sysfs)
     sys/kernel/debug/dri/0/*            debugfs views, from Device.debugfs_files()
     sys/class/devcoredump/devcd<N>/data crash dumps, from Device.devcoredumps()
+    proc/<pid>/fdinfo/<client-id>       each DRM file's usage (drm-usage-stats), from
+                                        Device.client_files(): mode 0400, its client's uid
 
 Generated files (sysfs, debugfs, kmsg, dumps) are ``direct_io``: their text is taken
 once at open() so a reader sees one consistent snapshot across read() calls, and

@@ -44,7 +44,7 @@ def test_mount_and_umount(mount_dir):
     mount(mount_dir, "--vram", "64M", "--gtt", "128M", "--timeout", "3")
     pid = daemon_pid(mount_dir)
     assert os.path.ismount(mount_dir) and _alive(pid)
-    assert sorted(os.listdir(mount_dir)) == ["bo", "dev", "prime", "sync", "sys"]
+    assert sorted(os.listdir(mount_dir)) == ["bo", "dev", "prime", "proc", "sync", "sys"]
     assert read_text(f"{mount_dir}/{SYSFS}/mem_info_vram_total") == f"{64 << 20}\n"
     assert read_text(f"{mount_dir}/{SYSFS}/mem_info_gtt_total") == f"{128 << 20}\n"
     r = vgpu_cli("umount", mount_dir)
