@@ -6,25 +6,10 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from kmd import perf
-from tests.helpers import (NOBODY, ROOT, make_mount_dir, mount, read_text, run_client, start_client, unmount,
-                           vgpu_cli)
+from tests.helpers import NOBODY, ROOT, read_text, run_client, start_client, vgpu_cli
 
 SYSFS = ("sys", "class", "drm", "card0", "device")
-
-
-@pytest.fixture
-def long_timeout_mount():
-    """A mount whose ring timeout (10 s) lets a kernel run for seconds."""
-    path = make_mount_dir()
-    try:
-        mount(path, "--vram", "64M", "--timeout", "10")
-        yield path
-    finally:
-        unmount(path)
-        os.rmdir(path)
 
 
 def engine_counters(mount_path: str) -> dict[str, dict[str, int]]:

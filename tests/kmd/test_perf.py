@@ -2,7 +2,6 @@
 ring, per client; gpu_busy_percent as the busiest engine's; VGPU_INFO_JOB_COUNTERS."""
 import ctypes
 import errno
-import threading
 import time
 
 import pytest
@@ -14,9 +13,9 @@ from vgpu import asm, uapi
 from vgpu import pm4 as P
 from vgpu.pm4 import Pm4Ib
 
-from .conftest import call, info
+from .conftest import call
 from .test_cs import VA_A, VA_B, Setup
-from .test_devcoredump import VA_CODE, VA_DATA, Client, c  # noqa: F401  (fixture)
+from .test_devcoredump import VA_CODE, VA_DATA, c  # noqa: F401  (fixture)
 
 DMA, COMPUTE = uapi.AMDGPU_HW_IP_DMA, uapi.AMDGPU_HW_IP_COMPUTE
 
@@ -143,7 +142,7 @@ def test_gpu_busy_percent_is_the_busiest_engine(dev, c):
     pm = dev.debugfs_files()["amdgpu_pm_info"]()
     assert c.wait(seq) == errno.ETIME
     assert busy >= 90 and engine >= 90 and idle == 0
-    assert f"GPU Load: " in pm and "comp_0.0: " in pm
+    assert "GPU Load: " in pm and "comp_0.0: " in pm
 
 
 def test_busy_window_adds_up_intervals():
