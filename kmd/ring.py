@@ -156,10 +156,10 @@ class Ring:
     def _account(self, job: Job) -> None:
         """The job's counters into the ring's and its file's, before its fence signals
         (so a client that waited for the fence finds its record)."""
-        if job.result is not None:
-            status = job.result.status
+        if job.result is not None and job.result.status != "ok":
+            status = job.result.status                      # 'fault' or 'aborted'
         else:
-            status = errno.errorcode.get(job.error, "ok") if job.error else "ok"
+            status = errno.errorcode.get(job.error, str(job.error)) if job.error else "ok"
         self.perf.job_done(job, job.started_at, job.ended_at or time.monotonic(), status)
 
     def running_since(self) -> float | None:
