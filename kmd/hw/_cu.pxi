@@ -1059,6 +1059,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     op == OP_GLOBAL_ATOMIC_ADD_U64 or op == OP_GLOBAL_ATOMIC_ADD_F64:
                 if m and wide_mem(T, s, v, w, d, f):
                     return f.code
+                T.op_lane[op] += active
             else:
                 wide_alu(T, s, v, w, d)
         elif op == OP_DS_BPERMUTE_B32 or op == OP_DS_PERMUTE_B32:

@@ -78,7 +78,8 @@ def op_class(name: str) -> str:
 def _memory_effect(name: str) -> tuple[int, int, bool]:
     """(bytes loaded, bytes stored, is an atomic) per lane (per wave for s_load)."""
     if "atomic" in name:
-        return 4, 4, True
+        size = 8 if name.endswith("64") else 4
+        return size, size, True
     if name.startswith(("global_load_", "s_load_")):
         return _ACCESS_BYTES[name.rsplit("_", 1)[1]], 0, False
     if name.startswith("global_store_"):

@@ -60,9 +60,10 @@ def test_core_tlb_counts_a_vector_add():
     assert c["pt_walks"] >= c["tlb_misses"]
 
 
-@pytest.mark.parametrize("seed", range(0, 240, 8))
-def test_core_counts_like_the_reference(seed):
-    prog = random_program(seed)
+@pytest.mark.parametrize("seed,wide", [(s, False) for s in range(0, 240, 8)] +
+                         [(s, True) for s in range(0, 120, 8)])
+def test_core_counts_like_the_reference(seed, wide):
+    prog = random_program(seed, wide)
     got = Rig(_core.ComputeEngine, _core.PageTable).run_program(prog).counters
     want = Rig(cu_ref.ComputeEngine, ref.PageTable).run_program(prog).counters
     assert set(got) == set(want) == set(COMPUTE_COUNTERS)
