@@ -488,28 +488,32 @@ class CodeGen:
 
     def memory(self, st: ir.Inst) -> None:
         arr, idx = st.array, st.args[0]
-        if isinstance(idx, ir.Const):
+        if st.scaled:                       # a byte offset already (compiler/addressing.py)
+            addr = self.to_vgpr(idx, "v3")
+        elif isinstance(idx, ir.Const):
+            addr = "v3"
             self.ins(f"v_mov_b32 v3, {(idx.bits() * 4) & 0xFFFFFFFF}")
         else:
+            addr = "v3"
             self.ins(f"v_lshl_b32 v3, {self.reg(idx)}, 2")
         lds = isinstance(arr, ir.SharedArray)
         elem = arr.elem if lds else arr.type.elem
-        tail = f"{arr.offset}" if lds else f"{self.reg(arr)}, 0"
+        tail = f"{arr.offset + st.offset}" if lds else f"{self.reg(arr)}, 0"
         if st.op == "load":
             op = "ds_read_b32" if lds else "global_load_dword"
-            self.ins(f"{op} {self.reg(st.dst)}, v3, {tail}")
+            self.ins(f"{op} {self.reg(st.dst)}, {addr}, {tail}")
             return
         if st.op == "store":
             data = self.to_vgpr(st.args[1], "v4")
             op = "ds_write_b32" if lds else "global_store_dword"
-            self.ins(f"{op} v3, {data}, {tail}")
+            self.ins(f"{op} {addr}, {data}, {tail}")
             return
         dst = self.reg(st.dst) if st.dst is not None else "off"
         if st.kind == "cas":
             cmp, val = st.args[1], st.args[2]
             self.ins(f"v_mov_b32 v4, {self.reg(val)}")
             self.ins(f"v_mov_b32 v5, {self.reg(cmp)}")
-            self.ins(f"global_atomic_cmpswap_b32 {dst}, v3, v[4:5], {tail}")
+            self.ins(f"global_atomic_cmpswap_b32 {dst}, {addr}, v[4:5], {tail}")
             return
         data = self.to_vgpr(st.args[1], "v4")
         kind = st.kind
@@ -518,9 +522,9 @@ class CodeGen:
         else:
             sfx = "f32" if elem == f32 else ("u32" if kind == "add" else _sfx(elem))
         if lds:
-            self.ins(f"ds_{kind}_{sfx} {dst}, v3, {data}, {tail}")
+            self.ins(f"ds_{kind}_{sfx} {dst}, {addr}, {data}, {tail}")
         else:
-            self.ins(f"global_atomic_{kind}_{sfx} {dst}, v3, {data}, {tail}")
+            self.ins(f"global_atomic_{kind}_{sfx} {dst}, {addr}, {data}, {tail}")
 
 
 class _Raw:
