@@ -699,6 +699,30 @@ cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f
     cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
     cdef uint32_t* lds = <uint32_t*>T.lds
     cdef uint32_t limit = T.sh.lds_bytes
+    cdef uint32_t addrs[CU_WAVE]
+    cdef uint32_t bad = 0
+    cdef int32_t top = <int32_t>((limit - 4) ^ <uint32_t>0x80000000U)
+    cdef uint32_t* D
+    if m == <uint32_t>0xFFFFFFFFU and limit >= 4 and \
+            (op == OP_DS_READ_B32 or op == OP_DS_WRITE_B32):
+        # Fast path for a full wave: the addresses checked in one branch-free loop the
+        # C compiler vectorizes (addr + 4 <= limit as a signed compare with the sign
+        # bits flipped); any misaligned or out-of-range one goes to the lane loop
+        # below, which finds the first faulting lane.
+        for l in range(CU_WAVE):
+            addr = A[l] + <uint32_t>d.off
+            addrs[l] = addr >> 2
+            bad |= (addr & 3) | <uint32_t>(<int32_t>(addr ^ <uint32_t>0x80000000U) > top)
+        if bad == 0:
+            if op == OP_DS_READ_B32:
+                D = v + (d.dst - OPR_VGPR) * CU_WAVE
+                for l in range(CU_WAVE):
+                    D[l] = lds[addrs[l]]
+            else:       # in lane order: the highest lane wins a shared address
+                D = v + (d.src2 - OPR_VGPR) * CU_WAVE
+                for l in range(CU_WAVE):
+                    lds[addrs[l]] = D[l]
+            return 0
     for l in range(CU_WAVE):
         if not (m >> l) & 1:
             continue
@@ -791,7 +815,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
     cdef uint32_t ta[CU_WAVE]
     cdef uint32_t tb[CU_WAVE]
     cdef uint32_t tc[CU_WAVE]
-    cdef uint32_t R[CU_WAVE]
+    cdef uint32_t Rbuf[CU_WAVE]
+    cdef uint32_t* R
     cdef const uint32_t* A
     cdef const uint32_t* B
     cdef const uint32_t* Cc
@@ -812,7 +837,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             return d.status
         op = d.op
         m = w.exec_
-        active = cu_popcount(m)
+        active = CU_WAVE if m == <uint32_t>0xFFFFFFFFU else cu_popcount(m)
+        R = Rbuf
         code = CU_OK
         if op >= OP_V_ADD_U32 and op <= OP_V_MAX_F32 and op != OP_V_ADD_CO_U32 \
                 and op != OP_V_ADDC_CO_U32 and op != OP_V_SUB_CO_U32:
@@ -820,6 +846,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             B = vsrc(T, s, v, w, d.src1, d.imm, tb)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            if m == <uint32_t>0xFFFFFFFFU:
+                R = D       # a full wave: straight into the destination (lane-wise ops)
             if op == OP_V_ADD_U32:
                 for l in range(CU_WAVE):
                     R[l] = A[l] + B[l]
@@ -898,7 +926,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             else:
                 f.code, f.access = CU_ILLEGAL, -1       # a hole in 0x96/0x97: not decoded
                 return CU_ILLEGAL
-            merge(D, R, m)
+            if R != D:
+                merge(D, R, m)
         elif op >= OP_V_MOV_B32 and op <= OP_V_TANH_F32:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE

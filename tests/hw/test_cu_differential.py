@@ -124,6 +124,13 @@ FAULT_BODIES = {
     "unmapped_scalar": "s_mov_b32 s20, 0\n s_mov_b32 s21, 0x7000\n s_load_dwordx4 s[20:23], s[20:21]",
     "misaligned_lds": "v_mov_b32 v4, 2\n ds_read_b32 v5, v4",
     "lds_bounds": "v_mov_b32 v4, 12\n ds_write_b32 v4, v4, 4",
+    # a full wave (the engine's fast LDS path) whose upper lanes are out of range, or
+    # one of whose lanes is misaligned: the fault is the first bad lane's
+    "lds_bounds_upper_lanes": "v_lshl_b32 v4, v0, 2\n ds_write_b32 v4, v0, 0\n"
+                              " ds_read_b32 v5, v4, 0",
+    "misaligned_lds_one_lane": "v_and_b32 v4, v0, 3\n v_lshl_b32 v4, v4, 2\n v_mov_b32 v5, 2\n"
+                               " v_cmp_eq_u32 vcc, v0, 7\n v_cndmask_b32 v4, v4, v5, vcc\n"
+                               " ds_write_b32 v4, v0, 0\n ds_read_b32 v6, v4, 0",
     "trap": "s_trap 0x42",
     "fetch_unmapped": "s_branch 0x7ff00",
     # the body starts at pc 56: branch into the kernarg page (readable, not executable)
