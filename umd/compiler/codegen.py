@@ -153,15 +153,15 @@ class CodeGen:
         self.label(".Lentry")
         self.cur_line = fn.first_line
         for a in fn.args:
-            if a.reg is None:
-                continue
-            if isinstance(a.type, PtrType):
-                self.ins(f"s_load_dwordx2 {self.reg(a)}, s[0:1], {a.arg.offset}")
-            elif a.cls == "s":
-                self.ins(f"s_load_dword {self.reg(a)}, s[0:1], {a.arg.offset}")
-            else:
+            if a.reg is not None and a.cls == "v":
                 self.ins(f"s_load_dword s2, s[0:1], {a.arg.offset}")
                 self.ins(f"v_mov_b32 {self.reg(a)}, s2")
+        for reg, offset, n in _kernarg_loads([a for a in fn.args if a.reg is not None
+                                              and a.cls == "s"]):
+            if n == 1:
+                self.ins(f"s_load_dword s{reg}, s[0:1], {offset}")
+            else:
+                self.ins(f"s_load_dwordx{n} s[{reg}:{reg + n - 1}], s[0:1], {offset}")
         masked = has_divergent_return(fn.body)
         fctx = _Ctx("func", masked)
         if masked:
@@ -180,6 +180,11 @@ class CodeGen:
             nxt = block[i + 1] if i + 1 < len(block) else None
             self.cur_line = getattr(st, "line", self.cur_line)
             if isinstance(st, ir.Inst):
+                logic = self.fused_logic(st, nxt, block[i + 2] if i + 2 < len(block) else None)
+                if logic is not None:
+                    self.if_stmt(block[i + 2], fused=logic)
+                    i += 3
+                    continue
                 if self.fusable(st) and isinstance(nxt, ir.If) and nxt.cond is st.dst:
                     self.if_stmt(nxt, fused=st)
                     i += 2
@@ -210,6 +215,21 @@ class CodeGen:
     def fusable(self, st) -> bool:
         return st.op in ir.COMPARE and st.dst is not None and self.uses.get(st.dst) == 1
 
+    def fused_logic(self, cmp, logic, nxt):
+        """`c = cmp ...; t = and/or x, c; if t` on vector values: (logic, cmp, x), the
+        condition built in VCC from lane masks (v_cmp, v_cmp_ne of x, s_and/s_or)
+        instead of 0/1 values in VGPRs; None when the statements are not that."""
+        if not (self.fusable(cmp) and cmp.dst.cls == "v" and isinstance(logic, ir.Inst)
+                and logic.op in ("and", "or") and logic.dst is not None
+                and logic.dst.cls == "v" and self.uses.get(logic.dst) == 1
+                and isinstance(nxt, ir.If) and nxt.cond is logic.dst):
+            return None
+        a, b = logic.args
+        other = b if a is cmp.dst else a if b is cmp.dst else None
+        if not isinstance(other, (ir.Var, ir.Special)) or other is cmp.dst:
+            return None
+        return logic, cmp, other
+
     def compare(self, st, dst_mask: str | None) -> None:
         """Emit a compare: into SCC (dst_mask None and scalar) or into a lane mask."""
         t = st.args[0].type
@@ -227,12 +247,21 @@ class CodeGen:
 
     def vector_cond(self, cond, fused) -> None:
         """VCC = cond (lanes where the vector bool is true)."""
-        if fused is not None:
+        if isinstance(fused, tuple):                    # fused_logic
+            logic, cmp, other = fused
+            m = self.push_mask()
+            self.op("v_cmp_ne_u32", m, other, ir.Const(0, u32))
+            self.compare(cmp, "vcc")
+            self.ins(f"s_{logic.op}_b32 vcc, vcc, {m}")
+            self.pop_mask()
+        elif fused is not None:
             self.compare(fused, "vcc")
         else:
             self.op("v_cmp_ne_u32", "vcc", cond, ir.Const(0, u32))
 
     def is_scalar_cond(self, cond, fused) -> bool:
+        if isinstance(fused, tuple):
+            return False
         if fused is not None:
             return fused.dst.cls == "s"
         return not (isinstance(cond, (ir.Var, ir.Special)) and cond.cls == "v")
@@ -525,6 +554,27 @@ class CodeGen:
             self.ins(f"ds_{kind}_{sfx} {dst}, {addr}, {data}, {tail}")
         else:
             self.ins(f"global_atomic_{kind}_{sfx} {dst}, {addr}, {data}, {tail}")
+
+
+def _kernarg_loads(args) -> list[tuple[int, int, int]]:
+    """(first SGPR, kernarg offset, dwords) of the prologue's scalar loads: arguments
+    adjacent both in the kernarg segment and in SGPRs share one s_load_dwordx2/x4."""
+    runs: list[list[int]] = []             # [reg, offset, dwords]
+    for a in sorted(args, key=lambda a: a.arg.offset):
+        n = a.arg.size // 4
+        last = runs[-1] if runs else None
+        if last and last[0] + last[2] == a.reg and last[1] + 4 * last[2] == a.arg.offset \
+                and last[2] + n <= 4:
+            last[2] += n
+        else:
+            runs.append([a.reg, a.arg.offset, n])
+    out = []
+    for reg, offset, n in runs:
+        if n == 3:                          # there is no x3
+            out += [(reg, offset, 2), (reg + 2, offset + 8, 1)]
+        else:
+            out.append((reg, offset, n))
+    return out
 
 
 class _Raw:
