@@ -143,6 +143,31 @@ def test_stencil_reads_the_halo_with_negative_offsets():
     assert offsets == [4 * k for k in range(-N.RADIUS, N.RADIUS + 1)]
 
 
+@umd.kernel
+def two_sided_store(n: i32, x: Ptr[f32], out: Ptr[f32]):
+    i = umd.thread_idx.x
+    if i < n:
+        if x[i] > 0.0:
+            out[i] = x[i] * 2.0
+        else:
+            out[i] = x[i] - 1.0
+
+
+def test_sinking_one_store_after_if_else():
+    c, plain = build(two_sided_store), build(two_sided_store, level=1)
+    assert mnemonics(plain).count("global_store_dword") == 2
+    assert mnemonics(c).count("global_store_dword") == 1
+    x = RNG.standard_normal(40).astype(np.float32)
+    (_, got) = same_as_level1(two_sided_store, 1, 64, 37, x, np.zeros(40, np.float32))
+    np.testing.assert_array_equal(got[:37], np.where(x[:37] > 0, x[:37] * np.float32(2),
+                                                      x[:37] - np.float32(1)))
+    assert not got[37:].any()
+    # the matmul's tile loads: `t[ty, tx] = a[...] if inside else 0.0` as one ds_write
+    # after an if without else
+    m = build(K.matmul)
+    assert mnemonics(m).count("ds_write_b32") == 2 and "_else" not in m.asm_text
+
+
 # -- optimised == level 1, bit for bit ------------------------------------------------------
 def same_as_level1(kernel, grid, block, *args):
     outs = []

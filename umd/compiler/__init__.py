@@ -5,14 +5,15 @@
 Pipeline: frontend (AST -> typed IR) -> opt (constant folding/propagation, dead code)
 -> unroll (small constant loops) -> uniformity (scalar vs vector registers) ->
 addressing (byte offsets, LDS constant offsets) -> cse / licm (shared and loop-invariant
-work) -> opt (again, and move coalescing) -> regalloc (linear scan) -> codegen (vISA
+work) -> sinking (one store after an if/else) -> opt (again, and move coalescing) -> regalloc (linear scan) -> codegen (vISA
 assembly) -> vgpu.asm.assemble -> .vco.
 """
 from __future__ import annotations
 
 from vgpu import asm
 
-from . import addressing, cache, codegen, cse, frontend, ir, licm, opt, regalloc, uniformity, unroll
+from . import (addressing, cache, codegen, cse, frontend, ir, licm, opt, regalloc, sinking,
+               uniformity, unroll)
 from .compiled import CompiledKernel
 from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
@@ -45,6 +46,7 @@ def optimize(fn: ir.Function, level: int = 2) -> None:
     cse.eliminate_common_subexpressions(fn)
     licm.hoist_loop_invariants(fn)
     cse.eliminate_common_subexpressions(fn)
+    sinking.sink_stores(fn)
     opt.optimize(fn)
     opt.coalesce_moves(fn)
     uniformity.analyze(fn)
