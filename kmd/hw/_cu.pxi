@@ -580,6 +580,54 @@ cdef inline int misaligned(uint64_t addr, uint64_t size, int access, CuFault* f)
     return 0
 
 
+cdef bint global_two_pages(CuThread* T, uint32_t* s, uint32_t* v, const DInst* d) noexcept nogil:
+    """A full wave's global_load/store_dword at SGPR base + VGPR offsets whose aligned
+    addresses all lie in at most two pages (a tile's rows, a strided column): one
+    translation per page, then the lanes in order.  False, with nothing done, for
+    anything else (a wrap, a misaligned lane, an unmapped page...): the lane loop then
+    runs and finds the first faulting lane exactly."""
+    cdef uint32_t* O = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* D
+    cdef uint64_t base = ((<uint64_t>s[d.src1] | (<uint64_t>s[d.src1 + 1] << 32)) +
+                          <uint64_t>d.off)
+    cdef uint64_t first, last, addr
+    cdef uint32_t lo = O[0], hi = O[0], bits = 0, x
+    cdef uint8_t* pages[2]
+    cdef CuFault scratch
+    cdef int l, access = ACCESS_READ if d.op == OP_GLOBAL_LOAD_DWORD else ACCESS_WRITE
+    for l in range(CU_WAVE):
+        x = O[l]
+        bits |= x
+        lo = x if x < lo else lo
+        hi = x if x > hi else hi
+    first, last = base + lo, base + hi + 3
+    if (bits | base) & 3 or first < base or last < first or \
+            (last >> PAGE_SHIFT) - (first >> PAGE_SHIFT) > 1:
+        return False
+    pages[0] = translate(T, first, access, &scratch)
+    if pages[0] == NULL:
+        return False
+    pages[0] -= first & PAGE_MASK
+    pages[1] = pages[0]
+    if (last >> PAGE_SHIFT) != (first >> PAGE_SHIFT):
+        pages[1] = translate(T, last & ~(<uint64_t>PAGE_MASK), access, &scratch)
+        if pages[1] == NULL:
+            return False
+    first >>= PAGE_SHIFT
+    if access == ACCESS_READ:
+        D = v + (d.dst - OPR_VGPR) * CU_WAVE
+        for l in range(CU_WAVE):
+            addr = base + O[l]
+            memcpy(&x, pages[(addr >> PAGE_SHIFT) != first] + (addr & PAGE_MASK), 4)
+            D[l] = x        # D may be O: this lane's offset is read already
+    else:
+        D = v + (d.src2 - OPR_VGPR) * CU_WAVE
+        for l in range(CU_WAVE):    # in lane order: the highest lane wins an address
+            addr = base + O[l]
+            memcpy(pages[(addr >> PAGE_SHIFT) != first] + (addr & PAGE_MASK), &D[l], 4)
+    return True
+
+
 cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst* d,
                     CuFault* f) noexcept nogil:
     """Global loads, stores and atomics, lane by lane in ascending order (docs/isa.md 4.6)."""
@@ -623,6 +671,8 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
                         return 1
                     memcpy(p, v + (d.src2 - OPR_VGPR) * CU_WAVE, 4 * CU_WAVE)
                 return 0
+        if d.src1 != OPR_OFF and global_two_pages(T, s, v, d):
+            return 0
     if op <= OP_GLOBAL_LOAD_SSHORT:
         size = 4 if op == OP_GLOBAL_LOAD_DWORD else (1 if op <= OP_GLOBAL_LOAD_SBYTE else 2)
         for l in range(CU_WAVE):
