@@ -46,14 +46,14 @@ class DeviceArray:
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.nbytes = self.size * self.dtype.itemsize
         self.stream = stream
-        self._alloc = self.device.pool.alloc(max(self.nbytes, 1))
+        self._alloc = self.device.pool.alloc(max(self.nbytes, 1), self)
         debug.log(DebugFlag.API, f"DeviceArray(shape={self.shape}, dtype={self.dtype}) at {self.ptr:#x}")
 
     @property
     def ptr(self) -> int:
         """GPU virtual address of the first element."""
-        if self._alloc is None:
-            raise ValueError("DeviceArray was freed")
+        if self._alloc.block is None:
+            self.device.pool.used_after_free(self._alloc, self)
         return self._alloc.ptr
 
     @property
@@ -137,21 +137,24 @@ class DeviceArray:
         return view
 
     def free(self) -> None:
-        """Return the memory to the pool now (the array is unusable afterwards)."""
+        """Return the memory to the pool now (the array is unusable afterwards; a
+        second free does nothing, or is reported by memcheck)."""
         if self.__dict__.get("_base") is not None:
             return
-        alloc, self._alloc = self._alloc, None
-        if alloc is not None:
-            alloc.free()
+        if self._alloc.block is None:
+            self.device.pool.freed_again(self._alloc, self)
+        else:
+            self._alloc.free()
 
     def __del__(self):
         try:
-            self.free()
+            if self.__dict__.get("_base") is None:
+                self._alloc.free()
         except Exception:
             pass
 
     def __repr__(self) -> str:
-        where = f"{self._alloc.ptr:#x}" if self._alloc is not None else "freed"
+        where = f"{self._alloc.ptr:#x}" if self._alloc.block is not None else "freed"
         return f"<DeviceArray shape={self.shape} dtype={self.dtype} at {where}>"
 
 

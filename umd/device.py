@@ -18,10 +18,10 @@ import weakref
 import libvgpu
 from vgpu import uapi
 
-from . import debug
+from . import debug, memcheck
 from .debug import DebugFlag
 from .errors import UMDError, VersionMismatch
-from .memory import EventSlots, IbPool, MemoryPool
+from .memory import EventSlots, IbPool
 
 DEFAULT_MOUNT = "/tmp/vgpu"
 
@@ -106,7 +106,7 @@ class Device:
             raise
         v = self.lv.version
         self.name = f"{v.name} {v.major}.{v.minor}.{v.patchlevel} ({v.desc})"
-        self.pool = MemoryPool(self)
+        self.pool = memcheck.pool_for(self)
         self.ib_pool = IbPool(self.lv)
         self.kernels: dict[bytes, object] = {}    # code object bytes -> LoadedKernel
         self.programs: dict[int, object] = {}     # program VA -> compiled kernel (fault reports)

@@ -93,6 +93,11 @@ def gpu_error(stream, sub, cause: OSError) -> GPUError:
         return GPUHang(f"GPU hang: {where} ran past the ring timeout and was aborted "
                        f"(stream {stream.name}, seq {sub.fence.fence}){dump_note}", err,
                        kernel=name, pc=pc, dump=dump_path)
+    if err == E.EFAULT:         # memcheck's guards and quarantine explain their faults
+        checked = device.pool.explain_fault(compiled, dump, pc, line, err, source_file=source,
+                                            reason=reason, dump=dump_path)
+        if checked is not None:
+            return checked
     detail = re.search(r"\((\w+), (\w+)\)", _dump_field(dump, "address") or "") if dump else None
     trap = _hex(_dump_field(dump, "trap code")) if dump and reason == "trap" else None
     if address is not None and detail:

@@ -5,12 +5,17 @@ Thread geometry (`thread_idx`, `block_idx`, `block_dim`, `grid_dim`, each with
 `grid(ndim)` and `gridsize(ndim)`, `shared_array` / `shared.array`, `local.array`,
 `syncthreads`, the atomics (`atomic.add`, `.sub`, `.min`, `.max`, `.nanmin`,
 `.nanmax`, `.exch`, `.cas`, `.compare_and_swap`, and the older `atomic_add`,
-`atomic_max`, `atomic_cas`), `fma` and the `math` namespace. Numba's spellings
+`atomic_max`, `atomic_cas`), `fma`, the `math` namespace, the warp intrinsics
+(`shfl_sync`, `shfl_up_sync`, `shfl_down_sync`, `shfl_xor_sync`, `ballot_sync`,
+`any_sync`, `all_sync`, `activemask`, `syncwarp`, `laneid`, `warpsize`) and the bit
+functions (`popc`, `ffs`, `clz`, `brev`). Numba's spellings
 (`cuda.X` -> `umd.X`) are the ones given here. They are compile-time markers: the
 compiler recognises them inside a @umd.kernel; touching them from plain Python raises
 `RuntimeError` saying so.
 """
 from __future__ import annotations
+
+from vgpu.isa import WAVE_SIZE
 
 _OUTSIDE = "is only meaningful inside a @umd.kernel function (it is compiled, not run)"
 
@@ -26,6 +31,16 @@ class Dim3Marker:
 
     def __repr__(self) -> str:
         return f"umd.{self.name}"
+
+
+class LaneIdMarker:
+    """`laneid`: the thread's lane in its wave (0..warpsize-1), a value in a kernel."""
+
+    def __int__(self):
+        raise RuntimeError(f"umd.laneid {_OUTSIDE}")
+
+    def __repr__(self) -> str:
+        return "umd.laneid"
 
 
 class Intrinsic:
@@ -86,6 +101,24 @@ atomic_max = Intrinsic("atomic.max", "umd.atomic_max")          # (array, index,
 atomic_cas = Intrinsic("atomic.cas", "umd.atomic_cas")          # (array, index, cmp, value) -> old
 math = MathNamespace()
 
+# Warp (wave) intrinsics, Numba's names.  The wave is the ISA's: warpsize lanes.
+warpsize = WAVE_SIZE                                            # a constant, also on the host
+laneid = LaneIdMarker()
+shfl_sync = Intrinsic("warp.shfl_sync", "umd.shfl_sync")        # (mask, value, src_lane)
+shfl_up_sync = Intrinsic("warp.shfl_up_sync", "umd.shfl_up_sync")        # (mask, value, delta)
+shfl_down_sync = Intrinsic("warp.shfl_down_sync", "umd.shfl_down_sync")  # (mask, value, delta)
+shfl_xor_sync = Intrinsic("warp.shfl_xor_sync", "umd.shfl_xor_sync")     # (mask, value, lane_mask)
+ballot_sync = Intrinsic("warp.ballot_sync", "umd.ballot_sync")  # (mask, predicate) -> u32
+any_sync = Intrinsic("warp.any_sync", "umd.any_sync")           # (mask, predicate) -> bool
+all_sync = Intrinsic("warp.all_sync", "umd.all_sync")           # (mask, predicate) -> bool
+activemask = Intrinsic("warp.activemask", "umd.activemask")     # () -> u32
+lanemask_lt = Intrinsic("warp.lanemask_lt", "umd.lanemask_lt")  # () -> u32: the lanes below
+syncwarp = Intrinsic("warp.syncwarp", "umd.syncwarp")           # (mask=0xffffffff)
+popc = Intrinsic("bit.popc", "umd.popc")                        # set bits
+ffs = Intrinsic("bit.ffs", "umd.ffs")                           # 1 + lowest set bit, 0 for 0
+clz = Intrinsic("bit.clz", "umd.clz")                           # leading zeros (32 for 0)
+brev = Intrinsic("bit.brev", "umd.brev")                        # bits reversed
+
 # Used by the compiler's own library (umd/compiler/libdevice.py), not documented for kernels.
 _bits = Intrinsic("bits", "umd.intrinsics._bits")               # f32 -> its bits as u32
 _from_bits = Intrinsic("from_bits", "umd.intrinsics._from_bits")    # u32 bits -> f32
@@ -93,4 +126,6 @@ _rint = Intrinsic("math.rndne", "umd.intrinsics._rint")         # round to neare
 
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "threadIdx", "blockIdx", "blockDim",
            "gridDim", "grid", "gridsize", "shared_array", "shared", "local", "syncthreads", "fma",
-           "atomic", "atomic_add", "atomic_max", "atomic_cas", "math"]
+           "atomic", "atomic_add", "atomic_max", "atomic_cas", "math", "warpsize", "laneid",
+           "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync",
+           "any_sync", "all_sync", "activemask", "lanemask_lt", "syncwarp", "popc", "ffs", "clz", "brev"]

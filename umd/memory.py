@@ -51,23 +51,24 @@ class GpuBuffer:
     """A BO with a VA mapping and a CPU map: made at once with ``cpu=True`` (IB and
     event buffers), or on the first :meth:`host_array` (pool blocks, for host copies).
     The map is the BO's shared pages (libvgpu/bo.py), kept until :meth:`free`.
-    Half-done allocation is undone."""
+    With ``guard``, the VA range has ``guard`` unmapped bytes on each side of the BO
+    (memcheck). Half-done allocation is undone."""
 
     def __init__(self, dev: libvgpu.Device, size: int, domain: int, *, cpu: bool = False,
-                 alignment: int = PAGE, flags: int = 0):
+                 alignment: int = PAGE, flags: int = 0, guard: int = 0):
         self.size = size
         self.bo = libvgpu.bo_alloc(dev, size, alignment, domain)
         self.va = self.cpu = self._array = None
         try:
-            self.va = libvgpu.va_range_alloc(dev, size, alignment)
-            libvgpu.bo_va_op(self.bo, 0, size, self.va.address, flags)
+            self.va = libvgpu.va_range_alloc(dev, size + 2 * guard, alignment)
+            libvgpu.bo_va_op(self.bo, 0, size, self.va.address + guard, flags)
             self.cpu = self.bo.cpu_map() if cpu else None
         except BaseException:
             if self.va is not None:
                 self.va.free()
             self.bo.free()
             raise
-        self.address = self.va.address
+        self.address = self.va.address + guard
 
     def host_array(self) -> np.ndarray:
         """A flat uint8 numpy view of the whole BO through its CPU map, mapped on the
@@ -81,9 +82,11 @@ class GpuBuffer:
             self._array = np.frombuffer(self.cpu, np.uint8)
         return self._array
 
-    def free(self) -> None:
+    def free(self, keep_va: bool = False):
+        """Unmap and free the BO and its VA range; with ``keep_va`` the VA range stays
+        reserved and is returned (memcheck's quarantine frees it later)."""
         if self.bo is None:
-            return
+            return None
         bo, self.bo = self.bo, None
         try:
             if self.cpu is not None:
@@ -92,8 +95,10 @@ class GpuBuffer:
             if bo.dev.fd >= 0:
                 libvgpu.bo_va_op(bo, 0, self.size, self.address, 0, uapi.AMDGPU_VA_OP_UNMAP)
         finally:
-            self.va.free()
+            if not keep_va:
+                self.va.free()
             bo.free()
+        return self.va
 
     def __repr__(self) -> str:
         return f"<GpuBuffer {self.size:#x} at {self.address:#x}>"
@@ -150,8 +155,9 @@ class MemoryPool:
         self.allocs = self.hits = self.misses = self.frees = 0
 
     # -- allocation -----------------------------------------------------------------
-    def alloc(self, nbytes: int) -> Allocation:
-        """A block of at least ``nbytes`` (> 0). Raises :class:`OutOfMemory`."""
+    def alloc(self, nbytes: int, what=None) -> Allocation:
+        """A block of at least ``nbytes`` (> 0) for ``what`` (the DeviceArray being
+        made; memcheck's pool describes it). Raises :class:`OutOfMemory`."""
         if nbytes <= 0:
             raise ValueError(f"cannot allocate {nbytes} bytes")
         size = size_class(nbytes)
@@ -240,6 +246,17 @@ class MemoryPool:
         self._free.clear()
         self._live.clear()
         self.in_use = self.cached = 0
+
+    # -- misuse (umd/memcheck.py's pool reports these) -------------------------------
+    def freed_again(self, allocation: Allocation, owner) -> None:
+        """``owner`` (a DeviceArray) freed ``allocation`` a second time: nothing to do."""
+
+    def used_after_free(self, allocation: Allocation, owner) -> None:
+        raise ValueError(f"{type(owner).__name__} was freed")
+
+    def explain_fault(self, compiled, dump_text, pc, line, errno, **fields):
+        """A memcheck report for a kernel's page fault, or None (always, here)."""
+        return None
 
     # -- queries ----------------------------------------------------------------------
     def lookup(self, ptr: int) -> Block | None:

@@ -121,6 +121,10 @@ def _ops() -> list[OpInfo]:
     op(0x15, "s_and_saveexec_b32", FMT_ALU, (D, K_SDST), (S0, K_SSRC))
     op(0x16, "s_or_saveexec_b32", FMT_ALU, (D, K_SDST), (S0, K_SSRC))
     op(0x17, "s_memtime", FMT_ALU, (D, K_SDST2))
+    # VOP1 bit counting (GCN's V_FFBL_B32, V_FFBH_U32, V_BFREV_B32), in free SOP1 codes.
+    op(0x18, "v_ffbl_b32", FMT_ALU, (D, K_VDST), (S0, K_VSRC))
+    op(0x19, "v_ffbh_u32", FMT_ALU, (D, K_VDST), (S0, K_VSRC))
+    op(0x1A, "v_bfrev_b32", FMT_ALU, (D, K_VDST), (S0, K_VSRC))
     # SOP2: scalar, two sources.
     for code, name in enumerate(("s_add_u32", "s_addc_u32", "s_sub_u32", "s_subb_u32",
                                  "s_mul_i32", "s_mul_hi_u32", "s_and_b32", "s_or_b32",
@@ -167,6 +171,9 @@ def _ops() -> list[OpInfo]:
                            (0x9A, "v_mul_f32", "f32"), (0x9B, "v_div_f32", "f32"),
                            (0x9C, "v_min_f32", "f32"), (0x9D, "v_max_f32", "f32")):
         op(code, name, FMT_ALU, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC), ftype=ft)
+    # Lane counting (GCN's V_MBCNT_LO_U32_B32 on a 32-lane wave, V_BCNT_U32_B32).
+    op(0x96, "v_mbcnt_lo_u32_b32", FMT_ALU, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC))
+    op(0x97, "v_bcnt_u32_b32", FMT_ALU, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC))
     op(0x9E, "v_readlane_b32", FMT_ALU, (D, K_SDST), (S0, K_VREG), (S1, K_SSRC))
     op(0x9F, "v_writelane_b32", FMT_ALU, (D, K_VDST), (S0, K_SSRC), (S1, K_SSRC))
     # VOP3: vector, three sources (no literal).
@@ -187,9 +194,16 @@ def _ops() -> list[OpInfo]:
     op(0xC9, "ds_write_b32", FMT_MEM, (A, K_VREG), (DA, K_VREG), (I, K_OFFSET))
     for code, name, ft in ((0xCA, "ds_add_u32", "b32"), (0xCB, "ds_add_f32", "f32"),
                            (0xCC, "ds_max_i32", "b32"), (0xCD, "ds_max_u32", "b32"),
-                           (0xCE, "ds_max_f32", "f32")):
+                           (0xCE, "ds_max_f32", "f32"), (0xC2, "ds_min_i32", "b32"),
+                           (0xC3, "ds_min_u32", "b32"), (0xC4, "ds_min_f32", "f32"),
+                           (0xC5, "ds_sub_u32", "b32"), (0xC6, "ds_wrxchg_rtn_b32", "b32")):
         op(code, name, FMT_MEM, (D, K_VDST_OFF), (A, K_VREG), (DA, K_VREG), (I, K_OFFSET),
            ftype=ft)
+    op(0xC7, "ds_cmpst_rtn_b32", FMT_MEM, (D, K_VDST_OFF), (A, K_VREG), (DA, K_VREG2),
+       (I, K_OFFSET))
+    # Cross-lane permutes through the LDS crossbar (no LDS memory is touched).
+    op(0xCF, "ds_bpermute_b32", FMT_MEM, (D, K_VDST), (A, K_VREG), (DA, K_VREG), (I, K_OFFSET))
+    op(0xEA, "ds_permute_b32", FMT_MEM, (D, K_VDST), (A, K_VREG), (DA, K_VREG), (I, K_OFFSET))
     # Global memory through the VM.
     for code, name in ((0xD0, "global_load_dword"), (0xD1, "global_load_ubyte"),
                        (0xD2, "global_load_sbyte"), (0xD3, "global_load_ushort"),

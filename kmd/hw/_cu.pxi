@@ -436,15 +436,19 @@ cdef inline uint32_t atomic_op(int op, uint32_t m, uint32_t d, uint32_t cmp) noe
         return m if m > d else d
     if op == OP_GLOBAL_ATOMIC_MAX_F32 or op == OP_DS_MAX_F32:
         return max_f32(m, d)
-    if op == OP_GLOBAL_ATOMIC_MIN_I32:
+    if op == OP_GLOBAL_ATOMIC_MIN_I32 or op == OP_DS_MIN_I32:
         return m if <int32_t>m < <int32_t>d else d
-    if op == OP_GLOBAL_ATOMIC_MIN_U32:
+    if op == OP_GLOBAL_ATOMIC_MIN_U32 or op == OP_DS_MIN_U32:
         return m if m < d else d
-    if op == OP_GLOBAL_ATOMIC_MIN_F32:
+    if op == OP_GLOBAL_ATOMIC_MIN_F32 or op == OP_DS_MIN_F32:
         return min_f32(m, d)
-    if op == OP_GLOBAL_ATOMIC_XCHG_B32:
+    if op == OP_DS_SUB_U32:
+        return m - d
+    if op == OP_GLOBAL_ATOMIC_XCHG_B32 or op == OP_DS_WRXCHG_RTN_B32:
         return d
-    return d if m == cmp else m     # cmpswap: d = v[data], cmp = v[data + 1]
+    # cmpswap: d = v[data], cmp = v[data + 1]; ds_cmpst: the caller swaps them (GCN's
+    # DS_CMPST_B32 takes the compare value first).
+    return d if m == cmp else m
 
 
 cdef inline bint cu_compare(int c, int t, uint32_t a, uint32_t b) noexcept nogil:
@@ -787,6 +791,12 @@ cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f
             vals[l] = lds[addr >> 2]
         elif op == OP_DS_WRITE_B32:
             lds[addr >> 2] = v[(d.src2 - OPR_VGPR) * CU_WAVE + l]
+        elif op == OP_DS_CMPST_RTN_B32:
+            old = lds[addr >> 2]
+            lds[addr >> 2] = atomic_op(op, old, v[(d.src2 - OPR_VGPR + 1) * CU_WAVE + l],
+                                       v[(d.src2 - OPR_VGPR) * CU_WAVE + l])
+            if d.dst != OPR_OFF:
+                v[(d.dst - OPR_VGPR) * CU_WAVE + l] = old
         else:
             old = lds[addr >> 2]
             lds[addr >> 2] = atomic_op(op, old, v[(d.src2 - OPR_VGPR) * CU_WAVE + l], 0)
@@ -795,6 +805,33 @@ cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f
     if op == OP_DS_READ_B32:
         merge(v + (d.dst - OPR_VGPR) * CU_WAVE, vals, m)
     return 0
+
+
+cdef void lane_permute(uint32_t* v, const DInst* d, uint32_t m) noexcept nogil:
+    """ds_bpermute_b32 / ds_permute_b32 (docs/isa.md 4.5): lane (A + offset) / 4 mod 32."""
+    cdef uint32_t tmp[CU_WAVE]
+    cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* X = v + (d.src2 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t lane
+    cdef int l
+    memset(tmp, 0, sizeof(tmp))
+    for l in range(CU_WAVE):
+        if not (m >> l) & 1:
+            continue
+        lane = ((A[l] + <uint32_t>d.off) >> 2) & (CU_WAVE - 1)
+        if d.op == OP_DS_PERMUTE_B32:
+            tmp[lane] = X[l]            # ascending lanes: the highest writer wins
+        elif (m >> lane) & 1:
+            tmp[l] = X[lane]            # an inactive source lane reads 0
+    merge(v + (d.dst - OPR_VGPR) * CU_WAVE, tmp, m)
+
+
+cdef inline uint32_t bit_reverse(uint32_t x) noexcept nogil:
+    x = ((x >> 1) & 0x55555555U) | ((x & 0x55555555U) << 1)
+    x = ((x >> 2) & 0x33333333U) | ((x & 0x33333333U) << 2)
+    x = ((x >> 4) & 0x0F0F0F0FU) | ((x & 0x0F0F0F0FU) << 4)
+    x = ((x >> 8) & 0x00FF00FFU) | ((x & 0x00FF00FFU) << 8)
+    return (x >> 16) | (x << 16)
 
 
 cdef int s_load(CuThread* T, uint32_t* s, const DInst* d, int n, CuFault* f) noexcept nogil:
@@ -973,9 +1010,12 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             elif op == OP_V_MAX_F32:
                 for l in range(CU_WAVE):
                     R[l] = max_f32(A[l], B[l])
-            else:
-                f.code, f.access = CU_ILLEGAL, -1       # a hole in 0x96/0x97: not decoded
-                return CU_ILLEGAL
+            elif op == OP_V_MBCNT_LO_U32_B32:
+                for l in range(CU_WAVE):
+                    R[l] = cu_popcount(A[l] & ((<uint32_t>1 << l) - 1)) + B[l]
+            else:                                       # v_bcnt_u32_b32
+                for l in range(CU_WAVE):
+                    R[l] = cu_popcount(A[l]) + B[l]
             if R != D:
                 merge(D, R, m)
         elif op >= OP_V_MOV_B32 and op <= OP_V_TANH_F32:
@@ -1065,10 +1105,12 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     carry = (wide >> 32) != 0
                 mask |= carry << l
             w.vcc = mask
+        elif op == OP_DS_BPERMUTE_B32 or op == OP_DS_PERMUTE_B32:
+            lane_permute(v, d, m)
         elif op >= OP_GLOBAL_LOAD_DWORD:
             if m and global_mem(T, s, v, w, d, f):
                 return f.code
-        elif op >= OP_DS_READ_B32:
+        elif op >= OP_DS_MIN_I32:
             if m and lds_mem(T, v, w, d, f):
                 return f.code
         elif op == OP_V_READFIRSTLANE_B32:
@@ -1080,6 +1122,19 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             a = sread(T, s, w, d.src0, d.imm)
             l = sread(T, s, w, d.src1, d.imm) & 31
             v[(d.dst - OPR_VGPR) * CU_WAVE + l] = a
+        elif op >= OP_V_FFBL_B32 and op <= OP_V_BFREV_B32:
+            A = vsrc(T, s, v, w, d.src0, d.imm, ta)
+            for l in range(CU_WAVE):
+                x = A[l]
+                if op == OP_V_BFREV_B32:
+                    R[l] = bit_reverse(x)
+                elif x == 0:
+                    R[l] = 0xFFFFFFFFU
+                elif op == OP_V_FFBL_B32:
+                    R[l] = cu_ctz(x)
+                else:
+                    R[l] = cu_ctz(bit_reverse(x))    # leading zeros
+            merge(v + (d.dst - OPR_VGPR) * CU_WAVE, R, m)
         elif op >= OP_S_LOAD_DWORD:
             if s_load(T, s, d, 1 << (op - OP_S_LOAD_DWORD), f):
                 return f.code

@@ -536,6 +536,32 @@ class _Dispatch:
         for l, value in values.items():
             dst[l] = value
 
+    def _permute(self, w, i, backward: bool) -> None:
+        addr, data = w.v[i.addr - I.OPR_VGPR], w.v[i.data - I.OPR_VGPR]
+        lanes = _lanes(w.exec)
+        tmp = [0] * _W
+        for l in lanes:
+            lane = (addr[l] + i.imm & _M32) >> 2 & (_W - 1)
+            if not backward:
+                tmp[lane] = data[l]             # ascending lanes: the highest writer wins
+            elif w.exec >> lane & 1:
+                tmp[l] = data[lane]             # an inactive source lane reads 0
+        dst = w.v[i.dst - I.OPR_VGPR]
+        for l in lanes:
+            dst[l] = tmp[l]
+
+    def op_ds_bpermute_b32(self, w, i):
+        self._permute(w, i, True)
+
+    def op_ds_permute_b32(self, w, i):
+        self._permute(w, i, False)
+
+    def op_v_mbcnt_lo_u32_b32(self, w, i):
+        a, b = self.vread(w, i.src0, i.imm), self.vread(w, i.src1, i.imm)
+        dst = w.v[i.dst - I.OPR_VGPR]
+        for l in _lanes(w.exec):
+            dst[l] = bin(a[l] & (1 << l) - 1).count("1") + b[l] & _M32
+
     def op_ds_write_b32(self, w, i):
         data = w.v[i.data - I.OPR_VGPR]
         for l in _lanes(w.exec):
@@ -543,11 +569,11 @@ class _Dispatch:
 
     def lds_atomic(self, w, i, name):
         op = _ATOMIC[name.split("_", 1)[1]]
-        data = w.v[i.data - I.OPR_VGPR]
+        data = [w.v[i.data - I.OPR_VGPR + k] for k in range(2 if "cmpst" in name else 1)]
         for l in _lanes(w.exec):
             addr = self.lds_addr(w, i, l)
             old, = struct.unpack_from("<I", self.lds, addr)
-            struct.pack_into("<I", self.lds, addr, op(old, data[l]) & _M32)
+            struct.pack_into("<I", self.lds, addr, op(old, *(d[l] for d in data)) & _M32)
             if i.dst != I.OPR_OFF:
                 w.v[i.dst - I.OPR_VGPR][l] = old
 
@@ -563,6 +589,9 @@ _ATOMIC = {
     "min_f32": C.min_f32,
     "xchg_b32": lambda m, d: d,
     "cmpswap_b32": lambda m, src, cmp: src if m == cmp else m,
+    "sub_u32": lambda m, d: m - d,
+    "wrxchg_rtn_b32": lambda m, d: d,
+    "cmpst_rtn_b32": lambda m, cmp, src: src if m == cmp else m,    # GCN: compare first
 }
 
 
@@ -593,6 +622,9 @@ _VOP1 = {
     "v_cvt_f32_u32": lambda a: C.f32_bits(float(a)),
     "v_cvt_i32_f32": C.cvt_i32_f32,
     "v_cvt_u32_f32": C.cvt_u32_f32,
+    "v_ffbl_b32": lambda a: (a & -a).bit_length() - 1 if a else _M32,
+    "v_ffbh_u32": lambda a: 32 - a.bit_length() if a else _M32,
+    "v_bfrev_b32": lambda a: int(f"{a:032b}"[::-1], 2),
 }
 for _name in ("v_floor_f32", "v_ceil_f32", "v_trunc_f32", "v_rndne_f32"):
     _VOP1[_name] = (lambda n: lambda a: C.round_f32(n, a))(_name)
@@ -615,6 +647,7 @@ _VOP2 = {
     "v_max_i32": lambda a, b: max(C.s32(a), C.s32(b)),
     "v_min_u32": min,
     "v_max_u32": max,
+    "v_bcnt_u32_b32": lambda a, b: bin(a).count("1") + b,
     "v_div_u32": lambda a, b: a // b if b else _M32,
     "v_rem_u32": lambda a, b: a % b if b else a,
     "v_div_i32": _div_i32,
@@ -636,7 +669,8 @@ def _install_memory_ops() -> None:
             impl = (lambda n: lambda self, w, i: self.global_store(w, i, n))(name)
         elif name.startswith("global_atomic_"):
             impl = (lambda n: lambda self, w, i: self.global_atomic(w, i, n))(name)
-        elif name.startswith("ds_") and name not in ("ds_read_b32", "ds_write_b32"):
+        elif name.startswith("ds_") and name not in ("ds_read_b32", "ds_write_b32",
+                                                     "ds_bpermute_b32", "ds_permute_b32"):
             impl = (lambda n: lambda self, w, i: self.lds_atomic(w, i, n))(name)
         else:
             continue

@@ -101,6 +101,8 @@ OUT_SLOTS = 16
 POOL_V = list(range(4, 4 + OUT_SLOTS - 4))        # v4..v15: random values
 POOL_S = list(range(24, 36))                       # s24..s35: uniform random values
 ATOMIC_COUNTERS = 4
+LDS_COUNTER_OFF = 4096                             # above the LDS exchange area
+LDS_COUNTERS = 16
 
 _SPECIAL_BITS = [0, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000, 0x7FC00000,
                  0x00000001, 0x807FFFFF, 0x7F7FFFFF, 0x4B000000, 0x3F000000, 0xFFFFFFFF,
@@ -116,6 +118,8 @@ _SALU2 = [o.name for o in I.OPCODES if o.fmt == I.FMT_ALU and o.name.startswith(
           len(o.operands) == 3]
 _SALU1 = ["s_mov_b32", "s_not_b32", "s_bcnt1_i32", "s_ff1_i32"]
 _SCMP = [o.name for o in I.OPCODES if o.name.startswith("s_cmp_")]
+_LDS_ATOMIC = [o.name for o in I.OPCODES if o.name.startswith("ds_") and
+               o.operands[0][1] == I.K_VDST_OFF]
 
 
 @dataclasses.dataclass
@@ -241,11 +245,41 @@ class _Gen:
                        "global_load_ushort", "global_load_sshort"])
         self.emit(f"{op} {self.vdst()}, v3, s[20:21], {4 * r.randint(0, 7)}")
 
+    def cross_lane(self) -> None:
+        # A permute from random lane addresses (any bits: the low two and those above the
+        # lane number are ignored), with an offset.
+        r = self.r
+        op = r.choice(["ds_bpermute_b32", "ds_permute_b32"])
+        self.emit(f"{op} {self.vdst()}, v{r.choice(POOL_V + [0, 18])}, v{r.choice(POOL_V)}, "
+                  f"{4 * r.randint(-40, 40)}")
+
+    def lds_atomic(self) -> None:
+        # Returning LDS atomics on LDS_COUNTERS dwords above the exchange area: waves of
+        # a workgroup run in a fixed order (docs/isa.md 1.2), so the old values are too.
+        r = self.r
+        self.emit(f"v_and_b32 v17, v{r.choice(POOL_V)}, {4 * (LDS_COUNTERS - 1)}")
+        op = r.choice(_LDS_ATOMIC)
+        dst = r.choice([self.vdst(), "off"])
+        if op == "ds_cmpst_rtn_b32":
+            k = r.choice(POOL_V[:-1])
+            data = f"v[{k}:{k + 1}]"
+        else:
+            data = f"v{r.choice(POOL_V)}"
+        self.emit(f"{op} {dst}, v17, {data}, {LDS_COUNTER_OFF}")
+
     def block(self, depth: int) -> None:
         for _ in range(self.r.randint(3, 10)):
             k = self.r.random()
             if k < 0.7 or depth >= 2:
-                self.alu() if self.r.random() < 0.85 else self.load()
+                k = self.r.random()
+                if k < 0.78:
+                    self.alu()
+                elif k < 0.86:
+                    self.load()
+                elif k < 0.93:
+                    self.cross_lane()
+                else:
+                    self.lds_atomic()
             elif k < 0.85:
                 self.if_else(depth)
             else:
@@ -280,7 +314,7 @@ class _Gen:
         r = self.r
         head = [".kernel random", ".arg inp ptr", ".arg out ptr", ".arg cnt ptr",
                 ".sgprs 48", ".vgprs 20",
-                ".lds 4096"]
+                f".lds {LDS_COUNTER_OFF + 4 * LDS_COUNTERS}"]
         e = self.emit
         e("s_load_dwordx4 s[20:23], s[0:1]")           # inp, out
         e("s_load_dwordx2 s[38:39], s[0:1], 16")       # cnt

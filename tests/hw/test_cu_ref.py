@@ -638,3 +638,81 @@ def test_random_programs_run_and_are_deterministic(seed):
         assert r.status == "ok", (r.reason, r.pc)
         out.append((r, rig.mem.tobytes()))
     assert out[0] == out[1]
+
+
+def test_bit_counting_ops(rig):
+    x = np.array(INTS, np.uint32)
+    lows = [(int(v) & -int(v)).bit_length() - 1 if v else 0xFFFFFFFF for v in x]
+    assert list(lanes_op(rig, "v_ffbl_b32 v7, v4", x)) == lows
+    lead = [32 - int(v).bit_length() if v else 0xFFFFFFFF for v in x]
+    assert list(lanes_op(rig, "v_ffbh_u32 v7, v4", x)) == lead
+    rev = [int(f"{int(v):032b}"[::-1], 2) for v in x]
+    assert list(lanes_op(rig, "v_bfrev_b32 v7, v4", x)) == rev
+    y = np.array(INTS2, np.uint32)
+    pops = [(bin(int(a)).count("1") + int(b)) & 0xFFFFFFFF for a, b in zip(x, y)]
+    assert list(lanes_op(rig, "v_bcnt_u32_b32 v7, v4, v5", x, y)) == pops
+    below = [bin(int(a) & ((1 << l) - 1)).count("1") + 1 for l, a in enumerate(x)]
+    assert list(lanes_op(rig, "v_mbcnt_lo_u32_b32 v7, v4, 1", x)) == below
+
+
+def test_lane_permutes_follow_gcn(rig):
+    # Backward: lane l reads lane (addr + offset) / 4 mod 32; inactive sources read 0.
+    rig.put(A_OFF, np.arange(32, dtype=np.uint32) * 4 * 3 + 1)     # lane 3l (low bits junk)
+    r = rig.run(f"""
+    v_lshl_b32 v3, v0, 2
+    global_load_dword v4, v3, s[2:3], {A_OFF}
+    v_add_u32 v5, v0, 100
+    ds_bpermute_b32 v6, v4, v5
+    ds_bpermute_b32 v7, v3, v5, 8
+    s_mov_b32 exec, 0x0000ffff
+    ds_bpermute_b32 v8, v4, v5
+    ds_permute_b32 v9, v3, v5, -4
+    v_mov_b32 v10, 0
+    ds_permute_b32 v10, v10, v0
+    s_endpgm
+    """, (1, 1, 1), (32, 1, 1), user_data=UD, vgprs=12)
+    assert r.status == "ok", r
+    assert r.vgprs[6] == [100 + 3 * l % 32 for l in range(32)]
+    assert r.vgprs[7] == [100 + (l + 2) % 32 for l in range(32)]
+    src = [3 * l % 32 for l in range(16)]
+    assert r.vgprs[8][:16] == [100 + s if s < 16 else 0 for s in src]
+    assert r.vgprs[8][16:] == [0] * 16                            # inactive: not written
+    # Forward: lane l's value goes to lane l - 1; lane 15's target (14) is written, 15
+    # gets nothing (0) since lane 16 is off; lane 0 sends to lane 31 (inactive).
+    assert r.vgprs[9][:16] == [101 + l for l in range(15)] + [0]
+    # Every lane writes lane 0: the highest active lane wins.
+    assert r.vgprs[10][:16] == [15] + [0] * 15
+
+
+def test_lds_min_sub_exchange_compare_store(rig):
+    r = rig.run("""
+    v_mov_b32 v3, 0
+    v_mov_b32 v4, 100
+    ds_write_b32 v3, v4
+    ds_write_b32 v3, v4, 4
+    v_mov_b32 v4, 0x7f800000
+    ds_write_b32 v3, v4, 8
+    v_sub_u32 v5, 10, v0
+    ds_min_i32 off, v3, v5
+    ds_min_u32 off, v3, v5, 4
+    v_cvt_f32_i32 v6, v5
+    ds_min_f32 off, v3, v6, 8
+    ds_sub_u32 v7, v3, v0, 12
+    ds_wrxchg_rtn_b32 v8, v3, v0, 16
+    v_mov_b32 v10, 0
+    v_add_u32 v11, v0, 1
+    ds_cmpst_rtn_b32 v12, v3, v[10:11], 20
+    ds_read_b32 v13, v3
+    ds_read_b32 v14, v3, 4
+    ds_read_b32 v15, v3, 8
+    ds_read_b32 v16, v3, 12
+    ds_read_b32 v17, v3, 16
+    ds_read_b32 v18, v3, 20
+    s_endpgm
+    """, (1, 1, 1), (32, 1, 1), user_data=UD, lds_bytes=64, vgprs=20)
+    assert r.status == "ok", r
+    assert [r.vgprs[k][0] for k in range(13, 19)] == [
+        (-21) & 0xFFFFFFFF, 0, bits(-21.0), (-sum(range(32))) & 0xFFFFFFFF, 31, 1]
+    assert r.vgprs[7][:3] == [0, 0, 0xFFFFFFFF]                 # old values, lane order
+    assert r.vgprs[8][:3] == [0, 0, 1]
+    assert r.vgprs[12][:3] == [0, 1, 1]     # lane 0 stores 1 (0 == 0), the rest see 1

@@ -42,8 +42,8 @@ def with_stmt(x: Ptr[f32]):
 
 
 def shared_cas(x: Ptr[i32]):
-    s = gpu.shared_array(i32, 4)
-    gpu.atomic_cas(s, 0, 1, 2)                      # LINE shared_cas
+    s = gpu.shared_array(f32, 4)
+    gpu.atomic_cas(s, 0, 1.0, 2.0)                  # LINE shared_cas
 
 
 def misspelt_umd_name(x: f32[:]):

@@ -411,9 +411,16 @@ def shared_atomic_sub(out: i32[:]):
         out[umd.blockIdx.x] = s[0]
 
 
+@umd.jit
 def shared_atomic_min(out: i32[:]):
     s = umd.shared.array(1, int32)
-    umd.atomic.min(s, 0, umd.threadIdx.x)
+    if umd.threadIdx.x == 0:
+        s[0] = 1000
+    umd.syncthreads()
+    umd.atomic.min(s, 0, 100 - umd.threadIdx.x)
+    umd.syncthreads()
+    if umd.threadIdx.x == 0:
+        out[umd.blockIdx.x] = s[0]
 
 
 # -- local and shared arrays -------------------------------------------------------------

@@ -54,7 +54,7 @@ def test_markers_refuse_plain_python():
     ("no_annotation", "needs a type annotation"),
     ("string_const", "unsupported constant"),
     ("with_stmt", "with statement"),
-    ("shared_cas", "atomic_cas on a shared array"),
+    ("shared_cas", "atomic_cas on f32: supported on i32, u32"),
     ("misspelt_umd_name", "umd has no attribute 'syncthread'; did you mean umd.syncthreads?"),
     ("misspelt_attribute", "did you mean gpu.thread_idx?"),
     ("misspelt_builtin", "name 'rnage' is not defined; did you mean range?"),

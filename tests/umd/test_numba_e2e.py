@@ -132,3 +132,65 @@ def test_zero_range_step_stops_the_kernel_with_a_clear_fault(vgpu_mount, tmp_pat
     src, start = inspect.getsourcelines(K.zero_step.fn)
     line = start + next(k for k, text in enumerate(src) if "range(" in text)
     assert "range() step is zero" in r.stdout and f"numba_kernels.py:{line}" in r.stdout, r.stdout
+
+
+def test_warp_and_tutorial_kernels_end_to_end(vgpu_mount, tmp_path):
+    # The Cython core runs them (two worker threads), with larger, ragged sizes.
+    r = ok(client("""
+        from tests.umd import tutorial_kernels as T, warp_kernels as W
+        rng = np.random.default_rng(2014)
+
+        # the warp reduce: a tree of shfl_down_sync, lane 0 writes the warp's sum
+        n = 100_000
+        x = rng.standard_normal(n).astype(np.float32)
+        grid = (n + 255) // 256
+        out = umd.zeros(grid * 256 // umd.warpsize, np.float32)
+        W.warp_reduce[grid, 256](umd.to_device(x), out)
+        pad = np.zeros(grid * 256)
+        pad[:n] = x
+        assert np.allclose(out.copy_to_host(), pad.reshape(-1, 32).sum(axis=1), rtol=1e-5, atol=1e-5)
+        print("warp_reduce ok")
+
+        # votes and shuffles agree with the reference executor's results
+        v = rng.integers(-5, 5, 4096).astype(np.int32)
+        votes = np.zeros((4096, 14), np.uint32)
+        W.votes[16, 256](v, votes)
+        for w in range(0, 4096, 32):
+            b = sum(1 << k for k in range(32) if v[w + k] > 0)
+            assert (votes[w:w + 32, 0] == b).all() and (votes[w:w + 32, 3] == bin(b).count("1")).all()
+        print("votes ok")
+
+        # shared-memory atomics of every kind, on 40 blocks at once
+        blocks, block = 40, 96
+        xi = rng.integers(-10000, 10000, blocks * block).astype(np.int32)
+        fx = rng.standard_normal(blocks * block).astype(np.float32)
+        res, fres = np.zeros(blocks * 6, np.int32), np.zeros(blocks * 2, np.float32)
+        olds = np.zeros(blocks * block, np.int32)
+        W.shared_atomics_all[blocks, block](xi, fx, res, fres, olds)
+        res = res.reshape(blocks, 6)
+        xs = xi.reshape(blocks, block)
+        assert (res[:, 0] == xs.min(axis=1)).all() and (res[:, 1] == xs.max(axis=1)).all()
+        assert (res[:, 3] == block).all() and (res[:, 4] == 1000 - xs.sum(axis=1)).all()
+        assert (res[:, 5] == 1).all()
+        print("shared atomics ok")
+
+        # Numba's shared-memory matmul, 200 x 200 (13 tiles of 16, the last ragged)
+        A, B = rng.standard_normal((2, 200, 200)).astype(np.float32)
+        C = umd.zeros((200, 200), np.float32)
+        T.fast_matmul[(13, 13), (16, 16)](umd.to_device(A), umd.to_device(B), C)
+        assert np.allclose(C.copy_to_host(), A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+        print("fast_matmul ok")
+
+        # the padded transpose and the block scan
+        a = rng.standard_normal((300, 77)).astype(np.float32)
+        t = np.zeros((77, 300), np.float32)
+        T.transpose[(5, 19), (16, 16)](a, t)
+        assert (t == a.T).all()
+        s = rng.integers(-50, 50, 1000).astype(np.int32)
+        scan = np.zeros_like(s)
+        T.block_scan[8, T.BLOCK](s, scan)
+        assert (scan == np.concatenate([np.cumsum(s[b:b + 128]) for b in range(0, 1000, 128)])).all()
+        print("transpose and scan ok")
+    """, vgpu_mount, env_extra={"VGPU_CACHE_DIR": str(tmp_path)}, timeout=300))
+    for what in ("warp_reduce", "votes", "shared atomics", "fast_matmul", "transpose and scan"):
+        assert f"{what} ok" in r.stdout, r.stdout

@@ -5,8 +5,8 @@
 Pipeline: frontend (AST -> typed IR) -> opt (constant folding/propagation, dead code)
 -> unroll (small constant loops) -> uniformity (scalar vs vector registers) ->
 addressing (byte offsets, LDS constant offsets) -> cse / licm (shared and loop-invariant
-work) -> sinking (one store after an if/else) -> opt (again, and move coalescing) -> regalloc (linear scan) -> codegen (vISA
-assembly) -> vgpu.asm.assemble -> .vco.
+work) -> sinking (one store after an if/else) -> opt (again, and move coalescing) ->
+regalloc (linear scan) -> codegen (vISA assembly) -> vgpu.asm.assemble -> .vco.
 """
 from __future__ import annotations
 

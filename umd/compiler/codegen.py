@@ -449,6 +449,8 @@ class CodeGen:
             return self.ins(f"s_trap {int(a[0].value)}")
         if op == "select":
             return self.select(st)
+        if op in ir.WAVE or op in ir.BITS:
+            return self.wave_op(st)
         dst = self.reg(d)
         scalar = d.cls == "s"
         t = d.type
@@ -505,6 +507,29 @@ class CodeGen:
             return self.op(_VUNARY[op], dst, a[0])
         raise AssertionError(f"no vector form of {op}")
 
+    def wave_op(self, st: ir.Inst) -> None:
+        """Lane ids, votes, shuffles and bit counts: vector results (uniformity.py)."""
+        op, dst, a = st.op, self.reg(st.dst), st.args
+        if op == "laneid":          # the active lanes below this one, counted in all ones
+            return self.op("v_mbcnt_lo_u32_b32", dst, ir.Const(0xFFFFFFFF, u32), ir.Const(0, u32))
+        if op == "activemask":
+            return self.ins(f"v_mov_b32 {dst}, exec")
+        if op == "ballot":          # a compare writes 0 for the inactive lanes
+            self.op("v_cmp_ne_u32", "vcc", ir.Const(0, u32), a[0])
+            return self.ins(f"v_mov_b32 {dst}, vcc")
+        if op == "shfl":
+            address, value = self.to_vgpr(a[0], "v3"), self.to_vgpr(a[1], "v4")
+            return self.ins(f"ds_bpermute_b32 {dst}, {address}, {value}")
+        if op == "popc":
+            return self.op("v_bcnt_u32_b32", dst, a[0], ir.Const(0, u32))
+        if op == "brev":
+            return self.op("v_bfrev_b32", dst, a[0])
+        if op == "ffs":             # -1 (no bit) + 1 = 0
+            self.op("v_ffbl_b32", dst, a[0])
+            return self.ins(f"v_add_u32 {dst}, {dst}, 1")
+        self.op("v_ffbh_u32", dst, a[0])            # clz: -1 (no bit) becomes 32
+        self.ins(f"v_min_u32 {dst}, {dst}, 32")
+
     def select(self, st: ir.Inst, fused=None) -> None:
         """dst = cond ? a : b: s_cselect_b32 on SCC, or v_cndmask_b32 on VCC."""
         cond, a, b = st.args
@@ -540,6 +565,11 @@ class CodeGen:
         dst = self.reg(st.dst) if st.dst is not None else "off"
         if st.kind == "cas":
             cmp, val = st.args[1], st.args[2]
+            if lds:         # GCN's ds_cmpst: the compare value first
+                self.ins(f"v_mov_b32 v4, {self.reg(cmp)}")
+                self.ins(f"v_mov_b32 v5, {self.reg(val)}")
+                self.ins(f"ds_cmpst_rtn_b32 {dst}, {addr}, v[4:5], {tail}")
+                return
             self.ins(f"v_mov_b32 v4, {self.reg(val)}")
             self.ins(f"v_mov_b32 v5, {self.reg(cmp)}")
             self.ins(f"global_atomic_cmpswap_b32 {dst}, {addr}, v[4:5], {tail}")
@@ -549,9 +579,10 @@ class CodeGen:
         if kind == "xchg":
             sfx = "b32"
         else:
-            sfx = "f32" if elem == f32 else ("u32" if kind == "add" else _sfx(elem))
+            sfx = "f32" if elem == f32 else ("u32" if kind in ("add", "sub") else _sfx(elem))
         if lds:
-            self.ins(f"ds_{kind}_{sfx} {dst}, {addr}, {data}, {tail}")
+            name = "ds_wrxchg_rtn_b32" if kind == "xchg" else f"ds_{kind}_{sfx}"
+            self.ins(f"{name} {dst}, {addr}, {data}, {tail}")
         else:
             self.ins(f"global_atomic_{kind}_{sfx} {dst}, {addr}, {data}, {tail}")
 

@@ -1,6 +1,7 @@
 """Common-subexpression elimination (docs/umd-compiler.md 1).
 
-A pure instruction (no load: memory may change in between) that computes what an
+A pure instruction (no load: memory may change in between; no wave operation, whose
+value depends on which lanes run it, ir.WAVE) that computes what an
 earlier one already computed, from the same operands holding the same values, is
 dropped and its result replaced by the earlier one's.  "Earlier" means on every path:
 before it in the same block, or in a block that encloses this one (a value computed
@@ -35,7 +36,8 @@ def eliminate_common_subexpressions(fn: ir.Function) -> bool:
     changed = False
 
     def key(st):
-        if st.op not in ir.PURE or st.op in ("load", "mov") or st.dst is None:
+        if st.op not in ir.PURE or st.op in ("load", "mov") or st.op in ir.WAVE \
+                or st.dst is None:
             return None
         ops = []
         for a in st.args:

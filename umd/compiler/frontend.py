@@ -73,7 +73,7 @@ _CONSTRUCTS = {ast.ListComp: "a list comprehension", ast.SetComp: "a set compreh
 ATOMIC_TYPES = {"add": (i32, u32, f32), "sub": (i32, u32, f32), "min": (i32, u32, f32),
                 "max": (i32, u32, f32), "nanmin": (i32, u32, f32), "nanmax": (i32, u32, f32),
                 "exch": (i32, u32, f32), "cas": (i32, u32), "compare_and_swap": (i32, u32)}
-_LDS_ATOMICS = {"add", "sub", "max", "nanmax"}           # ds_add_*, ds_max_*
+WAVE_SIZE = K.warpsize            # lanes per wave (vgpu.isa.WAVE_SIZE)
 _ISA_ATOMIC = {"add": "add", "sub": "add", "min": "min", "max": "max", "nanmin": "min",
                "nanmax": "max", "exch": "xchg", "cas": "cas", "compare_and_swap": "cas"}
 
@@ -931,6 +931,8 @@ class FunctionLowering:
         return res
 
     def python_value(self, obj, node):
+        if obj is K.laneid:
+            return self.laneid(node)
         if isinstance(obj, (bool, np.bool_)):
             return ir.Const(int(obj), bool_)
         if isinstance(obj, (int, np.integer)):
@@ -1277,7 +1279,63 @@ class FunctionLowering:
             return self.fold_or_emit("bitcast", f32, [self.convert(x, u32, node)], node)
         if op.startswith("math."):
             return self.math(op[5:], name, node, args, nargs, values)
+        if op.startswith("warp."):
+            return self.warp(op[5:], node, args, nargs, values)
+        if op.startswith("bit."):
+            nargs(1)
+            values()
+            x = args[0]
+            if not x.type.is_int:
+                raise self.error(node, f"{name}() needs an integer (i32 or u32), not {x.type!r}")
+            return self.op(op[4:], x.type if op == "bit.brev" else i32, [x], node)
         raise self.error(node, f"call to unsupported function {name!r}")
+
+    def warp(self, kind, node, args, nargs, values):
+        """The warp intrinsics over one wave (docs/umd-compiler.md 3.9).  The mask of
+        the _sync forms selects the lanes ballot/any/all count; the wave runs in
+        lockstep, so nothing waits for it and syncwarp is nothing."""
+        if kind == "syncwarp":
+            nargs(0, 1)
+            values()
+            return None
+        if kind == "activemask":
+            nargs(0)
+            return self.op("activemask", u32, [], node)
+        if kind == "lanemask_lt":
+            nargs(0)
+            below = self.binop("shl", const(1, u32), self.convert(self.laneid(node), u32, node), node)
+            return self.binop("sub", below, const(1, u32), node)
+        if kind in ("ballot_sync", "any_sync", "all_sync"):
+            nargs(2)
+            values()
+            mask = self.convert(args[0], u32, node)
+            voted = self.binop("and", self.op("ballot", u32, [self.truth(args[1], node)], node),
+                               mask, node)
+            if kind == "ballot_sync":
+                return voted
+            if kind == "any_sync":
+                return self.fold_or_emit("ne", bool_, [voted, const(0, u32)], node)
+            active = self.binop("and", self.op("activemask", u32, [], node), mask, node)
+            return self.fold_or_emit("eq", bool_, [voted, active], node)
+        nargs(3)
+        values()
+        value = args[1] if args[1].type != bool_ else self.convert(args[1], i32, node)
+        other = self.convert(args[2], i32, node)
+        if kind == "shfl_sync":         # the lane number modulo warpsize, as CUDA's
+            src = self.binop("and", other, const(WAVE_SIZE - 1, i32), node)
+        else:
+            # up/down/xor: a source lane outside the wave gives the caller's own value.
+            lane = self.laneid(node)
+            op = {"shfl_up_sync": "sub", "shfl_down_sync": "add", "shfl_xor_sync": "xor"}[kind]
+            src = self.binop(op, lane, other, node)
+            inside = self.fold_or_emit("lt", bool_, [self.convert(src, u32, node),
+                                                     const(WAVE_SIZE, u32)], node)
+            src = self.fold_or_emit("select", i32, [inside, src, lane], node)
+        address = self.binop("shl", src, const(2, i32), node)
+        return self.op("shfl", value.type, [address, value], node)
+
+    def laneid(self, node):
+        return self.op("laneid", i32, [], node)
 
     def math(self, mname, name, node, args, nargs, values):
         """umd.math.X and Python's math.X (the `i` forms return integers, as Python's
@@ -1375,12 +1433,6 @@ class FunctionLowering:
             raise self.error(node, f"{qualname} on {elem!r}: supported on "
                              + ", ".join(repr(t) for t in ATOMIC_TYPES[kind]) + " arrays (as in Numba)")
         lds = isinstance(arr, ir.SharedArray)
-        if lds and kind not in _LDS_ATOMICS:
-            desc = {"min": "min", "nanmin": "min", "exch": "exchange", "cas": "compare-and-swap",
-                    "compare_and_swap": "compare-and-swap"}[kind]
-            raise self.error(node, f"{qualname} on a shared array is not supported (the vISA has no "
-                             f"LDS {desc} instruction; LDS atomics are add and max): use a global "
-                             "array")
         if kind == "compare_and_swap":
             idx, vals = ir.Const(0, i32), args[1:]
         else:
@@ -1391,10 +1443,13 @@ class FunctionLowering:
         for a in vals:
             self.check_value(a, node)
             converted.append(self.convert(a, elem, node))
-        if kind == "sub":
+        isa_kind = _ISA_ATOMIC[kind]
+        if kind == "sub" and lds and elem != f32:
+            isa_kind = "sub"                            # ds_sub_u32 (global: add of -value)
+        elif kind == "sub":
             converted = [self.fold_or_emit("neg", elem, converted, node)]
         dst = None if discard else self.temp(elem)
-        self.emit("atomic", dst, [idx] + converted, node, array=arr, kind=_ISA_ATOMIC[kind])
+        self.emit("atomic", dst, [idx] + converted, node, array=arr, kind=isa_kind)
         return dst
 
     # -- device functions --------------------------------------------------------------

@@ -28,7 +28,14 @@ COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
 CONVERT = {"cvt"}                 # dst type from dst.type, source type from args[0]
 BITCAST = {"bitcast"}             # the same 32 bits as another type (f32 <-> u32)
 TERNARY = {"fma", "select"}       # fma(a, b, c); select(cond, if_true, if_false)
-PURE = BINARY | UNARY | COMPARE | CONVERT | BITCAST | TERNARY | {"mov", "load"}
+# Bit counting: popc, ffs (1 + lowest set bit, 0 for 0), clz, brev (docs/umd-compiler.md 3.9).
+BITS = {"popc", "ffs", "clz", "brev"}
+# Wave operations: their value depends on the other lanes and on EXEC (which lanes run
+# them), so an optimisation may delete an unused one but never merge two or move one
+# into other control flow.  laneid(); activemask(); ballot(pred) -> the mask of the
+# active lanes where pred holds; shfl(byte_address, value) -> value of lane address / 4.
+WAVE = {"laneid", "activemask", "ballot", "shfl"}
+PURE = BINARY | UNARY | COMPARE | CONVERT | BITCAST | TERNARY | BITS | WAVE | {"mov", "load"}
 SIDE_EFFECTS = {"store", "atomic", "barrier", "trap"}
 
 

@@ -1,7 +1,8 @@
 """Loop-invariant code motion (docs/umd-compiler.md 1).
 
 A pure instruction inside a loop (its header, its body, or an `if` or region of the
-body; not a load, whose memory the loop may write) whose operands are all defined
+body; not a load, whose memory the loop may write, nor a wave operation, whose value
+depends on the lanes that run it) whose operands are all defined
 outside the loop, and whose result is a temporary assigned once, computes the same
 value on every iteration: it moves to just before the loop.  Inner loops go first, so
 an invariant climbs out of every loop it does not depend on.  Pure instructions have
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from . import ir
 
-_NOT_MOVED = {"load"}
+_NOT_MOVED = {"load"} | ir.WAVE        # memory the loop may write; EXEC-dependent values
 
 
 def hoist_loop_invariants(fn: ir.Function) -> bool:

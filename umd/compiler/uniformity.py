@@ -4,8 +4,9 @@ A value is uniform when every lane of a wave has the same one: it depends only o
 arguments, block_idx, block_dim, grid_dim and constants, through integer operations
 the scalar ALU has, and it is assigned under uniform control only.  Those go in SGPRs
 (`Var.cls = 's'`); everything else in VGPRs ('v'):
-  - thread_idx, loads, atomics and float arithmetic (there is no scalar float ALU)
-    are vector values, and so is anything computed from a vector value;
+  - thread_idx, loads, atomics, float arithmetic (there is no scalar float ALU) and
+    the wave operations of ir.WAVE / ir.BITS (scalar_capable says no) are vector
+    values, and so is anything computed from a vector value;
   - a variable assigned inside an `if` whose condition is a vector value, or inside a
     divergent loop, is a vector value (lanes that skip the assignment keep the old one);
   - a loop is divergent when its condition is a vector value, when a break, continue or

@@ -1,0 +1,21 @@
+"""Kernels with the memory bugs memcheck finds (tests/umd/test_memcheck.py)."""
+import umd
+from umd import Ptr, f32
+
+
+@umd.jit
+def double_unguarded(x: f32[:], out: f32[:]):
+    i = umd.grid(1)
+    out[i] = x[i] * 2.0                 # no `if i < x.size`: the classic bug
+
+
+@umd.jit
+def write_past_end(out: f32[:], extra: umd.i32):
+    i = umd.grid(1)
+    if i < out.size:
+        out[i + extra] = 1.0
+
+
+@umd.jit
+def touch(p: Ptr[f32]):
+    p[umd.grid(1)] = 3.0
