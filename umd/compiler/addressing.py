@@ -12,8 +12,9 @@ index arithmetic does.  Global addresses are 64-bit (`base + zext(v) + offset`),
 there a constant moved out of the 32-bit register would change where a negative or
 wrapping index lands: global accesses keep their whole index in the register.
 
-Runs after uniformity analysis (compiler/uniformity.py), on vector indices only: a
-scalar index is one `v_lshl_b32` into the address register either way.
+Runs after uniformity analysis (compiler/uniformity.py), on 32-bit vector indices of
+4-byte elements only: a scalar index is one `v_lshl_b32` into the address register
+either way, and 8-byte elements keep the code generator's own addressing.
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def lower_addresses(fn: ir.Function) -> bool:
         for st in block:
             if isinstance(st, ir.Inst) and st.op in ("load", "store", "atomic") \
                     and not st.scaled and isinstance(st.args[0], (ir.Var, ir.Special)) \
-                    and st.args[0].cls == "v":
+                    and st.args[0].cls == "v" and st.args[0].type in (i32, u32) \
+                    and _elem(st.array).itemsize == 4:
                 base, const = st.args[0], 0
                 if isinstance(st.array, ir.SharedArray):
                     base, const = _split(base, defs, stable)
@@ -61,6 +63,10 @@ def lower_addresses(fn: ir.Function) -> bool:
 
     fn.body[:] = visit(fn.body)
     return state["changed"]
+
+
+def _elem(array):
+    return array.elem if isinstance(array, ir.SharedArray) else array.type.elem
 
 
 def _split(x, defs, stable, depth: int = 0):

@@ -70,6 +70,8 @@ def _trips(block: list, i: int, loop: ir.Loop):
             and isinstance(step.args[1], ir.Const)):
         return None
     t = ctr.type
+    if t not in (ir.i32, u32):
+        return None
     signed = t != u32
 
     def val(c):
