@@ -159,6 +159,11 @@ FAULT_BODIES = {
     "misaligned_dwordx2": "v_mov_b32 v4, 4\n global_load_dwordx2 v[5:6], v4, s[2:3]",
     "unmapped_store_dwordx2": "v_mov_b32 v4, 0\n v_mov_b32 v5, 0x7000\n "
                               "global_store_dwordx2 v[4:5], v[4:5], off",
+    # a whole wave of consecutive qwords (the core's one-translation fast path)
+    "unmapped_store_dwordx2_wave": f"v_lshl_b32 v4, v0, 3\n global_store_dwordx2 v4, v[4:5], "
+                                   f"s[2:3], {256 * 4096}",
+    "permission_store_dwordx2_wave": f"s_mov_b32 s20, {CODE_VA}\n s_mov_b32 s21, 0\n "
+                                     "v_lshl_b32 v4, v0, 3\n global_store_dwordx2 v4, v[4:5], s[20:21]",
     "misaligned_scalar": "s_load_dword s20, s[2:3], 2",
     "unmapped_scalar": "s_mov_b32 s20, 0\n s_mov_b32 s21, 0x7000\n s_load_dwordx4 s[20:23], s[20:21]",
     "misaligned_lds": "v_mov_b32 v4, 2\n ds_read_b32 v5, v4",
