@@ -611,6 +611,54 @@ cdef inline int misaligned(uint64_t addr, uint64_t size, int access, CuFault* f)
     return 0
 
 
+cdef bint global_two_pages(CuThread* T, uint32_t* s, uint32_t* v, const DInst* d) noexcept nogil:
+    """A full wave's global_load/store_dword at SGPR base + VGPR offsets whose aligned
+    addresses all lie in at most two pages (a tile's rows, a strided column): one
+    translation per page, then the lanes in order.  False, with nothing done, for
+    anything else (a wrap, a misaligned lane, an unmapped page...): the lane loop then
+    runs and finds the first faulting lane exactly."""
+    cdef uint32_t* O = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* D
+    cdef uint64_t base = ((<uint64_t>s[d.src1] | (<uint64_t>s[d.src1 + 1] << 32)) +
+                          <uint64_t>d.off)
+    cdef uint64_t first, last, addr
+    cdef uint32_t lo = O[0], hi = O[0], bits = 0, x
+    cdef uint8_t* pages[2]
+    cdef CuFault scratch
+    cdef int l, access = ACCESS_READ if d.op == OP_GLOBAL_LOAD_DWORD else ACCESS_WRITE
+    for l in range(CU_WAVE):
+        x = O[l]
+        bits |= x
+        lo = x if x < lo else lo
+        hi = x if x > hi else hi
+    first, last = base + lo, base + hi + 3
+    if (bits | base) & 3 or first < base or last < first or \
+            (last >> PAGE_SHIFT) - (first >> PAGE_SHIFT) > 1:
+        return False
+    pages[0] = translate(T, first, access, &scratch)
+    if pages[0] == NULL:
+        return False
+    pages[0] -= first & PAGE_MASK
+    pages[1] = pages[0]
+    if (last >> PAGE_SHIFT) != (first >> PAGE_SHIFT):
+        pages[1] = translate(T, last & ~(<uint64_t>PAGE_MASK), access, &scratch)
+        if pages[1] == NULL:
+            return False
+    first >>= PAGE_SHIFT
+    if access == ACCESS_READ:
+        D = v + (d.dst - OPR_VGPR) * CU_WAVE
+        for l in range(CU_WAVE):
+            addr = base + O[l]
+            memcpy(&x, pages[(addr >> PAGE_SHIFT) != first] + (addr & PAGE_MASK), 4)
+            D[l] = x        # D may be O: this lane's offset is read already
+    else:
+        D = v + (d.src2 - OPR_VGPR) * CU_WAVE
+        for l in range(CU_WAVE):    # in lane order: the highest lane wins an address
+            addr = base + O[l]
+            memcpy(pages[(addr >> PAGE_SHIFT) != first] + (addr & PAGE_MASK), &D[l], 4)
+    return True
+
+
 cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst* d,
                     CuFault* f) noexcept nogil:
     """Global loads, stores and atomics, lane by lane in ascending order (docs/isa.md 4.6)."""
@@ -654,6 +702,8 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
                         return 1
                     memcpy(p, v + (d.src2 - OPR_VGPR) * CU_WAVE, 4 * CU_WAVE)
                 return 0
+        if d.src1 != OPR_OFF and global_two_pages(T, s, v, d):
+            return 0
     if op <= OP_GLOBAL_LOAD_SSHORT:
         size = 4 if op == OP_GLOBAL_LOAD_DWORD else (1 if op <= OP_GLOBAL_LOAD_SBYTE else 2)
         for l in range(CU_WAVE):
@@ -730,6 +780,30 @@ cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f
     cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
     cdef uint32_t* lds = <uint32_t*>T.lds
     cdef uint32_t limit = T.sh.lds_bytes
+    cdef uint32_t addrs[CU_WAVE]
+    cdef uint32_t bad = 0
+    cdef int32_t top = <int32_t>((limit - 4) ^ <uint32_t>0x80000000U)
+    cdef uint32_t* D
+    if m == <uint32_t>0xFFFFFFFFU and limit >= 4 and \
+            (op == OP_DS_READ_B32 or op == OP_DS_WRITE_B32):
+        # Fast path for a full wave: the addresses checked in one branch-free loop the
+        # C compiler vectorizes (addr + 4 <= limit as a signed compare with the sign
+        # bits flipped); any misaligned or out-of-range one goes to the lane loop
+        # below, which finds the first faulting lane.
+        for l in range(CU_WAVE):
+            addr = A[l] + <uint32_t>d.off
+            addrs[l] = addr >> 2
+            bad |= (addr & 3) | <uint32_t>(<int32_t>(addr ^ <uint32_t>0x80000000U) > top)
+        if bad == 0:
+            if op == OP_DS_READ_B32:
+                D = v + (d.dst - OPR_VGPR) * CU_WAVE
+                for l in range(CU_WAVE):
+                    D[l] = lds[addrs[l]]
+            else:       # in lane order: the highest lane wins a shared address
+                D = v + (d.src2 - OPR_VGPR) * CU_WAVE
+                for l in range(CU_WAVE):
+                    lds[addrs[l]] = D[l]
+            return 0
     for l in range(CU_WAVE):
         if not (m >> l) & 1:
             continue
@@ -856,7 +930,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
     cdef uint32_t ta[CU_WAVE]
     cdef uint32_t tb[CU_WAVE]
     cdef uint32_t tc[CU_WAVE]
-    cdef uint32_t R[CU_WAVE]
+    cdef uint32_t Rbuf[CU_WAVE]
+    cdef uint32_t* R
     cdef const uint32_t* A
     cdef const uint32_t* B
     cdef const uint32_t* Cc
@@ -877,7 +952,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             return d.status
         op = d.op
         m = w.exec_
-        active = cu_popcount(m)
+        active = CU_WAVE if m == <uint32_t>0xFFFFFFFFU else cu_popcount(m)
+        R = Rbuf
         code = CU_OK
         if op >= OP_V_ADD_U32 and op <= OP_V_MAX_F32 and op != OP_V_ADD_CO_U32 \
                 and op != OP_V_ADDC_CO_U32 and op != OP_V_SUB_CO_U32:
@@ -885,6 +961,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             B = vsrc(T, s, v, w, d.src1, d.imm, tb)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            if m == <uint32_t>0xFFFFFFFFU:
+                R = D       # a full wave: straight into the destination (lane-wise ops)
             if op == OP_V_ADD_U32:
                 for l in range(CU_WAVE):
                     R[l] = A[l] + B[l]
@@ -966,7 +1044,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             else:                                       # v_bcnt_u32_b32
                 for l in range(CU_WAVE):
                     R[l] = cu_popcount(A[l]) + B[l]
-            merge(D, R, m)
+            if R != D:
+                merge(D, R, m)
         elif op >= OP_V_MOV_B32 and op <= OP_V_TANH_F32:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
