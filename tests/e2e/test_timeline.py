@@ -94,6 +94,8 @@ def test_a_sample_run_gives_jobs_ioctls_flows_and_counters(vgpu_mount, tmp_path)
         assert threads[(j["pid"], j["tid"])] in ("sdma0", "sdma1") and j["pid"] == GPU_PID
         a = j["args"]
         assert a["pid"] in pids and a["seq"] >= 1 and a["ib_bytes"] == 4 * a["ib_dwords"] > 0 and a["status"] == "ok"
+        # the job's counters (docs/observability.md): one COPY_LINEAR of the sample's 4096 bytes
+        assert (a["packets"], a["pkt_COPY"], a["bytes_read"], a["bytes_written"]) == (1, 1, 4096, 4096), a
     assert {"AMDGPU_GEM_CREATE", "AMDGPU_GEM_VA", "AMDGPU_CTX", "AMDGPU_CS", "AMDGPU_WAIT_CS"} <= {s["name"] for s in ioctls}
     assert all(s["args"]["call"].startswith(s["name"]) for s in ioctls)
     seqs = sorted(int(re.search(r"seq=(\d+)", s["args"]["reply"])[1]) for s in cs)
