@@ -194,6 +194,12 @@ cdef struct CuThread:
     uint64_t cur_wg
     uint64_t inst           # counters of the chunk in progress
     uint64_t lane
+    uint64_t op_inst[256]   # performance counters of the whole dispatch: by opcode,
+    uint64_t op_lane[256]   # lanes of memory instructions only (dispatch_counters)
+    uint64_t tlb_lookups
+    uint64_t tlb_misses
+    uint64_t walks          # page-table walks outside the TLB (fetches past the window)
+    uint64_t waves_run
     vector[ChunkLog] log
     int stop                # CU_OK, a fault code, CU_ABORTED
     uint64_t stop_wg
@@ -529,11 +535,21 @@ cdef inline void merge(uint32_t* D, const uint32_t* R, uint32_t m) noexcept nogi
         D[l] = R[l] if (m >> l) & 1 else D[l]
 
 
+cdef inline void count_issue(CuThread* T, int op, int active) noexcept nogil:
+    """One instruction issued: the chunk's counts and the dispatch's counter of `op`.
+    (Lanes per opcode are counted for memory instructions only, by their branch of
+    run_wave: one more store per ALU instruction cost saxpy 15 %.)"""
+    T.inst += 1
+    T.lane += active
+    T.op_inst[op] += 1
+
+
 cdef uint8_t* translate_miss(CuThread* T, uint64_t addr, int access, TlbEntry* e,
                             CuFault* f) noexcept nogil:
     """TLB miss: walk the page table under its shared lock and refill the entry."""
     cdef uint64_t page = addr >> PAGE_SHIFT
     cdef CuShared* sh = T.sh
+    T.tlb_misses += 1
     sh.lock.lock_shared()
     it = sh.ptes.find(page)
     if it == sh.ptes.end():
@@ -558,6 +574,7 @@ cdef inline uint8_t* translate(CuThread* T, uint64_t addr, int access,
     # Fibonacci hashing: buffers mapped at large power-of-two VA steps must not share
     # one slot (a + b -> c would refill it on every lane).
     cdef TlbEntry* e = &T.tlb[(page * <uint64_t>0x9E3779B97F4A7C15ULL) >> (64 - TLB_BITS)]
+    T.tlb_lookups += 1
     if e.page != page:
         return translate_miss(T, addr, access, e, f)
     if not (e.flags & access_flag(access)):
@@ -930,6 +947,7 @@ cdef const DInst* fetch(CuThread* T, int64_t pc, CuFault* f) noexcept nogil:
             (pc < 0 and <uint64_t>(-pc) > sh.code_va):
         f.code, f.va, f.access = CU_UNMAPPED, va, ACCESS_EXEC
         return NULL
+    T.walks += 1
     sh.lock.lock_shared()
     it = sh.ptes.find(va >> PAGE_SHIFT)
     if it == sh.ptes.end():
@@ -1181,6 +1199,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     op == OP_GLOBAL_ATOMIC_ADD_U64 or op == OP_GLOBAL_ATOMIC_ADD_F64:
                 if m and wide_mem(T, s, v, w, d, f):
                     return f.code
+                T.op_lane[op] += active
             else:
                 wide_alu(T, s, v, w, d)
         elif op == OP_DS_BPERMUTE_B32 or op == OP_DS_PERMUTE_B32:
@@ -1188,9 +1207,11 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
         elif op >= OP_GLOBAL_LOAD_DWORD:
             if m and global_mem(T, s, v, w, d, f):
                 return f.code
+            T.op_lane[op] += active
         elif op >= OP_DS_MIN_I32:
             if m and lds_mem(T, v, w, d, f):
                 return f.code
+            T.op_lane[op] += active
         elif op == OP_V_READFIRSTLANE_B32:
             swrite(s, w, d.dst, v[(d.src0 - OPR_VGPR) * CU_WAVE + (cu_ctz(m) if m else 0)])
         elif op == OP_V_READLANE_B32:
@@ -1293,14 +1314,12 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
         else:                                           # SOPP
             if op == OP_S_ENDPGM:
                 w.state = W_DONE
-                T.inst += 1
-                T.lane += active
+                count_issue(T, op, active)
                 return CU_DONE
             if op == OP_S_BARRIER:
                 w.state = W_BARRIER
                 w.pc += 8
-                T.inst += 1
-                T.lane += active
+                count_issue(T, op, active)
                 return CU_BARRIER
             if op == OP_S_TRAP:
                 f.code, f.access, f.trap_code = CU_TRAP, -1, d.imm
@@ -1324,16 +1343,14 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     if d.imm & 7:
                         f.code, f.access = CU_ILLEGAL, -1
                         return CU_ILLEGAL
-                    T.inst += 1
-                    T.lane += active
+                    count_issue(T, op, active)
                     w.pc += 8 + <int64_t><int32_t>d.imm
                     # A lower workgroup faulted: this one is not part of the result, and
                     # it may loop forever.
                     if sh.fault_wg.load() < T.cur_wg:
                         return CU_CANCELLED
                     continue
-        T.inst += 1
-        T.lane += active
+        count_issue(T, op, active)
         w.pc += 8
 
 
@@ -1350,6 +1367,7 @@ cdef int run_workgroup(CuThread* T, uint64_t index, CuFault* f) noexcept nogil:
     xyz[1] = (index // sh.gx) % sh.gy
     xyz[2] = index // (<uint64_t>sh.gx * sh.gy)
     T.cur_wg = index
+    T.waves_run += sh.nwaves
     if sh.lds_bytes:
         memset(T.lds, 0, sh.lds_bytes)
     for wi in range(sh.nwaves):
@@ -1594,20 +1612,21 @@ cdef class ComputeEngine:
                 if status != "fault" or threads[i].log[j].start <= fault_wg:
                     inst += threads[i].log[j].inst
                     lane += threads[i].log[j].lane
+        counters = self._counters(sh, threads)
         if pick == NULL:
             for i in range(threads.size()):
                 if threads[i].has_last:
                     T = &threads[i]
                     r = _cu_py.ComputeResult("ok", None, None, T.last_pc, instructions=inst,
-                                             lane_instructions=lane)
+                                             lane_instructions=lane, counters=counters)
                     return self._wave_state(r, sh, T, sh.total - 1, T.last_wave)
             return _cu_py.ComputeResult("ok", None, None, 0, instructions=inst,
-                                        lane_instructions=lane)
+                                        lane_instructions=lane, counters=counters)
         T = pick
         w = &T.waves[T.stop_wave]
         if status == "aborted":
             r = _cu_py.ComputeResult("aborted", None, None, w.pc, instructions=inst,
-                                     lane_instructions=lane)
+                                     lane_instructions=lane, counters=counters)
         else:
             f = T.fault
             gpu_fault = None
@@ -1617,8 +1636,34 @@ cdef class ComputeEngine:
                                      FAULT_REASONS[f.code - CU_UNMAPPED])
             r = _cu_py.ComputeResult("fault", _CU_REASONS[f.code], gpu_fault, w.pc,
                                      instructions=inst, lane_instructions=lane,
-                                     trap_code=f.trap_code)
+                                     trap_code=f.trap_code, counters=counters)
         return self._wave_state(r, sh, T, T.stop_wg, T.stop_wave)
+
+    cdef dict _counters(self, CuShared* sh, vector[CuThread]& threads):
+        """The dispatch's performance counters (kmd/hw/compute.py dispatch_counters),
+        from the per-thread tallies: the work the units did, cancelled work included."""
+        cdef uint64_t inst, lane, lookups = 0, misses = 0, walks = 0, waves = 0, lanes = 0
+        cdef size_t i, j
+        cdef int op
+        ops = {}
+        for op in range(256):
+            inst = lane = 0
+            for i in range(threads.size()):
+                inst += threads[i].op_inst[op]
+                lane += threads[i].op_lane[op]
+            if inst:
+                ops[op] = (inst, lane)
+        for i in range(threads.size()):
+            lookups += threads[i].tlb_lookups
+            misses += threads[i].tlb_misses
+            walks += threads[i].walks
+            waves += threads[i].waves_run
+            for j in range(threads[i].log.size()):
+                lanes += threads[i].log[j].lane
+        window_pages = _cu_py.pages_spanned(sh.code_va, sh.win_bytes)
+        return _cu_py.dispatch_counters(ops, waves=waves, lane_instructions=lanes,
+                                        tlb_hits=lookups - misses, tlb_misses=misses,
+                                        walks=walks + misses + window_pages)
 
     @cython.cdivision(True)
     cdef _wave_state(self, r, CuShared* sh, CuThread* T, uint64_t index, int wi):
