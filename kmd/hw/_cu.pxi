@@ -83,6 +83,8 @@ cdef enum Kind:
     K_GADDR
     K_SBASE
     K_SBASE2
+    K_VSRC2
+    K_VDST2_OFF
 
 cdef enum Fmt:
     F_NONE = 0
@@ -118,6 +120,7 @@ cdef enum WaveState:
 cdef struct OpDesc:
     uint8_t fmt
     uint8_t uses_imm
+    uint8_t wide        # a 64-bit operation (_cu_wide.pxi)
     uint8_t kind[4]     # dst, src0, src1, src2 (MEM: dst, addr, base, data)
 
 cdef OpDesc _cu_ops[256]
@@ -213,8 +216,10 @@ cdef inline bint kind_ok(int kind, int c) noexcept nogil:
         return c <= OPR_SCC or c == OPR_LIT
     if kind == K_VDST or kind == K_VREG or kind == K_VREG2 or kind == K_GADDR:
         return c >= OPR_VGPR
-    if kind == K_VDST_OFF:
+    if kind == K_VDST_OFF or kind == K_VDST2_OFF:
         return c >= OPR_VGPR or c == OPR_OFF
+    if kind == K_VSRC2:
+        return c < CU_MAX_SGPRS or c >= OPR_VGPR
     if kind == K_VSRC:
         return c <= OPR_SCC or c >= OPR_LIT
     if kind == K_SBASE:
@@ -226,7 +231,7 @@ cdef inline int kind_width(int kind) noexcept nogil:
     if kind == K_SDST4:
         return 4
     if kind == K_SDST2 or kind == K_SSRC2 or kind == K_SBASE2 or kind == K_SBASE \
-            or kind == K_VREG2:
+            or kind == K_VREG2 or kind == K_VSRC2 or kind == K_VDST2_OFF:
         return 2
     return 1
 
@@ -304,7 +309,8 @@ def _cu_fill_op_table():
              _isa.K_SSRC: K_SSRC, _isa.K_SSRC2: K_SSRC2, _isa.K_SMASK: K_SMASK,
              _isa.K_VDST: K_VDST, _isa.K_VDST_OFF: K_VDST_OFF, _isa.K_VSRC: K_VSRC,
              _isa.K_VREG: K_VREG, _isa.K_VREG2: K_VREG2, _isa.K_GADDR: K_GADDR,
-             _isa.K_SBASE: K_SBASE, _isa.K_SBASE2: K_SBASE2}
+             _isa.K_SBASE: K_SBASE, _isa.K_SBASE2: K_SBASE2, _isa.K_VSRC2: K_VSRC2,
+             _isa.K_VDST2_OFF: K_VDST2_OFF}
     cdef OpDesc* d
     slot = {"dst": 0, "src0": 1, "src1": 2, "src2": 3}
     memset(_cu_ops, 0, sizeof(_cu_ops))
@@ -314,6 +320,7 @@ def _cu_fill_op_table():
         for attr, kind in _isa.operand_fields(info).items():
             d.kind[slot[attr]] = kinds[kind]
         d.uses_imm = any(f == _isa.FIELD_IMM for f, _ in info.operands)
+        d.wide = info.code in _isa.WIDE_CODES
 
 
 _cu_fill_op_table()
@@ -471,6 +478,9 @@ cdef inline bint cu_compare(int c, int t, uint32_t a, uint32_t b) noexcept nogil
     if c == 4:
         return x > y
     return x >= y
+
+
+include "_cu_wide.pxi"
 
 
 # -- the engine ---------------------------------------------------------------------------------
@@ -1026,6 +1036,13 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     carry = (wide >> 32) != 0
                 mask |= carry << l
             w.vcc = mask
+        elif _cu_ops[op].wide:
+            if op == OP_GLOBAL_LOAD_DWORDX2 or op == OP_GLOBAL_STORE_DWORDX2 or \
+                    op == OP_GLOBAL_ATOMIC_ADD_U64 or op == OP_GLOBAL_ATOMIC_ADD_F64:
+                if m and wide_mem(T, s, v, w, d, f):
+                    return f.code
+            else:
+                wide_alu(T, s, v, w, d)
         elif op == OP_DS_BPERMUTE_B32 or op == OP_DS_PERMUTE_B32:
             lane_permute(v, d, m)
         elif op >= OP_GLOBAL_LOAD_DWORD:

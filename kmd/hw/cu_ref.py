@@ -11,6 +11,7 @@ import struct
 import time
 
 from kmd.hw import compute as C
+from kmd.hw import wide_ref
 from kmd.hw.ih import InterruptRing
 from kmd.hw.mmu import PTE_EXEC, GpuFault
 from vgpu import isa as I
@@ -86,7 +87,7 @@ class ComputeEngine:
         return result
 
 
-class _Dispatch:
+class _Dispatch(wide_ref.WideOps):
     def __init__(self, engine, pt, code_va, sgprs, vgprs, lds_bytes, block, user_data):
         self.engine, self.pt, self.code_va = engine, pt, code_va
         self.sgprs, self.vgprs, self.lds_bytes = sgprs, vgprs, lds_bytes
@@ -678,5 +679,6 @@ def _install_memory_ops() -> None:
 
 
 _install_memory_ops()
+wide_ref.install(_Dispatch)
 
 __all__ = ["ComputeEngine", "InterruptRing"]

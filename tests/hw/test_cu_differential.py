@@ -48,6 +48,15 @@ def test_random_program(seed):
     assert r.status == "ok"
 
 
+@pytest.mark.parametrize("seed", range(160))
+def test_random_wide_program(seed):
+    """Programs that mix the 64-bit operations (docs/isa.md 4.8) into the 32-bit ones."""
+    prog = random_program(seed, wide=True)
+    assert "64" in prog.text
+    r = same(lambda rig: rig.run_program(prog))
+    assert r.status == "ok"
+
+
 # -- sample kernels ----------------------------------------------------------------------------
 def sample(name):
     return assemble((SAMPLES / f"{name}.s").read_text(), f"{name}.s")
@@ -120,6 +129,9 @@ FAULT_BODIES = {
     "permission_atomic": f"s_mov_b32 s20, {KARG_VA}\n s_mov_b32 s21, 0\n v_mov_b32 v4, 0\n"
                          "global_atomic_add_u32 v5, v4, v0, s[20:21]",
     "misaligned_global": "v_mov_b32 v4, 2\n global_load_dword v5, v4, s[2:3]",
+    "misaligned_dwordx2": "v_mov_b32 v4, 4\n global_load_dwordx2 v[5:6], v4, s[2:3]",
+    "unmapped_store_dwordx2": "v_mov_b32 v4, 0\n v_mov_b32 v5, 0x7000\n "
+                              "global_store_dwordx2 v[4:5], v[4:5], off",
     "misaligned_scalar": "s_load_dword s20, s[2:3], 2",
     "unmapped_scalar": "s_mov_b32 s20, 0\n s_mov_b32 s21, 0x7000\n s_load_dwordx4 s[20:23], s[20:21]",
     "misaligned_lds": "v_mov_b32 v4, 2\n ds_read_b32 v5, v4",

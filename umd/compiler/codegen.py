@@ -23,6 +23,8 @@ import dataclasses
 from umd.types import PtrType, f32, i32, u32
 
 from . import ir
+from .codegen_wide import Raw as _Raw
+from .codegen_wide import WideCodeGen, is_wide
 from .errors import KernelCompileError
 from .regalloc import SCRATCH_S
 from .uniformity import has_divergent_return
@@ -60,7 +62,7 @@ class _Ctx:
     depth: int = 0                # under_vector at a region's start
 
 
-class CodeGen:
+class CodeGen(WideCodeGen):
     def __init__(self, fn: ir.Function, sgpr_top: int) -> None:
         self.fn = fn
         self.out: list[str] = []
@@ -113,6 +115,8 @@ class CodeGen:
         if isinstance(x, ir.Var):
             if isinstance(x.type, PtrType):
                 return f"s[{x.reg}:{x.reg + 1}]"
+            if x.type.wide:
+                return f"v[{x.reg}:{x.reg + 1}]"
             return f"{x.cls}{x.reg}"
         bits = x.bits()
         if x.type == f32:
@@ -157,6 +161,10 @@ class CodeGen:
                 continue
             if isinstance(a.type, PtrType):
                 self.ins(f"s_load_dwordx2 {self.reg(a)}, s[0:1], {a.arg.offset}")
+            elif a.type.wide:
+                self.ins(f"s_load_dwordx2 s[2:3], s[0:1], {a.arg.offset}")
+                self.ins(f"v_mov_b32 v{a.reg}, s2")
+                self.ins(f"v_mov_b32 v{a.reg + 1}, s3")
             elif a.cls == "s":
                 self.ins(f"s_load_dword {self.reg(a)}, s[0:1], {a.arg.offset}")
             else:
@@ -213,6 +221,9 @@ class CodeGen:
     def compare(self, st, dst_mask: str | None) -> None:
         """Emit a compare: into SCC (dst_mask None and scalar) or into a lane mask."""
         t = st.args[0].type
+        if t.wide:
+            assert dst_mask is not None, "a 64-bit compare is a vector value"
+            return self.wide_compare(st, dst_mask)
         if dst_mask is None:
             self.op(f"s_cmp_{st.op}_{_sfx(t)}", None, *st.args)
         else:
@@ -422,6 +433,8 @@ class CodeGen:
             return self.select(st)
         if op in ir.WAVE or op in ir.BITS:
             return self.wave_op(st)
+        if op not in ir.COMPARE and (is_wide(d) or any(is_wide(x) for x in a)):
+            return self.wide_inst(st)
         dst = self.reg(d)
         scalar = d.cls == "s"
         t = d.type
@@ -489,8 +502,12 @@ class CodeGen:
             self.op("v_cmp_ne_u32", "vcc", ir.Const(0, u32), a[0])
             return self.ins(f"v_mov_b32 {dst}, vcc")
         if op == "shfl":
-            address, value = self.to_vgpr(a[0], "v3"), self.to_vgpr(a[1], "v4")
-            return self.ins(f"ds_bpermute_b32 {dst}, {address}, {value}")
+            address = self.to_vgpr(a[0], "v3")
+            if is_wide(st.dst):                 # a 64-bit value moves as its two halves
+                for k, half in enumerate(self.halves(a[1])):
+                    self.ins(f"ds_bpermute_b32 v{st.dst.reg + k}, {address}, {self.to_vgpr(half, 'v4')}")
+                return None
+            return self.ins(f"ds_bpermute_b32 {dst}, {address}, {self.to_vgpr(a[1], 'v4')}")
         if op == "popc":
             return self.op("v_bcnt_u32_b32", dst, a[0], ir.Const(0, u32))
         if op == "brev":
@@ -504,6 +521,8 @@ class CodeGen:
     def select(self, st: ir.Inst, fused=None) -> None:
         """dst = cond ? a : b: s_cselect_b32 on SCC, or v_cndmask_b32 on VCC."""
         cond, a, b = st.args
+        if is_wide(st.dst):
+            return self.wide_select(st, fused)
         dst = self.reg(st.dst)
         if st.dst.cls == "s":
             self.scalar_cond(cond, fused)
@@ -513,13 +532,16 @@ class CodeGen:
 
     def memory(self, st: ir.Inst) -> None:
         arr, idx = st.array, st.args[0]
-        if isinstance(idx, ir.Const):
-            self.ins(f"v_mov_b32 v3, {(idx.bits() * 4) & 0xFFFFFFFF}")
-        else:
-            self.ins(f"v_lshl_b32 v3, {self.reg(idx)}, 2")
         lds = isinstance(arr, ir.SharedArray)
         elem = arr.elem if lds else arr.type.elem
+        size = elem.itemsize
+        if isinstance(idx, ir.Const):
+            self.ins(f"v_mov_b32 v3, {(idx.bits() * size) & 0xFFFFFFFF}")
+        else:
+            self.ins(f"v_lshl_b32 v3, {self.reg(idx)}, {size.bit_length() - 1}")
         tail = f"{arr.offset}" if lds else f"{self.reg(arr)}, 0"
+        if elem.wide:
+            return self.wide_memory(st, arr, lds, tail)
         if st.op == "load":
             op = "ds_read_b32" if lds else "global_load_dword"
             self.ins(f"{op} {self.reg(st.dst)}, v3, {tail}")
@@ -553,12 +575,6 @@ class CodeGen:
         else:
             self.ins(f"global_atomic_{kind}_{sfx} {dst}, v3, {data}, {tail}")
 
-
-class _Raw:
-    """An operand spelled as is (vcc)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
 
 
 def _own(block):

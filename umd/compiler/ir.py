@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-from umd.types import PtrType, ScalarType, bool_, f32, i32, u32
+from umd.types import PtrType, ScalarType, bool_, f32, f64, i32, i64, u32, u64
 
 # Operations.  Pure ones may be folded or deleted when their result is unused.
 BINARY = {"add", "sub", "mul", "div", "idiv", "rem", "and", "or", "xor", "shl", "shr",
@@ -55,17 +55,24 @@ class Var:
 
 @dataclasses.dataclass(frozen=True)
 class Const:
+    """A constant of `type`. A Python float literal is f32 (`value` rounded to binary32)
+    and keeps its double in `exact`, which it takes when an f64 operand promotes it."""
+
     value: int | float | bool
     type: ScalarType
+    exact: float | None = dataclasses.field(default=None, compare=False)
 
     def bits(self) -> int:
+        """The register bits: 32, or 64 for a 64-bit type."""
         if self.type == f32:
             return struct.unpack("<I", struct.pack("<f", float(self.value)))[0]
-        return int(self.value) & 0xFFFFFFFF
+        if self.type == f64:
+            return struct.unpack("<Q", struct.pack("<d", float(self.value)))[0]
+        return int(self.value) & (0xFFFFFFFFFFFFFFFF if self.type.wide else 0xFFFFFFFF)
 
     def __repr__(self) -> str:
-        if self.type == f32:
-            return f"{float(self.value)!r}"
+        if self.type.is_float:
+            return f"{float(self.value)!r}" + ("" if self.type == f32 else ":f64")
         return f"{int(self.value)}:{self.type.kind}"
 
 
@@ -107,9 +114,23 @@ def wrap32(value: int, t: ScalarType) -> int:
     return value
 
 
+def wrap64(value: int, t: ScalarType) -> int:
+    """``value`` as a register pair holds it: two's complement for i64, modulo 2^64 for u64."""
+    value &= 0xFFFFFFFFFFFFFFFF
+    if t == i64 and value >> 63:
+        value -= 1 << 64
+    return value
+
+
+def width(t) -> int:
+    """Registers a value of type ``t`` takes: 2 for pointers and 64-bit types."""
+    return 2 if isinstance(t, PtrType) or t.wide else 1
+
+
 def to_f32(value: float) -> float:
     """``value`` rounded to binary32 (round to nearest even), as a Python float."""
-    return float(np.float32(value))
+    with np.errstate(over="ignore"):        # past FLT_MAX: inf, as the hardware rounds
+        return float(np.float32(value))
 
 
 def const(value, t: ScalarType) -> Const:
@@ -118,9 +139,18 @@ def const(value, t: ScalarType) -> Const:
     literals with it and the optimiser the results it folds, so both agree bit for bit."""
     if t == f32:
         return Const(to_f32(float(value)), f32)
+    if t == f64:
+        return Const(float(value), f64)
     if t == bool_:
         return Const(int(bool(value)), bool_)
+    if t.wide:
+        return Const(wrap64(int(value), t), t)
     return Const(wrap32(int(value), t), t)
+
+
+def float_literal(value: float) -> Const:
+    """A Python float in kernel code: f32, remembering its double (see Const)."""
+    return Const(to_f32(value), f32, exact=float(value))
 
 
 @dataclasses.dataclass
@@ -128,10 +158,10 @@ class ArgSpec:
     """One entry of the kernarg segment (the contract with umd.launch)."""
 
     name: str
-    kind: str                     # 'i32' | 'u32' | 'f32' | 'ptr'
+    kind: str                     # 'i32' | 'u32' | 'f32' | 'i64' | 'u64' | 'f64' | 'ptr'
     offset: int
     size: int
-    dtype: str = ""               # ptr: the element type ('f32', 'i32', 'u32'); '' = unchecked
+    dtype: str = ""               # ptr: the element type ('f32', 'i32', 'u64'...); '' = unchecked
     ndim: int = 0                 # ptr: 1-3 for T[:], T[:, :], T[:, :, :]; 0 for Ptr[T] (any, flat)
 
 
@@ -285,4 +315,4 @@ def format_function(fn: Function) -> str:
 
 __all__ = ["Var", "Const", "Special", "SharedArray", "ArgSpec", "Inst", "If", "Loop",
            "Break", "Continue", "Return", "Region", "Exit", "Function", "walk", "format_function",
-           "bool_", "f32", "i32", "u32"]
+           "bool_", "f32", "i32", "u32", "f64", "i64", "u64", "width", "float_literal"]
