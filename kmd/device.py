@@ -14,7 +14,8 @@ import time
 
 from vgpu import uapi
 
-from . import ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, hw, info as _info
+from . import ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, fdinfo as _fdinfo, hw
+from . import info as _info
 from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _sysfs
 from .drm_file import DrmFile
 from .errors import KmdError
@@ -483,11 +484,20 @@ class Device:
     # -- clocks and views ----------------------------------------------------
     def gpu_timestamp(self) -> int:
         """The device clock in nanoseconds since the device came up."""
-        return int((time.monotonic() - self._t0) * 1e9)
+        return self.device_ns(time.monotonic())
+
+    def device_ns(self, t: float) -> int:
+        """A time.monotonic() instant on the device clock (gpu_timestamp)."""
+        return int((t - self._t0) * 1e9)
 
     def sysfs_files(self) -> dict:
         """MOUNT/sys/class/drm/card0/device/*: name -> callable returning the text."""
         return _sysfs.files(self)
+
+    def client_files(self) -> dict:
+        """MOUNT/proc/<pid>/fdinfo/<client-id>: each DRM file's usage (kmd/fdinfo.py),
+        an OwnedText its client's uid may read."""
+        return _fdinfo.files(self)
 
     def debugfs_files(self) -> dict:
         """MOUNT/sys/kernel/debug/dri/0/*: name -> callable returning the text, or a

@@ -13,7 +13,9 @@ import errno
 import threading
 import time
 
-from . import hw, userptr
+from vgpu import uapi
+
+from . import hw, perf, userptr
 from .fence import Fence
 from .job import Job
 from .sched import RingScheduler
@@ -40,6 +42,8 @@ class Ring:
         self.running: Job | None = None
         self.busy_time = 0.0
         self.jobs_done = 0
+        self.kind = "sdma" if ip_type == uapi.AMDGPU_HW_IP_DMA else "compute"
+        self.perf = perf.RingPerf(self.kind)   # counters, busy window, job records
         self.history: collections.deque = collections.deque(maxlen=256)  # (job id, ctx id), run order
         self._cv = threading.Condition()
         self._stop = False
@@ -51,6 +55,8 @@ class Ring:
 
     # -- submission (called under the device lock) ---------------------------
     def submit(self, job: Job) -> int:
+        job.file.usage.submitted()
+        self.perf.submitted()
         self.emitted_seq += 1
         job.fence = Fence(self.name, self.emitted_seq)
         self.fences[job.fence.seq] = job.fence
@@ -108,6 +114,7 @@ class Ring:
                 self.hw_pending[job.hw_seq] = job
                 self.history.append((job.id, job.ctx.id))
             self._run(job)
+            self._account(job)
             with self._cv:
                 self.running = None
                 self._deadline = None
@@ -132,17 +139,33 @@ class Ring:
         try:
             for va, size_dw in job.ibs:
                 job.result = self.engine.run(job.file.vm.page_table, va, size_dw, job.ctx.id, self.ring_id)
+                perf.add(job.counters, perf.ib_counters(self.kind, job.result))
                 if job.result.status != "ok":
                     break
         except Exception as e:  # an engine bug must not kill the ring
             job.error = errno.EIO
             self.dev.kmsg.log(f"ring {self.name}: engine error {e!r} in job {job.id}")
         finally:
-            self.busy_time += time.monotonic() - job.started_at
+            job.ended_at = time.monotonic()
+            self.busy_time += job.ended_at - job.started_at
             self.jobs_done += 1
             userptr.end_job(self.dev, job)  # write back what it changed, before the fence
         if job.result is not None and job.result.status != "ok":
             self.dev.job_failed(self, job)
+
+    def _account(self, job: Job) -> None:
+        """The job's counters into the ring's and its file's, before its fence signals
+        (so a client that waited for the fence finds its record)."""
+        if job.result is not None and job.result.status != "ok":
+            status = job.result.status                      # 'fault' or 'aborted'
+        else:
+            status = errno.errorcode.get(job.error, str(job.error)) if job.error else "ok"
+        self.perf.job_done(job, job.started_at, job.ended_at or time.monotonic(), status)
+
+    def running_since(self) -> float | None:
+        """When the job in progress started, or None when idle."""
+        run = self.running
+        return run.started_at if run is not None else None
 
     def _watch(self) -> None:
         """The TDR watchdog (drm_sched_job_timedout): abort a job past its deadline."""
@@ -186,4 +209,4 @@ class Ring:
                  f"busy time:    {self.busy_time:.6f} s",
                  f"timeout:      {self.dev.timeout:g} s",
                  *entities]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + perf.describe(self.perf, self.running_since())) + "\n"

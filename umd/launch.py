@@ -30,7 +30,7 @@ import numpy as np
 
 import libvgpu
 
-from . import debug
+from . import debug, profiler
 from .compiler import ArgSpec, CompiledKernel
 from .debug import DebugFlag
 from .errors import ArgumentTypeError, LaunchError
@@ -232,7 +232,8 @@ def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
     kernarg, bos = pack_args(compiled, grid, block, args)
     debug.log(DebugFlag.API, f"launch {compiled.name} grid={grid} block={block} stream={s.name} "
                              f"kernargs={kernarg.hex()}")
-    s.dispatch(loaded, grid, block, kernarg, f"DISPATCH {compiled.name} {grid}x{block}", bos, compiled)
+    profiler.launch_alone(s, compiled.name, grid, block, lambda: s.dispatch(
+        loaded, grid, block, kernarg, f"DISPATCH {compiled.name} {grid}x{block}", bos, compiled))
     for dev, host in back:               # waits for the kernel, as Numba's copy back does
         if host.flags.c_contiguous:
             dev.copy_to_host(out=host, stream=s)

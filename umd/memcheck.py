@@ -327,12 +327,17 @@ def _shared_access(lds_bytes: int, inst, wave):
 
 
 def _argument_of(compiled, base_reg: int) -> str | None:
-    """The kernel argument held in SGPR pair ``base_reg`` (the prologue's s_load_dwordx2
-    of its kernarg offset)."""
+    """The kernel argument held in SGPR pair ``base_reg`` (the prologue's s_load_dword*
+    of the kernarg segment: one load may fill several adjacent arguments)."""
     if base_reg == isa.OPR_OFF:
         return None
-    offsets = {int(m.group(1)): int(m.group(2)) for m in re.finditer(
-        r"s_load_dwordx2 s\[(\d+):\d+\], s\[0:1\], (\d+)", getattr(compiled, "asm_text", "") or "")}
+    offsets = {}
+    for m in re.finditer(r"s_load_dword(?:x\d)? s(?:\[(\d+):(\d+)\]|(\d+)), s\[0:1\], (\d+)",
+                         getattr(compiled, "asm_text", "") or ""):
+        first = int(m.group(1) or m.group(3))
+        last = int(m.group(2) or m.group(3))
+        for reg in range(first, last + 1):
+            offsets[reg] = int(m.group(4)) + 4 * (reg - first)
     off = offsets.get(base_reg)
     return next((a.name for a in compiled.args if a.offset == off and a.kind == "ptr"), None)
 

@@ -28,15 +28,18 @@ from __future__ import annotations
 from typing import Callable, Protocol, Tuple, Union, runtime_checkable
 
 from kmd.errors import KmdError
+from kmd.fdinfo import OwnedText
 from kmd.ioctl import PendingReply, Reply
 
 __all__ = ["KmdError", "PendingReply", "Reply", "KernelLog", "BufferObject", "PrimeExport", "SyncExport",
-           "KmdDevice", "ProviderEntry"]
+           "KmdDevice", "ProviderEntry", "OwnedText"]
 
 #: A generated file in a provider's answer: ``read()`` -> its text, taken once per
 #: open(); or ``(read, write)`` for a writable entry, ``write(data: bytes)`` run in
 #: a worker thread (it may wait for engines; a KmdError fails the write()).
-ProviderEntry = Union[Callable[[], str], Tuple[Callable[[], str], Callable[[bytes], object]]]
+#: An ``OwnedText(read, uid)`` is a file only ``uid`` (and root) may read, mode 0400
+#: (a client's fdinfo); a nested dict is a directory of entries.
+ProviderEntry = Union[Callable[[], str], Tuple[Callable[[], str], Callable[[bytes], object]], OwnedText]
 
 
 @runtime_checkable
@@ -150,6 +153,11 @@ class KmdDevice(Protocol):
     def sysfs_files(self) -> dict[str, ProviderEntry]:
         """The entries of sys/class/drm/card0/device/, asked at each lookup and
         listing. The read functions run on the loop: they must not wait."""
+
+    def client_files(self) -> dict[str, dict]:
+        """The tree of proc/: {pid: {"fdinfo": {client id: OwnedText}}}, one file per
+        open DRM file (docs/observability.md); asked at each lookup and listing, the
+        read functions run on the loop and do not wait."""
 
     def debugfs_files(self) -> dict[str, ProviderEntry]:
         """The entries of sys/kernel/debug/dri/0/, as sysfs_files()."""

@@ -173,6 +173,10 @@ class Inst:
     line: int
     array: Var | SharedArray | None = None   # load/store/atomic
     kind: str = ""                            # atomic: add/max/cas
+    # load/store/atomic after address lowering (compiler/addressing.py): args[0] is the
+    # byte offset (index * 4) instead of the element index, plus `offset` bytes (LDS only)
+    scaled: bool = False
+    offset: int = 0
 
     def uses(self) -> list[Var]:
         out = [a for a in self.args if isinstance(a, Var)]
@@ -263,6 +267,40 @@ def walk(block: list):
             yield from walk(st.body)
 
 
+def def_counts(block: list) -> dict:
+    """How many instructions assign each Var in ``block`` (nested blocks included)."""
+    counts: dict = {}
+    for st in walk(block):
+        if isinstance(st, Inst) and st.dst is not None:
+            counts[st.dst] = counts.get(st.dst, 0) + 1
+    return counts
+
+
+def stable_vars(fn: Function) -> set:
+    """Vars that hold one value from their definition on, wherever they are read: the
+    kernel arguments the body never assigns, temporaries assigned once, and locals
+    assigned once at the top level of the body (outside every branch and loop).  The
+    optimisations that reuse or move a computation (cse.py, licm.py) rely on this."""
+    counts = def_counts(fn.body)
+    top = {st.dst for st in fn.body if isinstance(st, Inst) and st.dst is not None}
+    out = {a for a in fn.args if counts.get(a, 0) == 0}
+    for v, n in counts.items():
+        if n == 1 and v.arg is None and (not v.local or v in top):
+            out.add(v)
+    return out
+
+
+def next_var_id(fn: Function) -> int:
+    """An id above every Var's in ``fn`` (for the Vars a pass creates)."""
+    ids = [a.id for a in fn.args]
+    for st in walk(fn.body):
+        if isinstance(st, Inst):
+            ids.extend(v.id for v in st.uses())
+            if st.dst is not None:
+                ids.append(st.dst.id)
+    return max(ids, default=0) + 1
+
+
 def format_function(fn: Function) -> str:
     """The IR as text (the `shaders` debug dump)."""
     lines = [f"kernel {fn.name}(" + ", ".join(
@@ -284,6 +322,8 @@ def format_function(fn: Function) -> str:
             if isinstance(st, Inst):
                 lhs = f"{var(st.dst)} = " if st.dst is not None else ""
                 extra = f"{st.array!r}, " if st.array is not None else ""
+                if st.scaled:
+                    extra += f"bytes+{st.offset} " if st.offset else "bytes "
                 op = st.op + (f".{st.kind}" if st.kind else "")
                 lines.append(f"{pad}{lhs}{op} {extra}" + ", ".join(var(a) for a in st.args)
                              + f"    ; line {st.line}")
@@ -314,5 +354,6 @@ def format_function(fn: Function) -> str:
 
 
 __all__ = ["Var", "Const", "Special", "SharedArray", "ArgSpec", "Inst", "If", "Loop",
-           "Break", "Continue", "Return", "Region", "Exit", "Function", "walk", "format_function",
+           "Break", "Continue", "Return", "Region", "Exit", "Function", "walk", "def_counts",
+           "stable_vars", "next_var_id", "format_function",
            "bool_", "f32", "i32", "u32", "f64", "i64", "u64", "width", "float_literal"]

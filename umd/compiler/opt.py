@@ -200,14 +200,58 @@ def optimize(fn: ir.Function) -> None:
             break
 
 
+def coalesce_moves(fn: ir.Function) -> bool:
+    """`t = op ...; v = mov t` with t a temporary read only there becomes `v = op ...`
+    (`acc += x` is one instruction instead of an add and a copy).  The two are adjacent,
+    so nothing reads v in between."""
+    counts = ir.def_counts(fn.body)
+    uses: dict = {}
+    for st in ir.walk(fn.body):
+        refs = st.uses() if isinstance(st, ir.Inst) else (
+            [st.cond] if isinstance(st, (ir.If, ir.Loop)) else [])
+        for r in refs:
+            if isinstance(r, ir.Var):
+                uses[r] = uses.get(r, 0) + 1
+    changed = False
+
+    def visit(block):
+        nonlocal changed
+        out = []
+        for st in block:
+            prev = out[-1] if out else None
+            if isinstance(st, ir.Inst) and st.op == "mov" and isinstance(st.args[0], ir.Var) \
+                    and isinstance(prev, ir.Inst) and prev.dst is st.args[0] \
+                    and prev.op in ir.PURE and not prev.dst.local and prev.dst.arg is None \
+                    and counts.get(prev.dst) == 1 and uses.get(prev.dst) == 1 \
+                    and prev.dst.type == st.dst.type and st.dst.arg is None:
+                prev.dst = st.dst
+                changed = True
+                continue
+            if isinstance(st, ir.If):
+                visit(st.then)
+                visit(st.else_)
+            elif isinstance(st, ir.Loop):
+                visit(st.header)
+                visit(st.body)
+                visit(st.latch)
+            elif isinstance(st, ir.Region):
+                visit(st.body)
+            out.append(st)
+        block[:] = out
+
+    visit(fn.body)
+    return changed
+
+
 def _subst(x, consts):
     return consts.get(x, x) if isinstance(x, ir.Var) else x
 
 
 def propagate_constants(fn: ir.Function) -> bool:
-    """Fold instructions on constants; a local assigned once, at the top level, a
-    constant (or a hardware id such as thread_idx.x: copy propagation) is that value
-    everywhere (a top-level definition precedes every use)."""
+    """Fold instructions on constants; a local assigned once, at the top level, or a
+    temporary assigned once anywhere, to a constant (or a hardware id such as
+    thread_idx.x: copy propagation) is that value everywhere (its definition precedes
+    every use)."""
     defs: dict[ir.Var, int] = {}
     for st in ir.walk(fn.body):
         if isinstance(st, ir.Inst) and st.dst is not None:
@@ -216,6 +260,13 @@ def propagate_constants(fn: ir.Function) -> bool:
     for st in fn.body:
         if isinstance(st, ir.Inst) and st.op == "mov" and \
                 isinstance(st.args[0], (ir.Const, ir.Special)) \
+                and defs.get(st.dst) == 1 and st.dst.arg is None:
+            consts[st.dst] = st.args[0]
+    # A temporary is read only after its one definition, wherever that is (a local
+    # assigned inside a loop may be read before it on the next iteration).
+    for st in ir.walk(fn.body):
+        if isinstance(st, ir.Inst) and st.op == "mov" and \
+                isinstance(st.args[0], (ir.Const, ir.Special)) and not st.dst.local \
                 and defs.get(st.dst) == 1 and st.dst.arg is None:
             consts[st.dst] = st.args[0]
     changed = False

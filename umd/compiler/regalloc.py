@@ -87,7 +87,10 @@ def live_intervals(fn: ir.Function) -> dict:
 def allocate(fn: ir.Function) -> tuple[int, int]:
     """Set Var.reg for every live variable; returns (highest SGPR, highest VGPR) used."""
     intervals = live_intervals(fn)
-    order = sorted(intervals, key=lambda v: (intervals[v][0], v.id))
+    # Arguments first, in kernarg order: consecutive arguments get consecutive SGPRs,
+    # which the prologue loads with one s_load_dwordx2/x4 (codegen.py).
+    order = sorted(intervals, key=lambda v: (intervals[v][0], v.arg is None,
+                                             v.arg.offset if v.arg is not None else v.id))
     free = {"s": list(ALLOC_S), "v": list(ALLOC_V)}
     active: list = []
     top = {"s": max(SCRATCH_S + (18,)), "v": max(SCRATCH_V)}
