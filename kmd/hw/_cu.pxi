@@ -772,6 +772,49 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
     return 0
 
 
+cdef bint half_waves(CuThread* T, uint32_t* v, const DInst* d, uint32_t limit) noexcept nogil:
+    """A full wave's ds_read/write_b32 where each half-wave (lanes 0-15, 16-31) touches
+    16 consecutive dwords or one dword: a 16-wide block's row or column of a shared
+    tile.  Two copies (or fills) instead of 32 lanes; False, with nothing done, for any
+    other pattern or an address that would fault (the caller's paths then run)."""
+    cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* D
+    cdef uint32_t* lds = <uint32_t*>T.lds
+    cdef uint32_t run = 0, same = 0, x, y, a0, a1, span
+    cdef int l
+    for l in range(CU_WAVE):       # branch-free: the C compiler vectorizes it
+        x = A[l]
+        run |= x ^ (A[l & 16] + 4 * <uint32_t>(l & 15))
+        same |= x ^ A[l & 16]
+    if run and same:
+        return False
+    span = 64 if run == 0 else 4
+    a0, a1 = A[0] + <uint32_t>d.off, A[16] + <uint32_t>d.off
+    if (a0 | a1) & 3 or <uint64_t>a0 + span > limit or <uint64_t>a1 + span > limit:
+        return False
+    a0 >>= 2
+    a1 >>= 2
+    if d.op == OP_DS_READ_B32:
+        D = v + (d.dst - OPR_VGPR) * CU_WAVE
+        if run == 0:
+            memmove(D, &lds[a0], 64)
+            memmove(D + 16, &lds[a1], 64)
+        else:
+            x, y = lds[a0], lds[a1]
+            for l in range(16):
+                D[l] = x
+                D[l + 16] = y
+    else:                   # lanes in order: the upper half, and a half's last lane, win
+        D = v + (d.src2 - OPR_VGPR) * CU_WAVE
+        if run == 0:
+            memmove(&lds[a0], D, 64)
+            memmove(&lds[a1], D + 16, 64)
+        else:
+            lds[a0] = D[15]
+            lds[a1] = D[31]
+    return True
+
+
 cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f) noexcept nogil:
     """ds_* (docs/isa.md 4.5): per lane, misaligned before lds_bounds."""
     cdef int op = d.op, l
@@ -784,6 +827,9 @@ cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f
     cdef uint32_t bad = 0
     cdef int32_t top = <int32_t>((limit - 4) ^ <uint32_t>0x80000000U)
     cdef uint32_t* D
+    if m == <uint32_t>0xFFFFFFFFU and limit >= 64 and \
+            (op == OP_DS_READ_B32 or op == OP_DS_WRITE_B32) and half_waves(T, v, d, limit):
+        return 0
     if m == <uint32_t>0xFFFFFFFFU and limit >= 4 and \
             (op == OP_DS_READ_B32 or op == OP_DS_WRITE_B32):
         # Fast path for a full wave: the addresses checked in one branch-free loop the
@@ -988,14 +1034,29 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 for l in range(CU_WAVE):
                     R[l] = A[l] ^ B[l]
             elif op == OP_V_LSHL_B32:
-                for l in range(CU_WAVE):
-                    R[l] = A[l] << (B[l] & 31)
+                if B == tb:     # a scalar count: one shift for every lane (vectorizes)
+                    x = tb[0] & 31
+                    for l in range(CU_WAVE):
+                        R[l] = A[l] << x
+                else:
+                    for l in range(CU_WAVE):
+                        R[l] = A[l] << (B[l] & 31)
             elif op == OP_V_LSHR_B32:
-                for l in range(CU_WAVE):
-                    R[l] = A[l] >> (B[l] & 31)
+                if B == tb:
+                    x = tb[0] & 31
+                    for l in range(CU_WAVE):
+                        R[l] = A[l] >> x
+                else:
+                    for l in range(CU_WAVE):
+                        R[l] = A[l] >> (B[l] & 31)
             elif op == OP_V_ASHR_I32:
-                for l in range(CU_WAVE):
-                    R[l] = <uint32_t>(<int32_t>A[l] >> (B[l] & 31))
+                if B == tb:
+                    x = tb[0] & 31
+                    for l in range(CU_WAVE):
+                        R[l] = <uint32_t>(<int32_t>A[l] >> x)
+                else:
+                    for l in range(CU_WAVE):
+                        R[l] = <uint32_t>(<int32_t>A[l] >> (B[l] & 31))
             elif op == OP_V_MIN_I32:
                 for l in range(CU_WAVE):
                     R[l] = A[l] if <int32_t>A[l] < <int32_t>B[l] else B[l]
@@ -1307,16 +1368,17 @@ cdef int run_workgroup(CuThread* T, uint64_t index, CuFault* f) noexcept nogil:
     xyz[2] = index // (<uint64_t>sh.gx * sh.gy)
     T.cur_wg = index
     T.waves_run += sh.nwaves
-    memset(T.s, 0, sh.nwaves * CU_MAX_SGPRS * 4)
-    memset(T.v, 0, sh.nwaves * sh.vgprs * CU_WAVE * 4)
     if sh.lds_bytes:
         memset(T.lds, 0, sh.lds_bytes)
     for wi in range(sh.nwaves):
+        # Only the registers the kernel declares: decode refuses any other (bad_register).
         s = T.s + wi * CU_MAX_SGPRS
         v = T.v + wi * sh.vgprs * CU_WAVE
+        memset(s, 0, sh.sgprs * 4)
         memcpy(s, sh.user_data, USER_SGPRS * 4)
         memcpy(s + SGPR_WORKGROUP_ID, xyz, 12)
         memcpy(v, sh.lid + wi * 3 * CU_WAVE, 3 * CU_WAVE * 4)
+        memset(v + 3 * CU_WAVE, 0, (sh.vgprs - 3) * CU_WAVE * 4)
         T.waves[wi].exec_ = sh.wave_exec[wi]
         T.waves[wi].vcc = 0
         T.waves[wi].scc = 0

@@ -172,3 +172,18 @@ def test_smi_refuses_what_is_not_a_vgpu_mount(tmp_path):
     assert r.returncode == 1 and "not a live vgpu mount" in r.stderr
     r = vgpu_cli("smi", "dmon", "-c", "0", "--mount", str(tmp_path))
     assert r.returncode == 2
+
+
+def test_smi_loop_repeats_the_screen(vgpu_mount):
+    proc = subprocess.Popen([sys.executable, "-m", "vgpu_tools", "smi", "-l", "0.1", "--mount", vgpu_mount],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        screens = 0
+        for line in proc.stdout:
+            screens += "Processes:" in line
+            if screens == 3:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert screens == 3

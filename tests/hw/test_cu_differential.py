@@ -121,6 +121,39 @@ def test_full_wave_global_access_over_two_pages():
     assert r.status == "ok"
 
 
+@pytest.mark.parametrize("fault", [False, True])
+def test_full_wave_lds_half_waves(fault):
+    # Half-waves of 16 consecutive dwords (the engine copies them), overlapping halves
+    # (the upper half wins), one dword per half (the last lane of each half wins), then
+    # optionally a read whose upper lanes run past the LDS (the first bad lane faults).
+    text = f"""
+    v_and_b32 v4, v0, 15
+    v_lshl_b32 v4, v4, 2
+    v_lshr_b32 v5, v0, 4
+    v_lshl_b32 v6, v5, 6
+    v_add_u32 v7, v4, v6
+    ds_write_b32 v7, v0, 0
+    v_lshl_b32 v8, v5, 3
+    v_add_u32 v8, v8, v4
+    v_add_u32 v13, v0, 100
+    ds_write_b32 v8, v13, 64
+    v_lshl_b32 v9, v5, 2
+    ds_write_b32 v9, v0, 200
+    ds_read_b32 v10, v7, 0
+    ds_read_b32 v11, v9, 200
+    ds_read_b32 v12, v8, 60
+    v_lshl_b32 v13, v0, 2
+    global_store_dword v13, v10, s[2:3], 0
+    global_store_dword v13, v11, s[2:3], 0x100
+    global_store_dword v13, v12, s[2:3], 0x200
+    {"ds_read_b32 v10, v7, 200" if fault else ""}
+    s_endpgm
+    """
+    r = same(lambda rig: rig.run(text, (2, 1, 1), (64, 1, 1), user_data=UD, sgprs=24,
+                                 vgprs=14, lds_bytes=256))
+    assert r.status == ("fault" if fault else "ok")
+
+
 # Float atomic adds from several workgroups round differently in another order, so a
 # kernel that sums floats across workgroups is only deterministic on one worker thread
 # (docs/isa.md 1.2: only commutative integer atomics are order-free).

@@ -168,6 +168,31 @@ def test_sinking_one_store_after_if_else():
     assert mnemonics(m).count("ds_write_b32") == 2 and "_else" not in m.asm_text
 
 
+def test_adjacent_arguments_share_one_scalar_load():
+    # n, a, x (offsets 0, 4, 8..15) in s6..s9: one s_load_dwordx4; y one x2; block_dim one
+    loads = [m for m in mnemonics(build(K.saxpy)) if m.startswith("s_load")]
+    assert loads == ["s_load_dwordx4", "s_load_dwordx2", "s_load_dword"]
+
+
+def test_and_of_compares_is_built_in_vcc():
+    # `if row < m and k0 + tx < k`: lane masks ANDed in VCC, no 0/1 values in VGPRs
+    body = loop_body(build(K.matmul).asm_text)
+    assert "v_cndmask_b32" not in body and "s_and_b32" in body
+
+
+@umd.kernel
+def bit_and_condition(n: i32, v: i32, out: Ptr[i32]):
+    i = umd.thread_idx.x
+    if (i < n) & v:                    # an integer &: true where v's low bit is set
+        out[i] = 1
+
+
+def test_integer_and_is_not_fused_as_a_logical_and():
+    for v in (1, 2, 3):
+        (got,) = same_as_level1(bit_and_condition, 1, 32, 20, v, np.zeros(32, np.int32))
+        np.testing.assert_array_equal(got, [(i < 20) & v for i in range(32)])
+
+
 # -- optimised == level 1, bit for bit ------------------------------------------------------
 def same_as_level1(kernel, grid, block, *args):
     outs = []
