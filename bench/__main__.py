@@ -7,7 +7,7 @@ from __future__ import annotations
 import platform
 import time
 
-from . import compute, cs_latency, null_ioctl, reset_time, sdma_bandwidth, sync_latency, umd, util
+from . import compute, cs_latency, null_ioctl, reset_time, sdma_bandwidth, sync_latency, tracing, umd, util
 
 SECTIONS = (
     ("(a) null ioctl round trip", null_ioctl),
@@ -17,6 +17,7 @@ SECTIONS = (
     ("(e) GPU hang -> reset", reset_time),
     ("(f) compute", compute),
     ("(g) umd: kernels, compiler, copies", umd),
+    ("(h) tracing: off, tracepoints on, timeline recording", tracing),
 )
 
 

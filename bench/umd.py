@@ -15,6 +15,13 @@ VGPU_CACHE_DIR an empty temporary directory:
   process pays once); the median of further cold compiles after emptying the cache
   dir is in the note; *cached* is a compile that finds the kernel on
   disk (the second compile, as a second process running the program would).
+- *instructions*: the same two kernels dispatched once more straight on the emulated
+  compute unit (kmd.hw._core, no mount, in the client after its timed runs), at the
+  same sizes: the engine's count of wave instructions issued, times the 32 lanes of
+  a wave, per multiply-add of the matmul and per element of saxpy (what the engine
+  pays for: an instruction skipped over by EXEC = 0 costs as much as a full one),
+  and, from the disassembly, the instructions per multiply-add of the innermost loop
+  that multiplies (its body and back branch over its v_mul_f32 count).
 - *memcpy*: 64 MiB (8 MiB in quick mode) host -> device (``memcpy_htod`` +
   ``synchronize``) and device -> host (``memcpy_dtoh``), against numpy ``copyto`` of
   the same bytes between host arrays. The same buffers every round, so after the
@@ -130,6 +137,98 @@ def _memcpy(nbytes: int, reps: int) -> dict[str, float]:
     return t
 
 
+def _engine_dispatch(compiled, grid, block, args: list) -> tuple[object, list]:
+    """Dispatch a CompiledKernel on a fresh kmd.hw._core compute unit, arrays and
+    kernargs mapped in one page table as umd.launch lays them out; -> (ComputeResult,
+    the arrays as the kernel left them)."""
+    import struct
+
+    import numpy as np
+
+    from kmd.hw import _core
+    from kmd.hw.ih import InterruptRing
+    from kmd.hw.mmu import PTE_EXEC, PTE_READ, PTE_WRITE
+    from vgpu.asm import CodeObject
+
+    code_va, karg_va, mem_va = 0x10_0000, 0x20_0000, 0x100_0000
+    obj = CodeObject.unpack(compiled.code_object)
+    code = np.zeros((len(obj.code) + 4095) // 4096 * 4096, np.uint8)
+    code[:len(obj.code)] = np.frombuffer(obj.code, np.uint8)
+    karg = np.zeros(4096, np.uint8)
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    offsets, off = [], 0
+    for a in arrays:
+        offsets.append(off)
+        off += (a.nbytes + 4095) // 4096 * 4096
+    mem = np.zeros(max(off, 4096), np.uint8)
+    for a, o in zip(arrays, offsets):
+        mem[o:o + a.nbytes] = a.view(np.uint8).reshape(-1)
+    pt = _core.PageTable()
+    pt.map(code_va, code, 0, code.nbytes, PTE_READ | PTE_EXEC)
+    pt.map(karg_va, karg, 0, 4096, PTE_READ)
+    pt.map(mem_va, mem, 0, mem.nbytes, PTE_READ | PTE_WRITE)
+    values = dict(zip([a.name for a in compiled.args if not a.name.startswith("__")], args))
+    for k, axis in enumerate("xyz"):
+        values[f"__grid_dim_{axis}"] = (tuple(grid) + (1, 1))[k]
+        values[f"__block_dim_{axis}"] = (tuple(block) + (1, 1))[k]
+    where = {id(a): mem_va + o for a, o in zip(arrays, offsets)}
+    for spec in compiled.args:
+        v = values[spec.name]
+        raw = struct.pack("<Q", where[id(v)]) if spec.kind == "ptr" else \
+            struct.pack("<f", v) if spec.kind == "f32" else struct.pack("<I", int(v) & 0xFFFFFFFF)
+        karg[spec.offset:spec.offset + spec.size] = np.frombuffer(raw, np.uint8)
+    engine = _core.ComputeEngine("comp_0.0", InterruptRing())
+    r = engine.dispatch(pt, code_va + obj.entry, sgprs=obj.sgprs, vgprs=obj.vgprs,
+                        lds_bytes=obj.lds_bytes, grid=(tuple(grid) + (1, 1))[:3],
+                        block=(tuple(block) + (1, 1))[:3],
+                        user_data=[karg_va & 0xFFFFFFFF, karg_va >> 32])
+    if r.status != "ok":
+        raise RuntimeError(f"{compiled.name} on the engine: {r}")
+    return r, [mem[o:o + a.nbytes].view(a.dtype).reshape(a.shape) for a, o in zip(arrays, offsets)]
+
+
+def inner_loop_per_multiply_add(asm: str) -> float:
+    """Instructions per v_mul_f32 in the innermost loop that has one: its body from the
+    loop label to the back branch, the branch included."""
+    import re
+    bodies = []
+    for top in re.findall(r"^(\.L\d+_loop):", asm, re.M):
+        text = asm.split(top + ":\n", 1)[1].split(f"s_branch {top}\n", 1)[0]
+        body = [ln.split()[0] for ln in text.splitlines() if ln.startswith("    ") and ln.strip()]
+        if "v_mul_f32" in body:
+            bodies.append(body)
+    body = min(bodies, key=len)
+    return (len(body) + 1) / body.count("v_mul_f32")
+
+
+def instruction_counts(sizes: dict[str, int]) -> dict[str, float]:
+    """Instructions (wave instructions x 32) per saxpy element and per matmul
+    multiply-add (engine count), and the matmul's inner-loop instructions per
+    multiply-add (disassembly)."""
+    import numpy as np
+
+    from umd.compiler import compile_kernel
+
+    n, size = sizes["saxpy"], sizes["matmul"]
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    c = compile_kernel(saxpy.fn, saxpy.options)
+    r, (_, got) = _engine_dispatch(c, ((n + 255) // 256,), (256,), [n, np.float32(0.5), x, y])
+    if not np.array_equal(got, np.float32(0.5) * x + y):
+        raise RuntimeError("saxpy on the engine differs from numpy's a * x + y")
+    saxpy_lanes = r.instructions * 32 / n
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    c = compile_kernel(matmul.fn, matmul.options)
+    grid = (size + TILE - 1) // TILE
+    r, (_, _, got) = _engine_dispatch(c, (grid, grid), (TILE, TILE),
+                                      [size, size, size, a, b, np.zeros((size, size), np.float32)])
+    if not np.allclose(got, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4):
+        raise RuntimeError("matmul on the engine differs from numpy's a @ b")
+    return {"saxpy_per_element": saxpy_lanes, "matmul_per_madd": r.instructions * 32 / size ** 3,
+            "matmul_inner_per_madd": inner_loop_per_multiply_add(c.asm_text)}
+
+
 def client(mount: str) -> None:
     quick = util.quick()
     sizes = _sizes(quick)
@@ -139,6 +238,7 @@ def client(mount: str) -> None:
     r["matmul"] = _matmul(sizes["matmul"], 3)
     r["memcpy"] = _memcpy(sizes["copy"], 2 if quick else 5)
     umd.get_device().close()
+    r["instructions"] = instruction_counts(sizes)
     print(json.dumps(r), flush=True)
 
 
@@ -154,7 +254,7 @@ def run(vgpu_mount: str | None = None) -> dict:
 def report(r: dict) -> list[tuple[str, str, str]]:
     s, c = r["sizes"], r["compile"]
     n, size, nbytes = s["saxpy"], s["matmul"], s["copy"]
-    sx, mm, cp = r["saxpy"], r["matmul"], r["memcpy"]
+    sx, mm, cp, ic = r["saxpy"], r["matmul"], r["memcpy"], r["instructions"]
     flops = 2 * size ** 3
 
     def mibs(t: float) -> str:
@@ -167,6 +267,11 @@ def report(r: dict) -> list[tuple[str, str, str]]:
         ("matmul, umd kernel (16x16 tiles)", f"{mm['umd'] * 1e3:.0f} ms",
          f"{size}x{size}, {flops / mm['umd'] / 1e9:.2f} GFLOP/s; umd / numpy {mm['umd'] / mm['numpy']:.0f}x"),
         ("matmul, numpy @", f"{mm['numpy'] * 1e3:.2f} ms", f"{flops / mm['numpy'] / 1e9:.1f} GFLOP/s"),
+        ("matmul, instructions per multiply-add", f"{ic['matmul_per_madd']:.2f}",
+         f"wave instructions x 32 / {size}^3 (engine count); inner loop "
+         f"{ic['matmul_inner_per_madd']:.2f} (disassembly)"),
+        ("saxpy, instructions per element", f"{ic['saxpy_per_element']:.2f}",
+         "wave instructions x 32 / n (engine count)"),
         ("compile saxpy + matmul, cold", f"{c['cold_first'] * 1e3:.1f} ms",
          f"fresh process, empty cache; {c['cold'] * 1e3:.1f} ms after clearing the cache"),
         ("compile saxpy + matmul, cached", f"{c['cached'] * 1e3:.2f} ms",

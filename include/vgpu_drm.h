@@ -116,6 +116,51 @@ struct vgpu_info_last_fault {
 	__u32 devcd;		/* its crash dump */
 };
 
+/* vgpu's own AMDGPU_INFO query: the performance counters of one finished job of the
+ * calling file (docs/observability.md). The job is named in the 16 bytes of
+ * drm_amdgpu_info's query union, read as struct vgpu_info_job_query. Errors: EINVAL
+ * (unknown ip or ring, seq never emitted), EBUSY (not finished), ENOENT (not the
+ * caller's job, or older than the ring's last 4096).
+ */
+#define VGPU_INFO_JOB_COUNTERS		0x81
+
+struct vgpu_info_job_query {
+	__u32 ip_type;		/* AMDGPU_HW_IP_* */
+	__u32 ring;
+	__u64 seq_no;		/* CS sequence number of the job */
+};
+
+struct vgpu_info_job_counters {
+	__u64 seq_no;
+	__u32 ip_type;
+	__u32 ring;
+	__s32 error;		/* the errno its fence carries, 0 if none */
+	__u32 _pad;
+	__u64 started_ns;	/* device clock, as AMDGPU_INFO_TIMESTAMP */
+	__u64 ended_ns;
+	__u64 busy_ns;
+	__u64 packets;		/* packets completed */
+	__u64 bytes_read;	/* SDMA / CP DMA traffic */
+	__u64 bytes_written;
+	__u64 page_faults;
+	__u64 dispatches;	/* compute, summed over the job's dispatches */
+	__u64 waves;
+	__u64 instructions;	/* wave instructions issued */
+	__u64 lane_instructions;	/* sum of popcount(EXEC) at issue */
+	__u64 valu;
+	__u64 salu;
+	__u64 smem;
+	__u64 vmem;
+	__u64 lds;
+	__u64 bytes_loaded;	/* global and scalar memory, per lane */
+	__u64 bytes_stored;
+	__u64 atomics;		/* lane operations */
+	__u64 barriers;
+	__u64 tlb_hits;
+	__u64 tlb_misses;
+	__u64 pt_walks;
+};
+
 #if defined(__cplusplus)
 }
 #endif

@@ -223,7 +223,7 @@ def wait_cs(dev, file, args, extra):
 
     fences = [fence] if fence is not None else []
     return PendingReply(ready=lambda: all(f.signaled for f in fences), subscribe=lambda wake: subscribe(fences, wake),
-                        finish=finish, deadline=deadline(amdgpu_seconds_left(a.timeout)))
+                        finish=finish, deadline=deadline(amdgpu_seconds_left(a.timeout)), fences=fences)
 
 
 def wait_fences(dev, file, args, extra):
@@ -281,7 +281,7 @@ def wait_fences(dev, file, args, extra):
         args.out.first_signaled = 0xFFFFFFFF if first is None else first
 
     return PendingReply(ready=ready, subscribe=lambda wake: subscribe(live, wake), finish=finish,
-                        deadline=deadline(amdgpu_seconds_left(a.timeout_ns)))
+                        deadline=deadline(amdgpu_seconds_left(a.timeout_ns)), fences=live)
 
 
 def fence_to_handle(dev, file, args, extra):

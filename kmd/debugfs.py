@@ -1,9 +1,11 @@
 """MOUNT/sys/kernel/debug/dri/0/*: the driver's state as text, in the spirit of
 amdgpu's debugfs files (amdgpu_fence_info, amdgpu_gem_info, clients, ring_*)."""
 import errno
+import time
 
 from vgpu import uapi
 
+from . import perf
 from .gem import DOMAIN_NAMES
 
 
@@ -15,9 +17,24 @@ def files(dev) -> dict:
         "gem_info": lambda: gem_info(dev),
         "vm_info": lambda: vm_info(dev),
         "fence_info": lambda: fence_info(dev),
+        "amdgpu_pm_info": lambda: pm_info(dev),
         "gpu_reset": (lambda: f"resets: {dev.reset_counter}\n", lambda data: dev.gpu_reset()),
         **{f"ring_{r.name}": r.describe for r in dev.rings.values()},
     }
+
+
+def pm_info(dev) -> str:
+    """amdgpu_pm_info: the load lines amdgpu prints (amdgpu_debugfs_pm_info_pp), for
+    the busiest engine and per engine over the last perf.BUSY_WINDOW seconds, then
+    each engine's counters since the device started (docs/observability.md)."""
+    now = time.monotonic()
+    out = ["GFX Clocks and Power:", "\t(no clock or power sensors are emulated)", "",
+           f"GPU Load: {dev.busy_meter.percent()} %", "", f"Engine load (last {perf.BUSY_WINDOW:g} s):"]
+    out += [f"\t{r.name}: {dev.busy_meter.ring_percent(r)} %" for r in dev.rings.values()]
+    for r in dev.rings.values():
+        out += ["", f"Counters of {r.name}:"]
+        out += [f"\t{k}: {v}" for k, v in r.perf.snapshot(r.running_since(), now).items()]
+    return "\n".join(out) + "\n"
 
 
 def fence_info(dev) -> str:

@@ -14,14 +14,15 @@ import time
 
 from vgpu import uapi
 
-from . import ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, hw, info as _info
+from . import ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, fdinfo as _fdinfo, hw
+from . import info as _info
 from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _sysfs
 from .drm_file import DrmFile
 from .errors import KmdError
 from .fence import Fence
 from .gem import DOMAIN_NAMES, BufferObject
 from .hw.cp import CommandProcessor
-from .ioctl import dispatch, request_name
+from .ioctl import PendingReply, dispatch, request_name
 from .ioctl_table import TABLE as IOCTL_TABLE
 from .irq import InterruptHandler
 from .job import Job
@@ -29,6 +30,7 @@ from .kmsg import KernelLog
 from .limits import Limiter, Limits
 from .memory import DeviceMemory
 from .ring import Ring
+from .trace import Stream, Tracer
 
 MiB = 1 << 20
 # The longest the device lock is held at a stretch by teardown work (closing a file,
@@ -62,6 +64,7 @@ class Device:
         default)."""
         self.lock = threading.RLock()
         self.kmsg = KernelLog()
+        self.trace = Tracer()  # tracepoints and timeline recordings (kmd/trace.py)
         self.memory = DeviceMemory(vram_size, gtt_size, shm_dir, huge_pages)
         self.timeout = timeout
         self.files: dict[int, DrmFile] = {}
@@ -107,6 +110,7 @@ class Device:
     def open_file(self, pid: int, uid: int, comm: str = "?", render: bool = True) -> DrmFile:
         with self.lock:
             f = DrmFile(pid, uid, comm, render, self.limiter)
+            f.vm.trace, f.vm.owner = self.trace, f
             self.files[f.id] = f
         self.kmsg.log(f"client {f.id} opened {f.node}: {f.describe()}")
         return f
@@ -164,16 +168,43 @@ class Device:
     # -- ioctl ---------------------------------------------------------------
     def ioctl(self, f: DrmFile, request: int, arg: bytes, extra: bytes = b""):
         """Run one request for file `f` through the ioctl table (kmd/ioctl_table.py,
-        dispatched by kmd.ioctl.dispatch). Refusals are logged."""
+        dispatched by kmd.ioctl.dispatch). Refusals are logged. While tracing, the
+        request goes to the recordings when it completes (_traced)."""
+        t0 = time.monotonic() if self.trace.on else 0.0
         try:
             with self.lock:
                 if f.closed:
                     raise KmdError(errno.EBADF, "file is closed")
-                return dispatch(IOCTL_TABLE, self, f, request, arg, extra)
+                out = dispatch(IOCTL_TABLE, self, f, request, arg, extra)
         except KmdError as e:
             if not getattr(e, "quiet", False):  # a LimitError was logged once already
                 self.kmsg.log(f"{request_name(IOCTL_TABLE, request)} refused for client {f.id} (pid {f.pid}): {e}")
+            if t0:
+                self.trace.ioctl(f, request, request_name(IOCTL_TABLE, request), arg, extra, t0, error=e.errno)
             raise
+        return self._traced(f, request, arg, extra, t0, out) if t0 else out
+
+    def _traced(self, f: DrmFile, request: int, arg: bytes, extra: bytes, t0: float, out):
+        """Record a finished request, or make a pending one record itself when it
+        finishes (its read()), with the fences it waited for."""
+        name = request_name(IOCTL_TABLE, request)
+        if not isinstance(out, PendingReply):
+            self.trace.ioctl(f, request, name, arg, extra, t0, out)
+            return out
+        pending = out
+
+        def finish():
+            fences = pending.fences() if callable(pending.fences) else pending.fences
+            try:
+                reply = pending.finish()
+            except KmdError as e:
+                self.trace.ioctl(f, request, name, arg, extra, t0, error=e.errno, fences=fences)
+                raise
+            self.trace.ioctl(f, request, name, arg, extra, t0, reply, fences=fences)
+            return reply
+
+        return PendingReply(ready=pending.ready, subscribe=pending.subscribe, finish=finish,
+                            deadline=pending.deadline, fences=pending.fences)
 
     # -- GEM -----------------------------------------------------------------
     def create_bo(self, f: DrmFile, size: int, align: int, domains: int, flags: int) -> BufferObject:
@@ -199,6 +230,8 @@ class Device:
         bo = BufferObject(size, align, domains, flags, placement, self.memory.storage(placement),
                           f.uid, f.pid)
         self.bos_by_offset[bo.mmap_offset] = bo
+        if self.trace.on:
+            self.trace.bo_create(f, bo, self.memory)
         return bo
 
     def close_handle(self, f: DrmFile, handle: int, waiting: "_Waiting | None" = None) -> None:
@@ -244,6 +277,8 @@ class Device:
         self.zombie_bos.pop(id(bo), None)
         bo.freed = True
         self.memory.free(bo.placement)
+        if self.trace.on:
+            self.trace.memory_changed(self.memory, bo.owner_pid)
 
     def _job_done(self, job: Job) -> None:
         """Drop a finished job's references (device lock held); the zombies that
@@ -457,6 +492,8 @@ class Device:
                 self._job_done(job)
             if self._ready_zombies:
                 self._release_ready()
+            if self.trace.on:
+                self.trace.job_signaled(ring, job)
             job.fence.signal(job.error)
         self._log_truncated_bo_files()
 
@@ -485,16 +522,41 @@ class Device:
     # -- clocks and views ----------------------------------------------------
     def gpu_timestamp(self) -> int:
         """The device clock in nanoseconds since the device came up."""
-        return int((time.monotonic() - self._t0) * 1e9)
+        return self.device_ns(time.monotonic())
+
+    def device_ns(self, t: float) -> int:
+        """A time.monotonic() instant on the device clock (gpu_timestamp)."""
+        return int((t - self._t0) * 1e9)
 
     def sysfs_files(self) -> dict:
         """MOUNT/sys/class/drm/card0/device/*: name -> callable returning the text."""
         return _sysfs.files(self)
 
+    def client_files(self) -> dict:
+        """MOUNT/proc/<pid>/fdinfo/<client-id>: each DRM file's usage (kmd/fdinfo.py),
+        an OwnedText its client's uid may read."""
+        return _fdinfo.files(self)
+
     def debugfs_files(self) -> dict:
         """MOUNT/sys/kernel/debug/dri/0/*: name -> callable returning the text, or a
         (read, write) pair for a writable entry."""
         return _debugfs.files(self)
+
+    def tracing_files(self) -> dict:
+        """MOUNT/sys/kernel/debug/tracing/*: ftrace's files for the events of kmd/trace.py,
+        and vgpu_timeline, the recordings of `vgpu timeline`."""
+        return {**self.trace.files(), "vgpu_timeline": Stream(self.open_timeline)}
+
+    def open_timeline(self):
+        """A new recording for MOUNT/sys/kernel/debug/tracing/vgpu_timeline (kmd.trace.Reader):
+        first a header (the clock, rings, memory and clients now), then every record."""
+        with self.lock:
+            header = {"type": "header", "ts": time.monotonic(), "clock": "CLOCK_MONOTONIC",
+                      "rings": [r.name for r in self.rings.values()],
+                      "vram_total": self.memory.vram_allocator.size, "gtt_total": self.memory.gtt_size,
+                      "vram_used": self.memory.vram_allocator.used, "gtt_used": self.memory.gtt_used,
+                      "clients": [{"client": f.id, "pid": f.pid, "comm": f.comm} for f in self.files.values()]}
+            return self.trace.open_recording(header)
 
     # -- consistency (tests and the fuzzer) ----------------------------------
     def check_invariants(self) -> None:

@@ -6,6 +6,7 @@ import itertools
 
 from .ctx import Context
 from .limits import CountedDict, CountedSet, Limiter, Limits
+from .perf import ClientUsage
 from .vm import VirtualMemory
 
 
@@ -32,6 +33,7 @@ class DrmFile:
         self.syncobjs: dict = CountedDict(tally, "syncobjs")  # syncobj handle -> kmd.syncobj.Syncobj
         self.sync_tokens: set[int] = set()  # tokens this file exported (MOUNT/sync/)
         self.jobs: set[int] = CountedSet(tally, "jobs")  # ids of its jobs in flight
+        self.usage = ClientUsage()  # jobs submitted, engine time, faults, hangs (kmd/perf.py)
         # Its last job that failed with a crash dump: the answer to vgpu's
         # VGPU_INFO_LAST_FAULT (uapi.vgpu_info_last_fault), None until one fails.
         self.last_fault = None

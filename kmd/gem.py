@@ -219,7 +219,8 @@ def gem_wait_idle(dev, file, args, extra):
         args.out.domain = bo.domain
 
     return PendingReply(ready=lambda: all(f.signaled for f in fences),
-                        subscribe=lambda wake: subscribe(fences, wake), finish=finish, deadline=until)
+                        subscribe=lambda wake: subscribe(fences, wake), finish=finish, deadline=until,
+                        fences=fences)
 
 
 def gem_op(dev, file, args, extra):

@@ -327,7 +327,26 @@ def _answer(dev, file, a) -> bytes:
         # vgpu's addition: which job failed last and which devcd<N> holds its dump.
         last = file.last_fault
         return bytes(last if last is not None else uapi.vgpu_info_last_fault())
+    if q == uapi.VGPU_INFO_JOB_COUNTERS:
+        return bytes(job_counters(dev, file, uapi.vgpu_info_job_query.from_buffer_copy(bytes(a._u))))
     raise KmdError(errno.EINVAL, f"unsupported INFO query {q:#x}")
+
+
+def job_counters(dev, file, q) -> "uapi.vgpu_info_job_counters":
+    """VGPU_INFO_JOB_COUNTERS: the record the ring kept of one of `file`'s jobs."""
+    ring = dev.rings.get((q.ip_type, q.ring))
+    check(ring is not None, errno.EINVAL, f"no ring {q.ring} of hw ip {q.ip_type}")
+    check(0 < q.seq_no <= ring.emitted_seq, errno.EINVAL, f"seq {q.seq_no} never emitted on {ring.name}")
+    fence = ring.fence(q.seq_no)
+    check(fence is None or fence.signaled, errno.EBUSY, f"job seq {q.seq_no} on {ring.name} not finished")
+    rec = ring.perf.job_record(q.seq_no)
+    check(rec is not None and rec.client_id == file.id, errno.ENOENT,
+          f"no counters of seq {q.seq_no} on {ring.name} for this file")
+    out = uapi.vgpu_info_job_counters(seq_no=q.seq_no, ip_type=q.ip_type, ring=q.ring, error=rec.error,
+                                      started_ns=dev.device_ns(rec.started), ended_ns=dev.device_ns(rec.ended))
+    for name, _ in uapi.vgpu_info_job_counters._fields_[7:]:   # busy_ns onwards
+        setattr(out, name, rec.counters.get(name, 0))
+    return out
 
 
 def info(dev, file, args, extra):
@@ -343,7 +362,9 @@ def info(dev, file, args, extra):
     (Linux 6.x, amdgpu 3.55: drm_amdgpu_info_gpuvm_fault, the last page fault of the
     file's VM, zeros if none; answered although VERSION says 3.49); and vgpu's own
     VGPU_INFO_LAST_FAULT (vgpu_info_last_fault: the file's last failed job and the
-    N of its crash dump devcd<N>, zeros if none)."""
+    N of its crash dump devcd<N>, zeros if none) and VGPU_INFO_JOB_COUNTERS
+    (vgpu_info_job_counters of a finished job of the file; EINVAL, EBUSY, ENOENT as
+    its struct says)."""
     check(0 < args.return_size <= MAX_INFO_RETURN, errno.EINVAL,
           f"return_size {args.return_size} not in 1..{MAX_INFO_RETURN}")
     data = _answer(dev, file, args)

@@ -67,11 +67,15 @@ class PendingReply:
 
     def __init__(self, *, ready: Callable[[], bool],
                  subscribe: Callable[[Callable[[], None]], Callable[[], None]],
-                 finish: Callable[[], object], deadline: float | None = None):
+                 finish: Callable[[], object], deadline: float | None = None,
+                 fences: "Callable[[], list] | list" = ()):
         self._ready = ready
         self._subscribe = subscribe
         self._finish = finish
         self.deadline = deadline
+        #: what a wait waits for (or a function giving it at completion): the
+        #: timeline draws an arrow from each fence's signal to the wait's end
+        self.fences = fences
 
     def ready(self) -> bool:
         return self._ready()
@@ -95,7 +99,7 @@ class PendingReply:
         """The same wait, its result passed through ``fn`` (dispatch makes the Reply)."""
         finish = self._finish
         return PendingReply(ready=self._ready, subscribe=self._subscribe, deadline=self.deadline,
-                            finish=lambda: fn(finish()))
+                            finish=lambda: fn(finish()), fences=self.fences)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ class Job:
     result: object = None            # the engine's result of the last IB run
     error: int = 0                   # errno carried by the fence
     started_at: float | None = None
+    ended_at: float | None = None
+    counters: dict = field(default_factory=dict)  # kmd/perf.py: summed over its IBs when it ends
     timed_out: bool = False
     hw_seq: int = 0                  # position in the ring's execution order
     signals: list = field(default_factory=list)  # (syncobj, point): get the fence once queued

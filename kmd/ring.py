@@ -13,7 +13,9 @@ import errno
 import threading
 import time
 
-from . import hw, userptr
+from vgpu import uapi
+
+from . import hw, perf, userptr
 from .fence import Fence
 from .job import Job
 from .sched import RingScheduler
@@ -40,6 +42,8 @@ class Ring:
         self.running: Job | None = None
         self.busy_time = 0.0
         self.jobs_done = 0
+        self.kind = "sdma" if ip_type == uapi.AMDGPU_HW_IP_DMA else "compute"
+        self.perf = perf.RingPerf(self.kind)   # counters, busy window, job records
         self.history: collections.deque = collections.deque(maxlen=256)  # (job id, ctx id), run order
         self._cv = threading.Condition()
         self._stop = False
@@ -51,6 +55,8 @@ class Ring:
 
     # -- submission (called under the device lock) ---------------------------
     def submit(self, job: Job) -> int:
+        job.file.usage.submitted()
+        self.perf.submitted()
         self.emitted_seq += 1
         job.fence = Fence(self.name, self.emitted_seq)
         self.fences[job.fence.seq] = job.fence
@@ -58,10 +64,17 @@ class Ring:
             self.fences.popitem(last=False)
         with self._cv:
             self.sched.push(job)
+            if self.dev.trace.on:  # under the ring's lock: before the worker may run it
+                self.dev.trace.job_queued(self, job, self.entity_jobs(job))
             self._cv.notify_all()
         for dep in job.deps:  # a signalled dependency may make the job ready
             dep.add_callback(self._wake)
         return job.fence.seq
+
+    def entity_jobs(self, job: Job) -> int:
+        """Jobs queued on `job`'s entity now (drm_sched trace events' job count)."""
+        ent = self.sched.entities.get((job.file.id, job.ctx.id))
+        return len(ent.jobs) if ent is not None else 0
 
     def _wake(self, _fence=None) -> None:
         with self._cv:
@@ -107,7 +120,12 @@ class Ring:
                 job.hw_seq = self.hw_emitted
                 self.hw_pending[job.hw_seq] = job
                 self.history.append((job.id, job.ctx.id))
+            if self.dev.trace.on:
+                self.dev.trace.job_run(self, job, self.entity_jobs(job))
             self._run(job)
+            self._account(job)
+            if self.dev.trace.on:
+                self.dev.trace.job_done(self, job)
             with self._cv:
                 self.running = None
                 self._deadline = None
@@ -134,17 +152,33 @@ class Ring:
         try:
             for va, size_dw in job.ibs:
                 job.result = self.engine.run(job.file.vm.page_table, va, size_dw, job.ctx.id, self.ring_id)
+                perf.add(job.counters, perf.ib_counters(self.kind, job.result))
                 if job.result.status != "ok":
                     break
         except Exception as e:  # an engine bug must not kill the ring
             job.error = errno.EIO
             self.dev.kmsg.log(f"ring {self.name}: engine error {e!r} in job {job.id}")
         finally:
-            self.busy_time += time.monotonic() - job.started_at
+            job.ended_at = time.monotonic()
+            self.busy_time += job.ended_at - job.started_at
             self.jobs_done += 1
             userptr.end_job(self.dev, job)  # write back what it changed, before the fence
         if job.result is not None and job.result.status != "ok":
             self.dev.job_failed(self, job)
+
+    def _account(self, job: Job) -> None:
+        """The job's counters into the ring's and its file's, before its fence signals
+        (so a client that waited for the fence finds its record)."""
+        if job.result is not None and job.result.status != "ok":
+            status = job.result.status                      # 'fault' or 'aborted'
+        else:
+            status = errno.errorcode.get(job.error, str(job.error)) if job.error else "ok"
+        self.perf.job_done(job, job.started_at, job.ended_at or time.monotonic(), status)
+
+    def running_since(self) -> float | None:
+        """When the job in progress started, or None when idle."""
+        run = self.running
+        return run.started_at if run is not None else None
 
     def _watch(self) -> None:
         """The TDR watchdog (drm_sched_job_timedout): abort a job past its deadline."""
@@ -188,4 +222,4 @@ class Ring:
                  f"busy time:    {self.busy_time:.6f} s",
                  f"timeout:      {self.dev.timeout:g} s",
                  *entities]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + perf.describe(self.perf, self.running_since())) + "\n"

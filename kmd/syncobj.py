@@ -365,7 +365,8 @@ def _start_wait(file, args, syncobjs, points, flags, timeout_nsec):
         args.first_signaled = w.finish()
 
     return PendingReply(ready=w.ready, subscribe=w.subscribe, finish=finish,
-                        deadline=deadline(syncobj_seconds_left(timeout_nsec)))
+                        deadline=deadline(syncobj_seconds_left(timeout_nsec)),
+                        fences=lambda: [s.find(p) for s, p in zip(syncobjs, points)])
 
 
 # -- ioctls ------------------------------------------------------------------------------

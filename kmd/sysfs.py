@@ -20,6 +20,9 @@ PCI_SLOT_NAME = "0000:00:00.0"
 # other" (0x0380) as compute-only parts are. kmd/info.py may name them itself
 # (PCI_SUBSYSTEM_VENDOR, PCI_SUBSYSTEM_DEVICE, PCI_CLASS).
 BOARDS = {0x687F: (0x1002, 0x0B36, 0x030000), 0x738C: (0x1002, 0x0C34, 0x038000)}
+# product_name (amdgpu reads it from the board's FRU EEPROM): the marketing names
+# libdrm's amdgpu.ids gives those ids.
+PRODUCT_NAMES = {0x687F: "Radeon RX Vega", 0x738C: "AMD Instinct MI100"}
 
 
 def pci_identity(dev) -> dict[str, int]:
@@ -63,29 +66,35 @@ def config(dev) -> bytes:
 
 
 class BusyMeter:
-    """gpu_busy_percent as amdgpu reports it: the share of time the engines were
-    busy since the previous read (the first read covers the time since start)."""
+    """gpu_busy_percent: the busy share of the busiest engine over the last
+    perf.BUSY_WINDOW seconds (amdgpu reports the SMU's average activity of the
+    graphics engine; an average over every ring would read 1/6 of a saturated one)."""
 
     def __init__(self, dev):
         self.dev = dev
-        self._last = (time.monotonic(), 0.0)
 
-    def busy_seconds(self) -> float:
-        now = time.monotonic()
-        total = 0.0
-        for ring in self.dev.rings.values():
-            total += ring.busy_time
-            run = ring.running
-            if run is not None and run.started_at is not None:
-                total += now - run.started_at  # the job in progress counts too
-        return total
+    def ring_percent(self, ring) -> int:
+        return ring.perf.busy_percent(ring.running_since())
 
     def percent(self) -> int:
-        now, busy = time.monotonic(), self.busy_seconds()
-        t0, b0 = self._last
-        self._last = (now, busy)
-        elapsed = (now - t0) * max(len(self.dev.rings), 1)
-        return max(0, min(100, round(100 * (busy - b0) / elapsed))) if elapsed > 0 else 0
+        return max((self.ring_percent(r) for r in self.dev.rings.values()), default=0)
+
+
+def engine_files(dev) -> dict:
+    """vgpu_engines/<ring>/: per engine busy_percent (the window of gpu_busy_percent),
+    busy_ns and jobs since the device started, and every counter ("name value")."""
+    def counters(ring):
+        now = time.monotonic()
+        return "".join(f"{k} {v}\n" for k, v in ring.perf.snapshot(ring.running_since(), now).items())
+
+    def snap(ring, key):
+        return f"{ring.perf.snapshot(ring.running_since(), time.monotonic())[key]}\n"
+
+    return {r.name: {"busy_percent": lambda r=r: f"{dev.busy_meter.ring_percent(r)}\n",
+                     "busy_ns": lambda r=r: snap(r, "busy_ns"),
+                     "jobs": lambda r=r: snap(r, "jobs"),
+                     "counters": lambda r=r: counters(r)}
+            for r in dev.rings.values()}
 
 
 def files(dev) -> dict:
@@ -99,10 +108,12 @@ def files(dev) -> dict:
         "revision": lambda: f"{pci_identity(dev)['revision']:#04x}\n",
         "class": lambda: f"{pci_identity(dev)['class']:#08x}\n",
         "config": lambda: config(dev),
+        "product_name": lambda: f"{PRODUCT_NAMES.get(pci_identity(dev)['device'], 'vgpu')}\n",
         "uevent": lambda: uevent(dev),
         "mem_info_vram_total": lambda: f"{m.vram_allocator.size}\n",
         "mem_info_vram_used": lambda: f"{m.vram_allocator.used}\n",
         "mem_info_gtt_total": lambda: f"{m.gtt_size}\n",
         "mem_info_gtt_used": lambda: f"{m.gtt_used}\n",
         "gpu_busy_percent": lambda: f"{meter.percent()}\n",
+        "vgpu_engines": engine_files(dev),
     }

@@ -16,6 +16,7 @@ from .errors import KmdError, check
 from .fence import deadline, subscribe
 from .gem import lookup_bo
 from .ioctl import PendingReply
+from .trace import DISABLED
 from .vram import PAGE_SIZE
 
 # amdgpu_vm.h keeps the bottom of the address space reserved; vgpu reserves 2 MiB
@@ -66,6 +67,10 @@ class VirtualMemory:
     """A file's address space. Mappings never overlap; all values are page aligned.
     They are kept sorted by VA (for overlap checks and debugfs) and indexed by BO, so
     unmapping one BO costs O(its mappings + log n), not a scan of the VM."""
+
+    #: the device's tracer and the DrmFile whose VM this is (set by Device.open_file)
+    trace = DISABLED
+    owner = None
 
     def __init__(self):
         self.page_table = hw.PageTable()
@@ -120,6 +125,8 @@ class VirtualMemory:
         self._maps.insert(i, m)
         self._by_bo.setdefault(id(m.bo), {})[m.va] = m
         self.page_table.map(m.va, m.bo.storage, m.offset, m.size, pte_flags(m.flags))
+        if self.trace.on:
+            self.trace.vm_mapping(self.owner, m, True)
 
     def _forget(self, m: Mapping) -> None:
         ms = self._by_bo[id(m.bo)]
@@ -132,6 +139,8 @@ class VirtualMemory:
         del self._starts[i], self._maps[i]
         self._forget(m)
         self.page_table.unmap(m.va, m.size)
+        if self.trace.on:
+            self.trace.vm_mapping(self.owner, m, False)
 
     def unmap(self, bo, va: int) -> None:
         m = self._by_bo.get(id(bo), {}).get(va)
@@ -169,6 +178,8 @@ class VirtualMemory:
             self._starts.pop()
             self._forget(m)
             self.page_table.unmap(m.va, m.size)
+            if self.trace.on:
+                self.trace.vm_mapping(self.owner, m, False)
             yield
 
     def _remove_all(self, doomed: list[Mapping]) -> None:
@@ -176,6 +187,8 @@ class VirtualMemory:
         for m in doomed:
             self._forget(m)
             self.page_table.unmap(m.va, m.size)
+            if self.trace.on:
+                self.trace.vm_mapping(self.owner, m, False)
         gone = {id(m) for m in doomed}
         self._maps = [m for m in self._maps if id(m) not in gone]
         self._starts = [m.va for m in self._maps]

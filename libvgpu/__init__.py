@@ -20,7 +20,7 @@ from .ctx import Context, cs_ctx_create, cs_ctx_free, cs_ctx_override_priority
 from .device import (Device, DrmVersion, device_deinitialize, device_initialize, device_initialize_fd, get_cap,
                      get_version, query_firmware_version, query_gpu_info, query_heap_info,
                      query_hw_ip_count, query_hw_ip_info, query_info, query_info_struct,
-                     query_timestamp, query_gpuvm_fault, query_last_fault)
+                     query_timestamp, query_gpuvm_fault, query_last_fault, query_job_counters)
 from .errors import (VgpuBusy, VgpuCanceled, VgpuError, VgpuInvalidArgument, VgpuNoSuchObject,
                      VgpuNotSupported, VgpuOutOfMemory, VgpuPermissionDenied, VgpuProtocolError,
                      VgpuTimeout, error_for, from_oserror)

@@ -247,3 +247,16 @@ def query_last_fault(dev: Device) -> uapi.vgpu_info_last_fault:
     crash dump (seq_no, ctx_id, ip_type, ring, error) and the N of its devcd<N>;
     seq_no 0 if none has. Set before the job's fence signals."""
     return query_info_struct(dev, uapi.VGPU_INFO_LAST_FAULT, uapi.vgpu_info_last_fault)
+
+
+def query_job_counters(dev: Device, ip_type: int, ring: int, seq_no: int) -> uapi.vgpu_info_job_counters:
+    """VGPU_INFO_JOB_COUNTERS (vgpu's addition): the performance counters of this
+    file's finished job ``seq_no`` on ring ``ring`` of ``ip_type`` (docs/observability.md).
+    VgpuBusy while the job runs; VgpuNoSuchObject for another file's job or one
+    older than the ring's last 4096."""
+    req = uapi.drm_amdgpu_info(return_size=ctypes.sizeof(uapi.vgpu_info_job_counters),
+                               query=uapi.VGPU_INFO_JOB_COUNTERS)
+    q = uapi.vgpu_info_job_query(ip_type=ip_type, ring=ring, seq_no=seq_no)
+    ctypes.memmove(ctypes.addressof(req._u), bytes(q), ctypes.sizeof(q))   # the query union
+    _, answer = dev.ioctl(uapi.DRM_IOCTL_AMDGPU_INFO, req, reply_extra=req.return_size)
+    return uapi.vgpu_info_job_counters.from_bytes(answer)

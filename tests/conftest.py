@@ -31,6 +31,12 @@ def vgpu_mount():
 
 
 @pytest.fixture
+def long_timeout_mount():
+    """A vgpu whose ring timeout is 10 s: a kernel may run for seconds."""
+    yield from _mounted("--vram", "64M", "--timeout", "10")
+
+
+@pytest.fixture
 def short_timeout_mount():
     """A vgpu whose ring timeout is 0.5 s, for hangs and resets."""
     yield from _mounted("--vram", "64M", "--timeout", "0.5")

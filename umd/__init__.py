@@ -25,8 +25,9 @@ from .intrinsics import (activemask, all_sync, any_sync, atomic, atomic_add, ato
 from .kernel import DeviceFunction, Kernel, jit, kernel
 from .memcheck import MemcheckError
 from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
+from .profiler import LaunchProfile, Profile, profile
 from .stream import Stream, default_stream
-from .types import Ptr, f32, float32, i32, int32, u32, uint32
+from .types import Ptr, f32, f64, float32, float64, i32, i64, int32, int64, u32, u64, uint32, uint64
 
 device_array, device_array_like = empty, empty_like      # Numba's names
 

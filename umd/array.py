@@ -18,8 +18,10 @@ from .debug import DebugFlag
 from .device import Device, get_device
 from .stream import Stream, default_stream
 
-#: dtypes kernels know (umd.types): float32, int32, uint32; others copy fine too.
-KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32))
+#: dtypes kernels know (umd.types): float32, int32, uint32 and the 64-bit float64, int64,
+#: uint64; others copy fine too.
+KERNEL_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.int32, np.uint32, np.float64, np.int64,
+                                            np.uint64))
 
 
 def _shape(shape) -> tuple[int, ...]:
@@ -59,6 +61,19 @@ class DeviceArray:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Bytes between neighbours along each dimension (C order, as numpy's)."""
+        out, step = [], self.dtype.itemsize
+        for extent in reversed(self.shape):
+            out.append(step)
+            step *= extent
+        return tuple(reversed(out))
 
     @property
     def bo(self):

@@ -34,6 +34,7 @@ from . import debug
 from .debug import DebugFlag
 from .errors import UMDError
 from .stream import current_stream
+from .trace import traced
 
 MAX_PACKET_BYTES = S.SDMA_COPY_COUNT_MASK + 1      # 4 MiB per COPY_LINEAR / CONSTANT_FILL
 
@@ -82,6 +83,7 @@ def _count(nbytes: int | None, have: int, what: str, side: str) -> int:
     return n
 
 
+@traced("memcpy", "memcpy_htod", lambda dst, host, nbytes=None, stream=None: {"dst": hex(dst), "nbytes": nbytes if nbytes is not None else int(getattr(host, "nbytes", 0))})
 def memcpy_htod(dst: int, host, nbytes: int | None = None, stream=None) -> None:
     """Copy ``nbytes`` (default: all) of the host buffer ``host`` to device address
     ``dst``, after the stream's earlier work; the data is in place on return."""
@@ -96,6 +98,7 @@ def memcpy_htod(dst: int, host, nbytes: int | None = None, stream=None) -> None:
     np.copyto(view, src[:n])
 
 
+@traced("memcpy", "memcpy_dtoh", lambda host, src, nbytes=None, stream=None: {"src": hex(src), "nbytes": nbytes if nbytes is not None else int(getattr(host, "nbytes", 0))})
 def memcpy_dtoh(host, src: int, nbytes: int | None = None, stream=None):
     """Copy ``nbytes`` from device address ``src`` into the writable host buffer
     ``host`` (default size: all of it), after the stream's earlier work; returns ``host``."""
@@ -115,6 +118,7 @@ def memcpy_dtoh(host, src: int, nbytes: int | None = None, stream=None):
     return host
 
 
+@traced("memcpy", "memcpy_dtod", lambda dst, src, nbytes, stream=None: {"dst": hex(dst), "src": hex(src), "nbytes": nbytes})
 def memcpy_dtod(dst: int, src: int, nbytes: int, stream=None) -> None:
     """Device-to-device copy, queued on the stream."""
     s = current_stream(stream)
@@ -126,11 +130,13 @@ def memcpy_dtod(dst: int, src: int, nbytes: int, stream=None) -> None:
                f"COPY_LINEAR {k} bytes {src + off:#x} -> {dst + off:#x}", bos)
 
 
+@traced("memcpy", "memset", lambda dst, value, nbytes, stream=None: {"dst": hex(dst), "value": value, "nbytes": nbytes})
 def memset(dst: int, value: int, nbytes: int, stream=None) -> None:
     """Set ``nbytes`` bytes at ``dst`` to the byte ``value``, queued on the stream."""
     _fill(dst, value & 0xFF, nbytes, S.SDMA_FILLSIZE_BYTE, stream, "memset")
 
 
+@traced("memcpy", "memset_d32", lambda dst, value, count, stream=None: {"dst": hex(dst), "value": value, "count": count})
 def memset_d32(dst: int, value: int, count: int, stream=None) -> None:
     """Set ``count`` dwords at ``dst`` to the 32-bit ``value`` (e.g. float bits)."""
     _fill(dst, value & 0xFFFFFFFF, 4 * count, S.SDMA_FILLSIZE_DWORD, stream, "memset_d32")

@@ -16,6 +16,7 @@ from .debug import DebugFlag
 from .device import Device, get_device
 from .errors import UMDError
 from .stream import Stream, default_stream
+from .trace import traced
 
 
 class Event:
@@ -55,6 +56,7 @@ class Event:
         self._check_recorded("query")
         return self.stream.query_mark(self.mark)
 
+    @traced("sync", "event.synchronize")
     def synchronize(self) -> None:
         """Wait until the GPU has passed the event."""
         self._check_recorded("synchronize")

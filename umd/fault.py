@@ -93,7 +93,7 @@ def gpu_error(stream, sub, cause: OSError) -> GPUError:
         return GPUHang(f"GPU hang: {where} ran past the ring timeout and was aborted "
                        f"(stream {stream.name}, seq {sub.fence.fence}){dump_note}", err,
                        kernel=name, pc=pc, dump=dump_path)
-    if err == E.EFAULT:         # memcheck's guards and quarantine explain their faults
+    if err == E.EFAULT or reason == "lds_bounds":     # memcheck explains these
         checked = device.pool.explain_fault(compiled, dump, pc, line, err, source_file=source,
                                             reason=reason, dump=dump_path)
         if checked is not None:

@@ -3,14 +3,15 @@
 The compiler (umd.compiler) produces a ``CompiledKernel``; the contract (docs/umd.md):
 
 - ``name``, ``code_object`` (a .vco image, ``vgpu.asm.assemble(...).pack()``),
-  ``args`` (``ArgSpec(name, kind, offset, size)``, kind ``i32``/``u32``/``f32``/``ptr``),
+  ``args`` (``ArgSpec(name, kind, offset, size)``, kind ``i32``/``u32``/``f32``/``i64``/
+  ``u64``/``f64``/``ptr``),
   ``kernarg_size``, ``line_table`` ({PC byte offset from the entry: source line}),
   ``source_file``;
 - ArgSpecs whose name starts with ``__`` are filled by the launch:
   ``__grid_dim_x/y/z`` and ``__block_dim_x/y/z`` (u32), ``__shape_<arg>_<k>`` (u32:
   dimension k of array argument <arg>; its size for a flat ``Ptr``); the others take
   the caller's arguments, in order (or by name from a dict);
-- a ``ptr`` ArgSpec with a ``dtype`` ('f32', 'i32', 'u32') takes only arrays of that
+- a ``ptr`` ArgSpec with a ``dtype`` ('f32', 'i32', 'u32', 'f64', 'i64', 'u64') takes only arrays of that
   dtype, and with an ``ndim`` (1-3) only arrays of that many dimensions: anything else
   is an ``ArgumentTypeError`` (a ``TypeError`` and a ``LaunchError``), never a
   reinterpretation. A numpy array is copied to the device for the launch and back
@@ -29,18 +30,21 @@ import numpy as np
 
 import libvgpu
 
-from . import debug
+from . import debug, profiler
 from .compiler import ArgSpec, CompiledKernel
 from .debug import DebugFlag
 from .errors import ArgumentTypeError, LaunchError
 from .stream import current_stream
+from .trace import traced
 
 MAX_BLOCK_THREADS = 1024
 MAX_GRID_DIM = (1 << 32) - 1
-_FORMATS = {"ptr": "<Q", "u32": "<I", "i32": "<i", "f32": "<f"}
+_FORMATS = {"ptr": "<Q", "u32": "<I", "i32": "<i", "f32": "<f", "u64": "<Q", "i64": "<q",
+            "f64": "<d"}
 _HIDDEN = {"__grid_dim_x": ("grid", 0), "__grid_dim_y": ("grid", 1), "__grid_dim_z": ("grid", 2),
            "__block_dim_x": ("block", 0), "__block_dim_y": ("block", 1), "__block_dim_z": ("block", 2)}
-_DTYPES = {"f32": np.dtype(np.float32), "i32": np.dtype(np.int32), "u32": np.dtype(np.uint32)}
+_DTYPES = {"f32": np.dtype(np.float32), "i32": np.dtype(np.int32), "u32": np.dtype(np.uint32),
+           "f64": np.dtype(np.float64), "i64": np.dtype(np.int64), "u64": np.dtype(np.uint64)}
 MAX_EXTENT = (1 << 31) - 1            # shapes are i32 in kernels
 
 
@@ -160,14 +164,14 @@ def pack_args(compiled, grid, block, args) -> tuple[bytes, list]:
                 elif not isinstance(value, (int, np.integer)):
                     raise LaunchError(f"{compiled.name}: argument {spec.name} is a pointer; pass a "
                                       f"DeviceArray or a device address, not {type(value).__name__}")
-            elif spec.kind in ("i32", "u32") and not isinstance(value, (int, np.integer)):
+            elif spec.kind in ("i32", "u32", "i64", "u64") and not isinstance(value, (int, np.integer)):
                 raise LaunchError(f"{compiled.name}: argument {spec.name} is {spec.kind}; got "
                                   f"{type(value).__name__} {value!r}")
         if spec.kind not in _FORMATS:
             raise LaunchError(f"{compiled.name}: argument {spec.name} of unknown kind {spec.kind!r}")
         try:
             struct.pack_into(_FORMATS[spec.kind], out, spec.offset,
-                             float(value) if spec.kind == "f32" else int(value))
+                             float(value) if spec.kind in ("f32", "f64") else int(value))
         except (struct.error, TypeError, ValueError) as e:
             raise LaunchError(f"{compiled.name}: argument {spec.name}={value!r} does not fit "
                               f"{spec.kind}: {e}") from None
@@ -210,6 +214,9 @@ def load_kernel(device, compiled):
     return loaded
 
 
+@traced("kernel", lambda compiled, *a, **k: compiled.name,
+        lambda compiled, grid, block, args=(), stream=None: {"grid": list(_dims("grid", grid, MAX_GRID_DIM)),
+                                                            "block": list(_dims("block", block, MAX_BLOCK_THREADS))})
 def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
     """Queue ``compiled`` on ``stream`` (default stream) over ``grid`` workgroups of
     ``block`` threads. Raises LaunchError for a bad grid, block or argument
@@ -229,7 +236,8 @@ def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
     kernarg, bos = pack_args(compiled, grid, block, args)
     debug.log(DebugFlag.API, f"launch {compiled.name} grid={grid} block={block} stream={s.name} "
                              f"kernargs={kernarg.hex()}")
-    s.dispatch(loaded, grid, block, kernarg, f"DISPATCH {compiled.name} {grid}x{block}", bos, compiled)
+    profiler.launch_alone(s, compiled.name, grid, block, lambda: s.dispatch(
+        loaded, grid, block, kernarg, f"DISPATCH {compiled.name} {grid}x{block}", bos, compiled))
     for dev, host in back:               # waits for the kernel, as Numba's copy back does
         if host.flags.c_contiguous:
             dev.copy_to_host(out=host, stream=s)

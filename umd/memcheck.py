@@ -37,14 +37,16 @@ import traceback
 import weakref
 
 import libvgpu
-from vgpu import isa
-from vgpu import uapi
+from vgpu import isa, uapi
+from vgpu.pm4 import LDS_GRANULE
 from vgpu.asm import CodeObject
 
 from .errors import GPUFault, UMDError
 from .memory import PAGE, Allocation, Block, GpuBuffer, MemoryPool
 
-GUARD = PAGE                    # unmapped bytes on each side of an allocation
+# Unmapped bytes on each side of an allocation: VA only (nothing is mapped there), so
+# large, to catch strided overflows into what would be a neighbour's memory.
+GUARD = 1 << 20
 PREFIX = "========= "
 _UMD_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -214,9 +216,9 @@ class GuardedPool(MemoryPool):
     # -- a kernel's page fault ----------------------------------------------------------------
     def explain_fault(self, compiled, dump_text: str | None, pc: int | None, line: int | None,
                       errno: int, **fields) -> MemcheckError | None:
-        """The MemcheckError for a kernel fault whose address is in a guard page or a
-        freed range, from the faulting instruction and the wave's registers in the
-        crash dump; None when the fault is not one memcheck explains."""
+        """The MemcheckError for a kernel's fault in a guard page or a freed range, or
+        its shared-memory access out of bounds, from the faulting instruction and the
+        wave's registers in the crash dump; None when memcheck cannot explain it."""
         if compiled is None or dump_text is None or pc is None:
             return None
         wave = _parse_waves(dump_text)
@@ -228,8 +230,38 @@ class GuardedPool(MemoryPool):
             return None
         inst = isa.decode(int.from_bytes(obj.code[at:at + isa.INST_BYTES], "little"))
         info = isa.BY_CODE.get(inst.op)
-        if info is None or not info.name.startswith("global_"):
+        if info is None:
             return None
+        if info.name.startswith("global_"):
+            found = self._global_access(compiled, inst, wave)
+            space = "__global__"
+        elif info.name.startswith("ds_") and fields.get("reason") == "lds_bounds":
+            found = _shared_access(obj.lds_bytes, inst, wave)
+            space = "__shared__"
+        else:
+            return None
+        if found is None:
+            return None
+        lane, addr, detail = found
+        access = ("read" if "load" in info.name or "read" in info.name else
+                  "write" if "store" in info.name or "write" in info.name else "atomic")
+        size = 2 if "short" in info.name else 1 if "byte" in info.name else 4
+        tid = tuple(wave["vgprs"][k][lane] for k in range(3))
+        src = getattr(compiled, "source_file", "") or "<source>"
+        text = linecache.getline(src, line).strip() if line else ""
+        lines = [f"Invalid {space} {access} of size {size} bytes",
+                 f"    at PC {pc:#x} in kernel '{compiled.name}' ({src}:{line})"]
+        if text:
+            lines.append(f"        {text}")
+        lines.append(f"    by thread ({tid[0]},{tid[1]},{tid[2]}) in block "
+                     f"({','.join(map(str, wave['workgroup']))})")
+        lines += detail
+        fields.update(kernel=compiled.name, pc=pc, line=line, address=addr)
+        return MemcheckError(_report(lines), errno, **fields)
+
+    def _global_access(self, compiled, inst, wave):
+        """(lane, address, report lines) of the first active lane whose global address
+        is in a guard page or a freed range (the lane the executor stopped at)."""
         sg, vg, exec_mask = wave["sgprs"], wave["vgprs"], wave["exec"]
         for lane in range(isa.WAVE_SIZE):
             if not exec_mask >> lane & 1:
@@ -237,41 +269,28 @@ class GuardedPool(MemoryPool):
             if inst.base == isa.OPR_OFF:
                 r = inst.addr - isa.OPR_VGPR
                 base = vg[r][lane] | vg[r + 1][lane] << 32
+                addr = base + inst.imm
             else:
                 base = sg[inst.base] | sg[inst.base + 1] << 32
-            addr = (base + (vg[inst.addr - isa.OPR_VGPR][lane] if inst.base != isa.OPR_OFF else 0)
-                    + inst.imm) & (1 << 64) - 1
+                addr = base + vg[inst.addr - isa.OPR_VGPR][lane] + inst.imm
+            addr &= (1 << 64) - 1
             rec, freed = self._owner(addr, base)
             if rec is None:
                 continue
-            access = ("read" if "load" in info.name else "write" if "store" in info.name
-                      else "atomic")
-            size = 2 if "short" in info.name else 1 if "byte" in info.name else 4
-            tid = tuple(vg[k][lane] for k in range(3))
-            arg = _argument_of(compiled, inst.base, base)
-            src = getattr(compiled, "source_file", "") or "<source>"
-            text = linecache.getline(src, line).strip() if line else ""
+            arg = _argument_of(compiled, inst.base)
             offset = addr - rec.ptr
-            where = (f"{offset} bytes before its start" if offset < 0 else
+            where = (f"{-offset} bytes before its start" if offset < 0 else
                      f"{offset - rec.nbytes} bytes past its end" if offset >= rec.nbytes else
                      "inside it")
             element = f"element {offset // rec.itemsize}, " if rec.itemsize > 1 or offset < 0 else ""
             name = f"array argument '{arg}', " if arg else "the array "
-            lines = [f"Invalid __global__ {access} of size {size} bytes",
-                     f"    at PC {pc:#x} in kernel '{compiled.name}' ({src}:{line})"]
-            if text:
-                lines.append(f"        {text}")
-            lines += [f"    by thread ({tid[0]},{tid[1]},{tid[2]}) in block "
-                      f"({','.join(map(str, wave['workgroup']))})",
-                      f"    Address {addr:#x} is "
-                      + ("in freed memory: " if freed else "out of bounds: ")
-                      + f"{element}byte offset {offset} of {name}{rec.what} ({rec.nbytes} bytes), "
-                      + where,
-                      f"    allocated at {rec.allocated_at}"]
+            lines = [f"    Address {addr:#x} is " + ("in freed memory: " if freed else "out of bounds: ")
+                     + f"{element}byte offset {offset} of {name}{rec.what} ({rec.nbytes} bytes), "
+                     + where,
+                     f"    allocated at {rec.allocated_at}"]
             if freed:
                 lines.append(f"    freed at {rec.freed_at}")
-            fields.update(kernel=compiled.name, pc=pc, line=line, address=addr)
-            return MemcheckError(_report(lines), errno, **fields)
+            return lane, addr, lines
         return None
 
     def _owner(self, addr: int, base: int) -> tuple[Record | None, bool]:
@@ -286,13 +305,39 @@ class GuardedPool(MemoryPool):
         return None, False
 
 
-def _argument_of(compiled, base_reg: int, base: int) -> str | None:
-    """The kernel argument held in SGPR pair ``base_reg`` (the prologue's s_load_dwordx2
-    of its kernarg offset)."""
+def _shared_access(lds_bytes: int, inst, wave):
+    """(lane, LDS address, report lines) of the first active lane whose LDS access is
+    misaligned or past the workgroup's shared memory (docs/isa.md 4.5): the kernel's
+    bytes rounded up to the dispatch's 512-byte granules (docs/pm4.md)."""
+    vg, exec_mask = wave["vgprs"], wave["exec"]
+    kernel_bytes, lds_bytes = lds_bytes, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE
+    for lane in range(isa.WAVE_SIZE):
+        if not exec_mask >> lane & 1:
+            continue
+        addr = vg[inst.addr - isa.OPR_VGPR][lane] + inst.imm & 0xFFFFFFFF
+        if addr % 4 == 0 and addr + 4 <= lds_bytes:
+            continue
+        # the compiler addresses a shared array as index * 4 + the array's LDS offset
+        index = (addr - inst.imm) // 4 if addr >= inst.imm else -((inst.imm - addr) // 4)
+        return lane, addr, [
+            f"    Address {addr:#x} is out of bounds: the workgroup has {lds_bytes} bytes of "
+            f"shared memory (the kernel's {kernel_bytes}, in {LDS_GRANULE}-byte granules); "
+            f"element {index} of the shared array at LDS offset {inst.imm}"]
+    return None
+
+
+def _argument_of(compiled, base_reg: int) -> str | None:
+    """The kernel argument held in SGPR pair ``base_reg`` (the prologue's s_load_dword*
+    of the kernarg segment: one load may fill several adjacent arguments)."""
     if base_reg == isa.OPR_OFF:
         return None
-    offsets = {int(m.group(1)): int(m.group(2)) for m in re.finditer(
-        r"s_load_dwordx2 s\[(\d+):\d+\], s\[0:1\], (\d+)", getattr(compiled, "asm_text", "") or "")}
+    offsets = {}
+    for m in re.finditer(r"s_load_dword(?:x\d)? s(?:\[(\d+):(\d+)\]|(\d+)), s\[0:1\], (\d+)",
+                         getattr(compiled, "asm_text", "") or ""):
+        first = int(m.group(1) or m.group(3))
+        last = int(m.group(2) or m.group(3))
+        for reg in range(first, last + 1):
+            offsets[reg] = int(m.group(4)) + 4 * (reg - first)
     off = offsets.get(base_reg)
     return next((a.name for a in compiled.args if a.offset == off and a.kind == "ptr"), None)
 

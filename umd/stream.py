@@ -31,6 +31,7 @@ from .device import Device, get_device
 from .errors import GPUError, UMDError
 from .fault import gpu_error
 from .memory import IB_BYTES, IbBuffer
+from .trace import traced
 
 MAX_INFLIGHT = 32          # the KMD makes a 65th job per context wait for room; stay well below
 DMA, COMPUTE = "sdma0", "comp_0.0"
@@ -293,6 +294,7 @@ class Stream:
         """The mark of the latest command if it may not be done yet, else None."""
         return self.mark if self.mark > self.completed_mark else None
 
+    @traced("sync", lambda self: f"{self.name}.synchronize")
     def synchronize(self) -> None:
         """Submit everything queued and wait for it; raises GPUFault/GPUHang."""
         debug.log(DebugFlag.API, f"{self.name}.synchronize()")

@@ -5,9 +5,9 @@
     @umd.kernel
     def scale(n: u32, a: f32, x: Ptr[f32], m: f32[:, :]): ...
 
-`f32`, `i32` and `u32` annotate scalar arguments and, called inside a kernel, convert
-(`f32(i)`, `i32(x)`); `float32`, `int32` and `uint32` are the same markers under
-Numba's names. `Ptr[T]` is a device pointer to elements of T, any array of T seen
+`f32`, `i32`, `u32` and the 64-bit `f64`, `i64`, `u64` annotate scalar arguments and,
+called inside a kernel, convert (`f32(i)`, `i64(x)`); `float32`, `int32`, `uint32`,
+`float64`, `int64` and `uint64` are the same markers under Numba's names. `Ptr[T]` is a device pointer to elements of T, any array of T seen
 flat (a device array is passed directly); `T[:]`, `T[:, :]`, `T[:, :, :]` (Numba's
 spelling) are C-contiguous arrays of exactly 1, 2 or 3 dimensions, indexed `m[i, j]`
 row-major. They are compile-time markers: the compiler reads them, and the launch
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 
 class ScalarType:
-    """A 32-bit scalar type: `kind` is 'i32', 'u32', 'f32' or 'bool'."""
+    """A scalar type: `kind` is 'i32', 'u32', 'f32', 'bool' (32 bits) or 'i64', 'u64',
+    'f64' (64 bits: a register pair)."""
 
     __slots__ = ("kind",)
 
@@ -26,15 +27,24 @@ class ScalarType:
 
     @property
     def is_float(self) -> bool:
-        return self.kind == "f32"
+        return self.kind in ("f32", "f64")
 
     @property
     def is_int(self) -> bool:
-        return self.kind in ("i32", "u32", "bool")
+        return self.kind in ("i32", "u32", "bool", "i64", "u64")
 
     @property
     def signed(self) -> bool:
-        return self.kind == "i32"
+        return self.kind in ("i32", "i64")
+
+    @property
+    def wide(self) -> bool:
+        """A 64-bit type (held in a register pair)."""
+        return self.kind in ("i64", "u64", "f64")
+
+    @property
+    def itemsize(self) -> int:
+        return 8 if self.wide else 4
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ScalarType) and other.kind == self.kind
@@ -61,16 +71,17 @@ class ScalarType:
         if self.kind == "bool" or not 1 <= len(dims) <= 3 or not all(
                 isinstance(d, slice) and d.start is None and d.stop is None and d.step in (None, 1)
                 for d in dims):
-            raise TypeError(f"array types are f32[:], f32[:, :] or f32[:, :, :] (f32, i32 or u32), "
-                            f"not {self!r}[{dims!r}]")
+            raise TypeError(f"array types are f32[:], f32[:, :] or f32[:, :, :] (f32, i32, u32, "
+                            f"f64, i64 or u64), not {self!r}[{dims!r}]")
         return PtrType(self, len(dims))
 
 
-NUMPY_NAMES = {"f32": "float32", "i32": "int32", "u32": "uint32"}
+NUMPY_NAMES = {"f32": "float32", "i32": "int32", "u32": "uint32", "f64": "float64",
+               "i64": "int64", "u64": "uint64"}
 
 
 class PtrType:
-    """A 64-bit device address of `elem` elements (4 bytes each). `ndim` 0 is `Ptr[T]`
+    """A 64-bit device address of `elem` elements (elem.itemsize bytes each). `ndim` 0 is `Ptr[T]`
     (any array of T, seen flat); 1-3 is `T[:]`, `T[:, :]`, `T[:, :, :]` (exactly that
     many dimensions, C order)."""
 
@@ -98,7 +109,7 @@ class PtrType:
 class _PtrFactory:
     def __getitem__(self, elem) -> PtrType:
         if not isinstance(elem, ScalarType) or elem.kind == "bool":
-            raise TypeError(f"Ptr[...] takes f32, i32 or u32, not {elem!r}")
+            raise TypeError(f"Ptr[...] takes f32, i32, u32, f64, i64 or u64, not {elem!r}")
         return PtrType(elem)
 
     def __repr__(self) -> str:
@@ -108,8 +119,13 @@ class _PtrFactory:
 f32 = ScalarType("f32")
 i32 = ScalarType("i32")
 u32 = ScalarType("u32")
+f64 = ScalarType("f64")
+i64 = ScalarType("i64")
+u64 = ScalarType("u64")
 bool_ = ScalarType("bool")      # comparisons and boolean logic; not an argument type
 Ptr = _PtrFactory()
 float32, int32, uint32 = f32, i32, u32      # Numba's names
+float64, int64, uint64 = f64, i64, u64
 
-__all__ = ["f32", "i32", "u32", "float32", "int32", "uint32", "Ptr", "ScalarType", "PtrType"]
+__all__ = ["f32", "i32", "u32", "f64", "i64", "u64", "float32", "int32", "uint32", "float64",
+           "int64", "uint64", "Ptr", "ScalarType", "PtrType"]

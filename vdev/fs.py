@@ -15,6 +15,8 @@
                                         sys/class/drm/<node>, sys/dev/char/226:N (_build_sysfs)
     sys/kernel/debug/dri/0/*            debugfs views, from Device.debugfs_files()
     sys/class/devcoredump/devcd<N>/data crash dumps, from Device.devcoredumps()
+    proc/<pid>/fdinfo/<client-id>       each DRM file's usage (drm-usage-stats), from
+                                        Device.client_files(): mode 0400, its client's uid
 
 Generated files (sysfs, debugfs, kmsg, dumps) are ``direct_io``: their text is taken
 once at open() so a reader sees one consistent snapshot across read() calls, and
@@ -52,9 +54,9 @@ import pyfuse3
 
 from vgpu.frame import FrameError
 
-from .kmd_interface import KmdDevice, KmdError
+from .kmd_interface import KmdDevice, KmdError, OwnedText, Stream
 from .nodes import (ALWAYS_READY, MAY_EXEC, MAY_READ, MAY_WRITE, BoFile, ControlFile, Credentials, Dir,
-                    GeneratedFile, Handle, Node, PrimeFile, Symlink, SyncFile)
+                    GeneratedFile, Handle, Node, PrimeFile, StreamFile, Symlink, SyncFile)
 from .options import NodePermissions
 
 log = logging.getLogger(__name__)
@@ -125,6 +127,8 @@ class VgpuFs(pyfuse3.Operations):
         self._mkdir(cls, "devcoredump", provider=self._devcoredumps).file_mode = 0o600
         debug = self._mkdir(self._mkdir(sys_dir, "kernel"), "debug", mode=0o700)
         self._mkdir(self._mkdir(debug, "dri"), "0", provider=dev.debugfs_files)
+        self._mkdir(debug, "tracing", provider=dev.tracing_files)
+        self._mkdir(root, "proc", provider=dev.client_files, mode=0o555)  # proc/<pid>/fdinfo/<client>
 
     # -- tree building --------------------------------------------------------
     def _ino(self) -> int:
@@ -202,6 +206,14 @@ class VgpuFs(pyfuse3.Operations):
                     node = d.children[name] = self._adopt(d, Dir(self._ino(), d))
                     node.file_mode = d.file_mode
                 node.provider = (lambda e=entry: e)
+            elif isinstance(entry, Stream):
+                if not isinstance(node, StreamFile):
+                    node = d.children[name] = self._adopt(d, StreamFile(self._ino(), entry))
+                node.stream = entry
+            elif isinstance(entry, OwnedText):    # readable by its owner only (fdinfo)
+                if not isinstance(node, GeneratedFile):
+                    node = d.children[name] = self._adopt(d, GeneratedFile(self._ino(), entry.read, None, 0o400))
+                node.read_fn, node.uid = entry.read, entry.uid
             else:
                 read_fn, write_fn = entry if isinstance(entry, tuple) else (entry, None)
                 if not isinstance(node, GeneratedFile) or bool(node.write_fn) != bool(write_fn):

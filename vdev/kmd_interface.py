@@ -28,15 +28,23 @@ from __future__ import annotations
 from typing import Callable, Protocol, Tuple, Union, runtime_checkable
 
 from kmd.errors import KmdError
+from kmd.fdinfo import OwnedText
 from kmd.ioctl import PendingReply, Reply
+from kmd.trace import Reader, Stream
 
 __all__ = ["KmdError", "PendingReply", "Reply", "KernelLog", "BufferObject", "PrimeExport", "SyncExport",
-           "KmdDevice", "ProviderEntry"]
+           "KmdDevice", "ProviderEntry", "OwnedText", "Reader", "Stream"]
 
 #: A generated file in a provider's answer: ``read()`` -> its text, taken once per
 #: open(); or ``(read, write)`` for a writable entry, ``write(data: bytes)`` run in
 #: a worker thread (it may wait for engines; a KmdError fails the write()).
-ProviderEntry = Union[Callable[[], str], Tuple[Callable[[], str], Callable[[bytes], object]]]
+#: An ``OwnedText(read, uid)`` is a file only ``uid`` (and root) may read, mode 0400
+#: (a client's fdinfo); a nested dict is a directory of entries. A ``Stream``
+#: (trace_pipe, vgpu_timeline): each open gets a ``Reader`` from its
+#: ``open_reader()``, whose ``read(size)`` never waits (b"" when empty) and whose
+#: ``subscribe(wake) -> cancel`` calls ``wake()`` once, from any thread, when
+#: entries may have come; ``close()`` at release.
+ProviderEntry = Union[Callable[[], str], Tuple[Callable[[], str], Callable[[bytes], object]], OwnedText, Stream]
 
 
 @runtime_checkable
@@ -151,8 +159,17 @@ class KmdDevice(Protocol):
         """The entries of sys/class/drm/card0/device/, asked at each lookup and
         listing. The read functions run on the loop: they must not wait."""
 
+    def client_files(self) -> dict[str, dict]:
+        """The tree of proc/: {pid: {"fdinfo": {client id: OwnedText}}}, one file per
+        open DRM file (docs/observability.md); asked at each lookup and listing, the
+        read functions run on the loop and do not wait."""
+
     def debugfs_files(self) -> dict[str, ProviderEntry]:
         """The entries of sys/kernel/debug/dri/0/, as sysfs_files()."""
+
+    def tracing_files(self) -> dict[str, ProviderEntry]:
+        """The entries of sys/kernel/debug/tracing/ (nested dicts are directories),
+        as sysfs_files() (docs/tracing.md)."""
 
     def devcoredumps(self) -> dict[int, str]:
         """The crash dumps kept now, {N: text}: sys/class/devcoredump/devcd<N>/data

@@ -30,7 +30,8 @@ import trio
 
 from vgpu.frame import encode_reply, parse_request
 
-from .kmd_interface import BufferObject, KmdDevice, KmdError, PendingReply, PrimeExport, Reply, SyncExport
+from .kmd_interface import (BufferObject, KmdDevice, KmdError, PendingReply, PrimeExport, Reader, Reply, Stream,
+                            SyncExport)
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +220,21 @@ class GeneratedFile(Node):
         if acc != os.O_RDONLY and self.write_fn is None:
             _fail(errno.EACCES)
         return SnapshotHandle(self, _to_bytes(self.read_fn) if acc != os.O_WRONLY else b"")
+
+
+class StreamFile(Node):
+    """A file whose read() waits for entries (tracing/trace_pipe, tracing/vgpu_timeline):
+    each open gets its own Reader from the KMD's Stream (docs/tracing.md)."""
+
+    def __init__(self, inode: int, stream: Stream, mode: int = 0o444, uid: int = 0):
+        super().__init__(inode, stat.S_IFREG | mode, uid)
+        self.stream = stream
+
+    def open(self, dev, flags, ctx) -> "StreamHandle":
+        """Read-only (EACCES otherwise)."""
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            _fail(errno.EACCES)
+        return StreamHandle(self.stream.open_reader(), bool(flags & os.O_NONBLOCK), ctx.pid)
 
 
 class Symlink(Node):
@@ -517,61 +533,22 @@ class SnapshotHandle(Handle):
         return len(buf)
 
 
-class PrimeHandle(Handle):
-    """An open prime file: it holds the export until release (a dma-buf fd)."""
+class _PollNotifier(Handle):
+    """A handle that may become readable later: poll() keeps the kernel's poll
+    handle and has the KMD call back once things change. State touched on the loop only."""
 
-    def __init__(self, export: PrimeExport, accmode: int):
-        self.export = export
-        self.accmode = accmode
-        self.released = False
+    poll_handle = None
+    armed = False  # a notification is arranged
 
-    async def read(self, off, size) -> bytes:
-        if self.accmode == os.O_WRONLY:
-            _fail(errno.EBADF)
-        return self.export.read(off, size)
-
-    async def write(self, off, buf) -> int:
-        if self.accmode == os.O_RDONLY:
-            _fail(errno.EBADF)
-        return self.export.write(off, bytes(buf))
-
-    async def release(self) -> None:
-        """Stop holding the export; the last holder's release frees it (and its BO if
-        no handle names it). In a worker thread: it takes the device lock."""
-        if not self.released:
-            self.released = True
-            await trio.to_thread.run_sync(self.export.unhold)
-
-
-class SyncHandle(Handle):
-    """An open sync file: the status text of its first read, and the poll handle the
-    kernel gave us while the fence is busy (armed: a notification is arranged).
-    Its state is touched on the trio loop only."""
-
-    def __init__(self, node: SyncFile):
-        self.export = node.export
-        self.data: bytes | None = None
-        self.poll_handle = None
-        self.armed = False
-
-    async def read(self, off, size) -> bytes:
-        if self.data is None or off == 0:  # the status as of the first read
-            self.data = self.export.status().encode()
-        return self.data[off: off + size]
-
-    def poll(self, poll_handle) -> int:
-        """POLLIN once the fence has signalled; until then the kernel's handle is
-        kept (a newer one replaces it) and woken once the export changes."""
-        if self.export.signaled():
-            self.poll_handle = None
-            return select.POLLIN | select.POLLRDNORM
-        if poll_handle is not None:
-            self.poll_handle = poll_handle
-            if not self.armed:
-                self.armed = True
-                token = trio.lowlevel.current_trio_token()
-                self.export.notify_on_change(functools.partial(self._changed, token))
-        return 0
+    def _keep(self, poll_handle, notify_on_change) -> None:
+        """Keep `poll_handle` (a newer one replaces it) and, once per change, ask
+        `notify_on_change(fn)` to call fn from the KMD's thread."""
+        if poll_handle is None:
+            return
+        self.poll_handle = poll_handle
+        if not self.armed:
+            self.armed = True
+            notify_on_change(functools.partial(self._changed, trio.lowlevel.current_trio_token()))
 
     def _changed(self, token: trio.lowlevel.TrioToken) -> None:
         """The export may have signalled. Runs in the signalling thread (the KMD's
@@ -599,7 +576,133 @@ class SyncHandle(Handle):
         except OSError:
             pass  # the poller went away
         except Exception:
-            log.exception("vdev: waking a sync-file poller failed")
+            log.exception("vdev: waking a poller failed")
+
+
+#: How often a read() blocked on a stream looks whether its reader got a signal: the
+#: kernel then sends FUSE_INTERRUPT and waits for our answer (fuse's
+#: request_wait_answer), even for a dying reader, and pyfuse3 does not pass
+#: FUSE_INTERRUPT on.
+STREAM_RECHECK = 0.25
+
+
+def _interrupted(pid: int) -> bool:
+    """Thread `pid` has a signal pending that it neither blocks nor ignores (the
+    kernel's reason for a FUSE_INTERRUPT; a fatal one shows as SIGKILL), or is gone."""
+    masks = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:")):
+                    masks[line[:6]] = int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        return True
+    pending = masks.get("SigPnd", 0) | masks.get("ShdPnd", 0)
+    return bool(pending & ~masks.get("SigBlk", 0) & ~masks.get("SigIgn", 0))
+
+
+class StreamHandle(_PollNotifier):
+    """An open stream: read() returns what the Reader has, or waits on the loop
+    until entries come (EAGAIN at once for an O_NONBLOCK open), woken by the
+    writer's thread through run_sync_soon, as wait_pending is. poll() answers POLLIN
+    once entries are waiting. Many readers, slow or absent, never hold up a writer:
+    the KMD's buffers are bounded and drop the oldest entries."""
+
+    def __init__(self, reader: Reader, nonblock: bool, pid: int):
+        self.reader = reader
+        self.nonblock = nonblock
+        self.pid = pid  # the opener: a read waits no longer once it has a signal (EINTR)
+
+    async def read(self, off, size) -> bytes:
+        while True:
+            data = self.reader.read(size)
+            if data:
+                return data
+            if self.nonblock:
+                _fail(errno.EAGAIN)
+            if not await self._wait() and _interrupted(self.pid):
+                _fail(errno.EINTR)
+
+    async def _wait(self) -> bool:
+        """Wait for a wake-up from the writer, STREAM_RECHECK seconds at most; True if woken."""
+        token = trio.lowlevel.current_trio_token()
+        rnd = _Round()
+
+        def wake() -> None:
+            try:
+                token.run_sync_soon(rnd.set, idempotent=True)
+            except trio.RunFinishedError:
+                pass  # the daemon is stopping
+
+        cancel = self.reader.subscribe(wake)
+        try:
+            with trio.move_on_after(STREAM_RECHECK):
+                await rnd.event.wait()
+        finally:
+            cancel()
+        return rnd.event.is_set()
+
+    def poll(self, poll_handle) -> int:
+        """POLLIN once entries are waiting; until then, as SyncHandle.poll."""
+        if self.reader.ready():
+            self.poll_handle = None
+            return select.POLLIN | select.POLLRDNORM
+        self._keep(poll_handle, self.reader.subscribe)
+        return 0
+
+    async def release(self) -> None:
+        self.poll_handle = None
+        self.reader.close()
+
+
+class PrimeHandle(Handle):
+    """An open prime file: it holds the export until release (a dma-buf fd)."""
+
+    def __init__(self, export: PrimeExport, accmode: int):
+        self.export = export
+        self.accmode = accmode
+        self.released = False
+
+    async def read(self, off, size) -> bytes:
+        if self.accmode == os.O_WRONLY:
+            _fail(errno.EBADF)
+        return self.export.read(off, size)
+
+    async def write(self, off, buf) -> int:
+        if self.accmode == os.O_RDONLY:
+            _fail(errno.EBADF)
+        return self.export.write(off, bytes(buf))
+
+    async def release(self) -> None:
+        """Stop holding the export; the last holder's release frees it (and its BO if
+        no handle names it). In a worker thread: it takes the device lock."""
+        if not self.released:
+            self.released = True
+            await trio.to_thread.run_sync(self.export.unhold)
+
+
+class SyncHandle(_PollNotifier):
+    """An open sync file: the status text of its first read, and the poll handle the
+    kernel gave us while the fence is busy (armed: a notification is arranged).
+    Its state is touched on the trio loop only."""
+
+    def __init__(self, node: SyncFile):
+        self.export = node.export
+        self.data: bytes | None = None
+
+    async def read(self, off, size) -> bytes:
+        if self.data is None or off == 0:  # the status as of the first read
+            self.data = self.export.status().encode()
+        return self.data[off: off + size]
+
+    def poll(self, poll_handle) -> int:
+        """POLLIN once the fence has signalled; until then the kernel's handle is
+        kept (a newer one replaces it) and woken once the export changes."""
+        if self.export.signaled():
+            self.poll_handle = None
+            return select.POLLIN | select.POLLRDNORM
+        self._keep(poll_handle, self.export.notify_on_change)
+        return 0
 
     async def release(self) -> None:
         self.poll_handle = None  # a wake-up still queued then has nobody to notify

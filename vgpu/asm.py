@@ -15,7 +15,7 @@ import struct
 
 from vgpu import isa as I
 
-_ARG_KINDS = {"ptr": 8, "u32": 4, "i32": 4, "f32": 4}
+_ARG_KINDS = {"ptr": 8, "u32": 4, "i32": 4, "f32": 4, "u64": 8, "i64": 8, "f64": 8}
 _COMMENT = re.compile(r";|#|//")
 _LABEL = re.compile(r"\s*([A-Za-z_.$][\w.$]*)\s*:(?!\d)")
 _IDENT = re.compile(r"[A-Za-z_.$][\w.$]*$")
@@ -305,7 +305,7 @@ class _Assembler:
     def operand(self, kind: str, tok: str, info: I.OpInfo) -> tuple[int, int | None]:
         low = tok.lower()
         width = I.KIND_WIDTH.get(kind, 1)
-        if kind == I.K_SBASE and low == "off":
+        if kind in (I.K_SBASE, I.K_VDST2_OFF) and low == "off":
             return I.OPR_OFF, None
         if low in _SPECIAL:
             code = _SPECIAL[low]
@@ -371,6 +371,11 @@ def disasm_word(word: int, pc: int | None = None, labels: dict[int, str] | None 
     inst = I.decode(word)
     info = I.BY_CODE.get(inst.op)
     if info is None or I.check_fields(info, inst) is not None:
+        return f".inst {word:#018x}"
+    # A pair that runs off the register file (v[127:128]) decodes (and faults as
+    # bad_register) but has no assembly spelling.
+    if any(index + width > (I.MAX_VGPRS if vgpr else I.MAX_SGPRS)
+           for vgpr, index, width in I.registers(info, inst)):
         return f".inst {word:#018x}"
     fields = I.operand_fields(info, inst)
     parts = []

@@ -48,6 +48,7 @@ OPR_LIT = 127
 OPR_VGPR = 128
 
 CANONICAL_NAN = 0x7FC00000      # every NaN a float op produces is written as this
+CANONICAL_NAN64 = 0x7FF8000000000000    # the same for the 64-bit float operations
 
 # -- formats -----------------------------------------------------------------------
 FMT_SOPP, FMT_ALU, FMT_VOP3, FMT_MEM = "sopp", "alu", "vop3", "mem"
@@ -65,6 +66,8 @@ K_VDST_OFF = "vdst_off" # vN or off (atomic return value)
 K_VSRC = "vsrc"         # vN, sN, vcc, exec, scc, literal
 K_VREG = "vreg"         # vN only
 K_VREG2 = "vreg2"       # v[n:n+1]
+K_VSRC2 = "vsrc2"       # v[n:n+1] or s[n:n+1] (a 64-bit source; no literal)
+K_VDST2_OFF = "vdst2_off"   # v[n:n+1] or off (64-bit atomic return value)
 K_GADDR = "gaddr"       # v[n:n+1] when base is off, else vN (32-bit offset)
 K_SBASE = "sbase"       # s[n:n+1] or off
 K_SBASE2 = "sbase2"     # s[n:n+1] (scalar loads)
@@ -82,7 +85,7 @@ class OpInfo:
     """One opcode: `operands` are (field, kind) in assembly order.
 
     `ftype` is 'f32' when the sources are floats (the disassembler prints literals as
-    floats), else 'b32'.
+    floats), 'f64' for the 64-bit float operations, else 'b32'.
     """
 
     code: int
@@ -225,13 +228,60 @@ def _ops() -> list[OpInfo]:
            (I, K_OFFSET), ftype=ft)
     op(0xE9, "global_atomic_cmpswap_b32", FMT_MEM, (D, K_VDST_OFF), (A, K_GADDR),
        (DA, K_VREG2), (B, K_SBASE), (I, K_OFFSET))
+    _wide_ops(op)
     return ops
+
+
+def _wide_ops(op) -> None:
+    """The 64-bit operations on register pairs (docs/isa.md 4.8), in the opcode holes
+    0x74-0x77, 0x79-0x7F, 0xA3-0xAF and 0xF0-0xFF.  ftype 'f64' marks float ones."""
+    D, S0, S1, S2 = FIELD_DST, FIELD_SRC0, FIELD_SRC1, FIELD_SRC2
+    A, B, DA, I = FIELD_ADDR, FIELD_BASE, FIELD_DATA, FIELD_IMM
+    # VOP1: conversions and roundings.  (dst kind, src kind) per name.
+    for code, name, dst, src in (
+            (0x74, "v_cvt_f64_f32", K_VREG2, K_VSRC), (0x75, "v_cvt_f32_f64", K_VDST, K_VSRC2),
+            (0x76, "v_cvt_f64_i64", K_VREG2, K_VSRC2), (0x77, "v_cvt_f64_u64", K_VREG2, K_VSRC2),
+            (0x79, "v_cvt_i64_f64", K_VREG2, K_VSRC2), (0x7A, "v_cvt_u64_f64", K_VREG2, K_VSRC2),
+            (0x7B, "v_cvt_f32_i64", K_VDST, K_VSRC2), (0x7C, "v_cvt_f32_u64", K_VDST, K_VSRC2),
+            (0x7D, "v_sqrt_f64", K_VREG2, K_VSRC2), (0x7E, "v_floor_f64", K_VREG2, K_VSRC2),
+            (0x7F, "v_trunc_f64", K_VREG2, K_VSRC2), (0xA4, "v_ceil_f64", K_VREG2, K_VSRC2),
+            (0xA5, "v_rndne_f64", K_VREG2, K_VSRC2)):
+        op(code, name, FMT_ALU, (D, dst), (S0, src), ftype="f64" if "f64" in name else "b32")
+    op(0xA3, "v_fma_f64", FMT_VOP3, (D, K_VREG2), (S0, K_VSRC2), (S1, K_VSRC2), (S2, K_VSRC2),
+       ftype="f64")
+    # VOPC: 64-bit compares (ne, gt and ge are derived: docs/isa.md 4.8).
+    for code, name in ((0xA6, "v_cmp_eq_i64"), (0xA7, "v_cmp_lt_i64"), (0xA8, "v_cmp_le_i64"),
+                       (0xA9, "v_cmp_lt_u64"), (0xAA, "v_cmp_le_u64"), (0xAB, "v_cmp_eq_f64"),
+                       (0xAC, "v_cmp_lt_f64"), (0xAD, "v_cmp_le_f64")):
+        op(code, name, FMT_ALU, (D, K_SDST), (S0, K_VSRC2), (S1, K_VSRC2),
+           ftype="f64" if name.endswith("f64") else "b32")
+    op(0xAE, "global_load_dwordx2", FMT_MEM, (D, K_VREG2), (A, K_GADDR), (B, K_SBASE),
+       (I, K_OFFSET))
+    op(0xAF, "global_store_dwordx2", FMT_MEM, (A, K_GADDR), (DA, K_VREG2), (B, K_SBASE),
+       (I, K_OFFSET))
+    # VOP2: two 64-bit sources (the shifts: a 32-bit amount).
+    for code, name in enumerate(("v_add_f64", "v_sub_f64", "v_mul_f64", "v_div_f64",
+                                 "v_min_f64", "v_max_f64", "v_add_u64", "v_sub_u64",
+                                 "v_mul_lo_u64", "v_div_u64", "v_div_i64"), 0xF0):
+        op(code, name, FMT_ALU, (D, K_VREG2), (S0, K_VSRC2), (S1, K_VSRC2),
+           ftype="f64" if name.endswith("f64") else "b32")
+    for code, name in ((0xFB, "v_lshl_b64"), (0xFC, "v_lshr_b64"), (0xFD, "v_ashr_i64")):
+        op(code, name, FMT_ALU, (D, K_VREG2), (S0, K_VSRC2), (S1, K_VSRC))
+    for code, name, ft in ((0xFE, "global_atomic_add_u64", "b32"),
+                           (0xFF, "global_atomic_add_f64", "f64")):
+        op(code, name, FMT_MEM, (D, K_VDST2_OFF), (A, K_GADDR), (DA, K_VREG2), (B, K_SBASE),
+           (I, K_OFFSET), ftype=ft)
 
 
 OPCODES: tuple[OpInfo, ...] = tuple(_ops())
 BY_CODE: dict[int, OpInfo] = {o.code: o for o in OPCODES}
 BY_NAME: dict[str, OpInfo] = {o.name: o for o in OPCODES}
 assert len(BY_CODE) == len(OPCODES) == len(BY_NAME)
+
+# The 64-bit operations (_wide_ops): the executors hand them to their own code.
+WIDE_CODES = frozenset(o.code for o in OPCODES
+                       if 0x74 <= o.code <= 0x7F and o.code != 0x78 or 0xA3 <= o.code <= 0xAF
+                       or o.code >= 0xF0)
 
 # Named opcodes the executors switch on (generated: OP_S_ENDPGM = 0x01, ...).
 globals().update({"OP_" + o.name.upper(): o.code for o in OPCODES})
@@ -317,11 +367,14 @@ _KIND_OK = {
     K_SMASK: lambda c: _is_sgpr(c) or c in (OPR_VCC, OPR_EXEC),
     K_VDST: _is_vgpr, K_VREG: _is_vgpr, K_VREG2: _is_vgpr,
     K_VDST_OFF: lambda c: _is_vgpr(c) or c == OPR_OFF,
+    K_VDST2_OFF: lambda c: _is_vgpr(c) or c == OPR_OFF,
+    K_VSRC2: lambda c: _is_sgpr(c) or _is_vgpr(c),
     K_VSRC: lambda c: _is_sgpr(c) or _is_vgpr(c) or c in (OPR_VCC, OPR_EXEC, OPR_SCC, OPR_LIT),
     K_GADDR: _is_vgpr,
     K_SBASE: lambda c: _is_sgpr(c) or c == OPR_OFF,
 }
-KIND_WIDTH = {K_SDST2: 2, K_SSRC2: 2, K_SBASE2: 2, K_SBASE: 2, K_SDST4: 4, K_VREG2: 2}
+KIND_WIDTH = {K_SDST2: 2, K_SSRC2: 2, K_SBASE2: 2, K_SBASE: 2, K_SDST4: 4, K_VREG2: 2,
+              K_VSRC2: 2, K_VDST2_OFF: 2}
 _ATTR = {FIELD_DST: "dst", FIELD_SRC0: "src0", FIELD_SRC1: "src1", FIELD_SRC2: "src2",
          FIELD_ADDR: "src0", FIELD_BASE: "src1", FIELD_DATA: "src2"}
 

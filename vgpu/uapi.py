@@ -1419,3 +1419,65 @@ class vgpu_info_last_fault(_Struct):
         ("error", _s32),
         ("devcd", _u32),
     ]
+
+
+VGPU_INFO_JOB_COUNTERS = 0x81
+
+
+class vgpu_info_job_query(_Struct):
+    """In-struct of VGPU_INFO_JOB_COUNTERS: it takes the 16 bytes of
+    drm_amdgpu_info's query union (as query_hw_ip or read_mmr_reg do). The job is
+    named as its drm_amdgpu_fence names it: ``ip_type`` (AMDGPU_HW_IP_*), ``ring``,
+    ``seq_no`` (the CS handle)."""
+    _fields_ = [("ip_type", _u32), ("ring", _u32), ("seq_no", _u64)]
+
+
+class vgpu_info_job_counters(_Struct):
+    """Answer to VGPU_INFO_JOB_COUNTERS (vgpu's addition to AMDGPU_INFO): the
+    performance counters of one finished job of the calling file, summed over its
+    IBs (docs/observability.md). A profiler asks it after the job's fence signaled.
+
+    ``error``: the errno its fence carries (0: ok). ``started_ns`` / ``ended_ns``:
+    when the engine ran it, on the device clock of AMDGPU_INFO_TIMESTAMP;
+    ``busy_ns``: their difference. ``packets``: packets completed; ``bytes_read``
+    / ``bytes_written``: SDMA or CP DMA traffic; ``page_faults``: 1 if it stopped
+    on one. Compute (summed over its dispatches): ``dispatches``, ``waves``,
+    ``instructions`` (wave instructions issued), ``lane_instructions`` (sum of
+    popcount(EXEC) at issue), ``valu`` / ``salu`` / ``smem`` / ``vmem`` / ``lds``
+    (instructions by class), ``bytes_loaded`` / ``bytes_stored`` (global and
+    scalar memory), ``atomics`` (lane operations), ``barriers`` (s_barrier issues),
+    ``tlb_hits`` / ``tlb_misses`` / ``pt_walks`` (the compute units' translations).
+    Errors: EINVAL (unknown ip or ring, a seq never emitted), EBUSY (the job has not
+    finished), ENOENT (not the caller's job, or one among more than the ring's last
+    4096).
+    """
+    _fields_ = [
+        ("seq_no", _u64),
+        ("ip_type", _u32),
+        ("ring", _u32),
+        ("error", _s32),
+        ("_pad", _u32),
+        ("started_ns", _u64),
+        ("ended_ns", _u64),
+        ("busy_ns", _u64),
+        ("packets", _u64),
+        ("bytes_read", _u64),
+        ("bytes_written", _u64),
+        ("page_faults", _u64),
+        ("dispatches", _u64),
+        ("waves", _u64),
+        ("instructions", _u64),
+        ("lane_instructions", _u64),
+        ("valu", _u64),
+        ("salu", _u64),
+        ("smem", _u64),
+        ("vmem", _u64),
+        ("lds", _u64),
+        ("bytes_loaded", _u64),
+        ("bytes_stored", _u64),
+        ("atomics", _u64),
+        ("barriers", _u64),
+        ("tlb_hits", _u64),
+        ("tlb_misses", _u64),
+        ("pt_walks", _u64),
+    ]

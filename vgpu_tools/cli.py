@@ -1,4 +1,5 @@
-"""The ``vgpu`` console script: mount, umount, dmesg, info, trace (docs/design.md section 8).
+"""The ``vgpu`` console script: mount, umount, dmesg, info, trace, run, asm, smi (docs/design.md
+section 8).
 
 ``vgpu mount MOUNT`` starts the daemon (``python3 -m vdev.daemon``) detached, with
 its log and pid in ``/tmp/vgpu-<hash of MOUNT>.{log,pid}``, and returns once MOUNT
@@ -358,8 +359,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS]")
     r.set_defaults(func=cmd_run)
 
+    from vgpu_tools.timeline import add_parser as add_timeline_parser
+    add_timeline_parser(sub, default_mount())
+
     from vgpu_tools.asm_cli import add_parsers as add_asm_parsers   # asm, disasm
     add_asm_parsers(sub)
+    from vgpu_tools.smi import add_parsers as add_smi_parsers       # smi, smi dmon
+    add_smi_parsers(sub, default_mount())
     return p
 
 

@@ -31,6 +31,7 @@ DOMAINS = _enum("AMDGPU_GEM_DOMAIN_", skip=("MASK",))
 GEM_CREATE_FLAGS = _enum("AMDGPU_GEM_CREATE_")
 INFO_QUERIES = _enum("AMDGPU_INFO_", skip=("FW_", "SENSOR_", "VBIOS_", "MMR_", "VIDEO_CAPS_"),
                      keep=("FW_VERSION",))
+INFO_QUERIES.update({v: "VGPU_INFO_" + n for v, n in _enum("VGPU_INFO_").items()})   # vgpu's own
 FW_TYPES = _enum("AMDGPU_INFO_FW_", skip=("VERSION",))
 SENSORS = _enum("AMDGPU_INFO_SENSOR_")
 HW_IPS = _enum("AMDGPU_HW_IP_", skip=("NUM", "INSTANCE_MAX_COUNT"))
@@ -295,6 +296,8 @@ _INFO_ANSWERS = {
     uapi.AMDGPU_INFO_FW_VERSION: uapi.drm_amdgpu_info_firmware,
     uapi.AMDGPU_INFO_VRAM_GTT: uapi.drm_amdgpu_info_vram_gtt,
     uapi.AMDGPU_INFO_GDS_CONFIG: uapi.drm_amdgpu_info_gds,
+    uapi.VGPU_INFO_LAST_FAULT: uapi.vgpu_info_last_fault,
+    uapi.VGPU_INFO_JOB_COUNTERS: uapi.vgpu_info_job_counters,
 }
 _INFO_U64 = {uapi.AMDGPU_INFO_TIMESTAMP, uapi.AMDGPU_INFO_VRAM_USAGE, uapi.AMDGPU_INFO_GTT_USAGE,
              uapi.AMDGPU_INFO_VIS_VRAM_USAGE, uapi.AMDGPU_INFO_NUM_BYTES_MOVED,
@@ -322,6 +325,9 @@ def _req_info(s, extra):
         reg = MMR_REGISTERS.get(r.dword_offset)
         parts += [f"dword_offset={r.dword_offset:#x}" + (f" ({reg})" if reg else ""),
                   f"count={r.count}", f"instance={r.instance:#x}"]
+    elif q == uapi.VGPU_INFO_JOB_COUNTERS:
+        j = uapi.vgpu_info_job_query.from_buffer_copy(bytes(s._u))
+        parts += [f"ip={name_of(j.ip_type, HW_IPS)}", f"ring={j.ring}", f"seq={j.seq_no}"]
     elif q == uapi.AMDGPU_INFO_MEMORY or q == uapi.AMDGPU_INFO_DEV_INFO:
         pass
     elif any(bytes(s._u)):

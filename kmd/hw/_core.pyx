@@ -452,12 +452,21 @@ cdef struct ExecState:
     int last_op
     uint64_t packets
     uint64_t moved
+    uint64_t read           # performance counters (kmd/hw/sdma.py SdmaResult)
+    uint64_t written
+    uint64_t walks
+    uint64_t ops[16]        # packets completed by opcode (every valid opcode is < 16)
     uint32_t trap_context
     Fault fault
 
 
 cdef inline uint64_t addr64(const uint32_t* p) noexcept nogil:
     return <uint64_t>p[0] | (<uint64_t>p[1] << 32)
+
+
+cdef inline uint64_t pages(uint64_t va, uint64_t n) noexcept nogil:
+    """Pages of [va, va + n): the page-table walks of an access (SDMA has no TLB)."""
+    return ((va + n - 1) >> PAGE_SHIFT) - (va >> PAGE_SHIFT) + 1 if n else 0
 
 
 cdef inline bint compare(int func, uint32_t a, uint32_t b) noexcept nogil:
@@ -566,17 +575,22 @@ cdef class SdmaEngine:
             if code != EXEC_TRAP:
                 break
             self.ih.push(IH_SRC_TRAP, ring_id, ctx_id, st.trap_context)
+        st.walks += pages(ib_va, ib_size_dw * 4)
         if code == EXEC_DONE:
-            return SdmaResult("ok", None, None, st.last, st.last_op, st.packets, st.moved)
-        if code == EXEC_PAGE_FAULT:
+            r = SdmaResult("ok", None, None, st.last, st.last_op, st.packets, st.moved)
+        elif code == EXEC_PAGE_FAULT:
             fault = make_fault(&st.fault)
             self._push_fault(fault, ring_id, ctx_id)
-            return SdmaResult("fault", fault, fault.reason, st.pos, st.op, st.packets, st.moved)
-        if code == EXEC_ABORTED:
-            return SdmaResult("aborted", None, None, st.pos, st.op, st.packets, st.moved)
-        self.ih.push(IH_SRC_ILLEGAL_INST, ring_id, ctx_id, st.pos)
-        reason = REASON_ILLEGAL_OPCODE if code == EXEC_ILLEGAL else REASON_TRUNCATED
-        return SdmaResult("fault", None, reason, st.pos, st.op, st.packets, st.moved)
+            r = SdmaResult("fault", fault, fault.reason, st.pos, st.op, st.packets, st.moved)
+        elif code == EXEC_ABORTED:
+            r = SdmaResult("aborted", None, None, st.pos, st.op, st.packets, st.moved)
+        else:
+            self.ih.push(IH_SRC_ILLEGAL_INST, ring_id, ctx_id, st.pos)
+            reason = REASON_ILLEGAL_OPCODE if code == EXEC_ILLEGAL else REASON_TRUNCATED
+            r = SdmaResult("fault", None, reason, st.pos, st.op, st.packets, st.moved)
+        r.bytes_read, r.bytes_written, r.pt_walks = st.read, st.written, st.walks
+        r.packet_ops = {op: st.ops[op] for op in range(16) if st.ops[op]}
+        return r
 
     def _push_fault(self, fault, int ring_id, int ctx_id):
         src = IH_SRC_PAGE_FAULT if fault.reason == "unmapped" else IH_SRC_PROT_FAULT
@@ -606,6 +620,8 @@ cdef class SdmaEngine:
                 if pt._copy(addr64(ib + pos + 5), addr64(ib + pos + 3), count, &st.fault):
                     return EXEC_PAGE_FAULT
                 moved = count
+                st.read += count
+                st.walks += pages(addr64(ib + pos + 3), count)
             elif op == SDMA_OP_WRITE:
                 count = ((ib[pos + 3] & SDMA_WRITE_COUNT_MASK) + 1) * 4
                 if pt._write(addr64(ib + pos + 1), <const uint8_t*>(ib + pos + 4), count,
@@ -615,6 +631,8 @@ cdef class SdmaEngine:
             elif op == SDMA_OP_FENCE:
                 if pt._write(addr64(ib + pos + 1), <const uint8_t*>(ib + pos + 3), 4, &st.fault):
                     return EXEC_PAGE_FAULT
+                st.written += 4
+                st.walks += pages(addr64(ib + pos + 1), 4)
             elif op == SDMA_OP_TRAP:
                 st.trap_context = ib[pos + 1] & SDMA_TRAP_INT_CONTEXT_MASK
             elif op == SDMA_OP_POLL_REGMEM:
@@ -632,6 +650,12 @@ cdef class SdmaEngine:
                 stamp = <uint64_t>ts.tv_sec * 1000000000 + <uint64_t>ts.tv_nsec
                 if pt._write(addr64(ib + pos + 1), <const uint8_t*>&stamp, 8, &st.fault):
                     return EXEC_PAGE_FAULT
+                st.written += 8
+                st.walks += pages(addr64(ib + pos + 1), 8)
+            if moved:   # COPY, WRITE, CONST_FILL: their destination
+                st.written += moved
+                st.walks += pages(addr64(ib + pos + (5 if op == SDMA_OP_COPY else 1)), moved)
+            st.ops[op] += 1
             st.moved += moved
             st.last = pos
             st.last_op = op
@@ -650,6 +674,8 @@ cdef class SdmaEngine:
         while True:
             if pt._read(addr64(pkt + 1), <uint8_t*>&mem, 4, &st.fault):
                 return EXEC_PAGE_FAULT
+            st.read += 4
+            st.walks += 1
             if compare(func, mem & pkt[4], pkt[3]):
                 return 0
             if self._abort.load():

@@ -83,6 +83,8 @@ cdef enum Kind:
     K_GADDR
     K_SBASE
     K_SBASE2
+    K_VSRC2
+    K_VDST2_OFF
 
 cdef enum Fmt:
     F_NONE = 0
@@ -118,6 +120,7 @@ cdef enum WaveState:
 cdef struct OpDesc:
     uint8_t fmt
     uint8_t uses_imm
+    uint8_t wide        # a 64-bit operation (_cu_wide.pxi)
     uint8_t kind[4]     # dst, src0, src1, src2 (MEM: dst, addr, base, data)
 
 cdef OpDesc _cu_ops[256]
@@ -191,6 +194,12 @@ cdef struct CuThread:
     uint64_t cur_wg
     uint64_t inst           # counters of the chunk in progress
     uint64_t lane
+    uint64_t op_inst[256]   # performance counters of the whole dispatch: by opcode,
+    uint64_t op_lane[256]   # lanes of memory instructions only (dispatch_counters)
+    uint64_t tlb_lookups
+    uint64_t tlb_misses
+    uint64_t walks          # page-table walks outside the TLB (fetches past the window)
+    uint64_t waves_run
     vector[ChunkLog] log
     int stop                # CU_OK, a fault code, CU_ABORTED
     uint64_t stop_wg
@@ -213,8 +222,10 @@ cdef inline bint kind_ok(int kind, int c) noexcept nogil:
         return c <= OPR_SCC or c == OPR_LIT
     if kind == K_VDST or kind == K_VREG or kind == K_VREG2 or kind == K_GADDR:
         return c >= OPR_VGPR
-    if kind == K_VDST_OFF:
+    if kind == K_VDST_OFF or kind == K_VDST2_OFF:
         return c >= OPR_VGPR or c == OPR_OFF
+    if kind == K_VSRC2:
+        return c < CU_MAX_SGPRS or c >= OPR_VGPR
     if kind == K_VSRC:
         return c <= OPR_SCC or c >= OPR_LIT
     if kind == K_SBASE:
@@ -226,7 +237,7 @@ cdef inline int kind_width(int kind) noexcept nogil:
     if kind == K_SDST4:
         return 4
     if kind == K_SDST2 or kind == K_SSRC2 or kind == K_SBASE2 or kind == K_SBASE \
-            or kind == K_VREG2:
+            or kind == K_VREG2 or kind == K_VSRC2 or kind == K_VDST2_OFF:
         return 2
     return 1
 
@@ -304,7 +315,8 @@ def _cu_fill_op_table():
              _isa.K_SSRC: K_SSRC, _isa.K_SSRC2: K_SSRC2, _isa.K_SMASK: K_SMASK,
              _isa.K_VDST: K_VDST, _isa.K_VDST_OFF: K_VDST_OFF, _isa.K_VSRC: K_VSRC,
              _isa.K_VREG: K_VREG, _isa.K_VREG2: K_VREG2, _isa.K_GADDR: K_GADDR,
-             _isa.K_SBASE: K_SBASE, _isa.K_SBASE2: K_SBASE2}
+             _isa.K_SBASE: K_SBASE, _isa.K_SBASE2: K_SBASE2, _isa.K_VSRC2: K_VSRC2,
+             _isa.K_VDST2_OFF: K_VDST2_OFF}
     cdef OpDesc* d
     slot = {"dst": 0, "src0": 1, "src1": 2, "src2": 3}
     memset(_cu_ops, 0, sizeof(_cu_ops))
@@ -314,6 +326,7 @@ def _cu_fill_op_table():
         for attr, kind in _isa.operand_fields(info).items():
             d.kind[slot[attr]] = kinds[kind]
         d.uses_imm = any(f == _isa.FIELD_IMM for f, _ in info.operands)
+        d.wide = info.code in _isa.WIDE_CODES
 
 
 _cu_fill_op_table()
@@ -473,6 +486,9 @@ cdef inline bint cu_compare(int c, int t, uint32_t a, uint32_t b) noexcept nogil
     return x >= y
 
 
+include "_cu_wide.pxi"
+
+
 # -- the engine ---------------------------------------------------------------------------------
 cdef inline uint32_t sread(CuThread* T, uint32_t* s, WaveSt* w, int c,
                            uint32_t imm) noexcept nogil:
@@ -519,11 +535,21 @@ cdef inline void merge(uint32_t* D, const uint32_t* R, uint32_t m) noexcept nogi
         D[l] = R[l] if (m >> l) & 1 else D[l]
 
 
+cdef inline void count_issue(CuThread* T, int op, int active) noexcept nogil:
+    """One instruction issued: the chunk's counts and the dispatch's counter of `op`.
+    (Lanes per opcode are counted for memory instructions only, by their branch of
+    run_wave: one more store per ALU instruction cost saxpy 15 %.)"""
+    T.inst += 1
+    T.lane += active
+    T.op_inst[op] += 1
+
+
 cdef uint8_t* translate_miss(CuThread* T, uint64_t addr, int access, TlbEntry* e,
                             CuFault* f) noexcept nogil:
     """TLB miss: walk the page table under its shared lock and refill the entry."""
     cdef uint64_t page = addr >> PAGE_SHIFT
     cdef CuShared* sh = T.sh
+    T.tlb_misses += 1
     sh.lock.lock_shared()
     it = sh.ptes.find(page)
     if it == sh.ptes.end():
@@ -548,6 +574,7 @@ cdef inline uint8_t* translate(CuThread* T, uint64_t addr, int access,
     # Fibonacci hashing: buffers mapped at large power-of-two VA steps must not share
     # one slot (a + b -> c would refill it on every lane).
     cdef TlbEntry* e = &T.tlb[(page * <uint64_t>0x9E3779B97F4A7C15ULL) >> (64 - TLB_BITS)]
+    T.tlb_lookups += 1
     if e.page != page:
         return translate_miss(T, addr, access, e, f)
     if not (e.flags & access_flag(access)):
@@ -582,6 +609,54 @@ cdef inline int misaligned(uint64_t addr, uint64_t size, int access, CuFault* f)
         f.code, f.va, f.access = CU_MISALIGNED, addr, access
         return 1
     return 0
+
+
+cdef bint global_two_pages(CuThread* T, uint32_t* s, uint32_t* v, const DInst* d) noexcept nogil:
+    """A full wave's global_load/store_dword at SGPR base + VGPR offsets whose aligned
+    addresses all lie in at most two pages (a tile's rows, a strided column): one
+    translation per page, then the lanes in order.  False, with nothing done, for
+    anything else (a wrap, a misaligned lane, an unmapped page...): the lane loop then
+    runs and finds the first faulting lane exactly."""
+    cdef uint32_t* O = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* D
+    cdef uint64_t base = ((<uint64_t>s[d.src1] | (<uint64_t>s[d.src1 + 1] << 32)) +
+                          <uint64_t>d.off)
+    cdef uint64_t first, last, addr
+    cdef uint32_t lo = O[0], hi = O[0], bits = 0, x
+    cdef uint8_t* pages[2]
+    cdef CuFault scratch
+    cdef int l, access = ACCESS_READ if d.op == OP_GLOBAL_LOAD_DWORD else ACCESS_WRITE
+    for l in range(CU_WAVE):
+        x = O[l]
+        bits |= x
+        lo = x if x < lo else lo
+        hi = x if x > hi else hi
+    first, last = base + lo, base + hi + 3
+    if (bits | base) & 3 or first < base or last < first or \
+            (last >> PAGE_SHIFT) - (first >> PAGE_SHIFT) > 1:
+        return False
+    pages[0] = translate(T, first, access, &scratch)
+    if pages[0] == NULL:
+        return False
+    pages[0] -= first & PAGE_MASK
+    pages[1] = pages[0]
+    if (last >> PAGE_SHIFT) != (first >> PAGE_SHIFT):
+        pages[1] = translate(T, last & ~(<uint64_t>PAGE_MASK), access, &scratch)
+        if pages[1] == NULL:
+            return False
+    first >>= PAGE_SHIFT
+    if access == ACCESS_READ:
+        D = v + (d.dst - OPR_VGPR) * CU_WAVE
+        for l in range(CU_WAVE):
+            addr = base + O[l]
+            memcpy(&x, pages[(addr >> PAGE_SHIFT) != first] + (addr & PAGE_MASK), 4)
+            D[l] = x        # D may be O: this lane's offset is read already
+    else:
+        D = v + (d.src2 - OPR_VGPR) * CU_WAVE
+        for l in range(CU_WAVE):    # in lane order: the highest lane wins an address
+            addr = base + O[l]
+            memcpy(pages[(addr >> PAGE_SHIFT) != first] + (addr & PAGE_MASK), &D[l], 4)
+    return True
 
 
 cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst* d,
@@ -627,6 +702,8 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
                         return 1
                     memcpy(p, v + (d.src2 - OPR_VGPR) * CU_WAVE, 4 * CU_WAVE)
                 return 0
+        if d.src1 != OPR_OFF and global_two_pages(T, s, v, d):
+            return 0
     if op <= OP_GLOBAL_LOAD_SSHORT:
         size = 4 if op == OP_GLOBAL_LOAD_DWORD else (1 if op <= OP_GLOBAL_LOAD_SBYTE else 2)
         for l in range(CU_WAVE):
@@ -695,6 +772,49 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
     return 0
 
 
+cdef bint half_waves(CuThread* T, uint32_t* v, const DInst* d, uint32_t limit) noexcept nogil:
+    """A full wave's ds_read/write_b32 where each half-wave (lanes 0-15, 16-31) touches
+    16 consecutive dwords or one dword: a 16-wide block's row or column of a shared
+    tile.  Two copies (or fills) instead of 32 lanes; False, with nothing done, for any
+    other pattern or an address that would fault (the caller's paths then run)."""
+    cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* D
+    cdef uint32_t* lds = <uint32_t*>T.lds
+    cdef uint32_t run = 0, same = 0, x, y, a0, a1, span
+    cdef int l
+    for l in range(CU_WAVE):       # branch-free: the C compiler vectorizes it
+        x = A[l]
+        run |= x ^ (A[l & 16] + 4 * <uint32_t>(l & 15))
+        same |= x ^ A[l & 16]
+    if run and same:
+        return False
+    span = 64 if run == 0 else 4
+    a0, a1 = A[0] + <uint32_t>d.off, A[16] + <uint32_t>d.off
+    if (a0 | a1) & 3 or <uint64_t>a0 + span > limit or <uint64_t>a1 + span > limit:
+        return False
+    a0 >>= 2
+    a1 >>= 2
+    if d.op == OP_DS_READ_B32:
+        D = v + (d.dst - OPR_VGPR) * CU_WAVE
+        if run == 0:
+            memmove(D, &lds[a0], 64)
+            memmove(D + 16, &lds[a1], 64)
+        else:
+            x, y = lds[a0], lds[a1]
+            for l in range(16):
+                D[l] = x
+                D[l + 16] = y
+    else:                   # lanes in order: the upper half, and a half's last lane, win
+        D = v + (d.src2 - OPR_VGPR) * CU_WAVE
+        if run == 0:
+            memmove(&lds[a0], D, 64)
+            memmove(&lds[a1], D + 16, 64)
+        else:
+            lds[a0] = D[15]
+            lds[a1] = D[31]
+    return True
+
+
 cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f) noexcept nogil:
     """ds_* (docs/isa.md 4.5): per lane, misaligned before lds_bounds."""
     cdef int op = d.op, l
@@ -703,6 +823,33 @@ cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f
     cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
     cdef uint32_t* lds = <uint32_t*>T.lds
     cdef uint32_t limit = T.sh.lds_bytes
+    cdef uint32_t addrs[CU_WAVE]
+    cdef uint32_t bad = 0
+    cdef int32_t top = <int32_t>((limit - 4) ^ <uint32_t>0x80000000U)
+    cdef uint32_t* D
+    if m == <uint32_t>0xFFFFFFFFU and limit >= 64 and \
+            (op == OP_DS_READ_B32 or op == OP_DS_WRITE_B32) and half_waves(T, v, d, limit):
+        return 0
+    if m == <uint32_t>0xFFFFFFFFU and limit >= 4 and \
+            (op == OP_DS_READ_B32 or op == OP_DS_WRITE_B32):
+        # Fast path for a full wave: the addresses checked in one branch-free loop the
+        # C compiler vectorizes (addr + 4 <= limit as a signed compare with the sign
+        # bits flipped); any misaligned or out-of-range one goes to the lane loop
+        # below, which finds the first faulting lane.
+        for l in range(CU_WAVE):
+            addr = A[l] + <uint32_t>d.off
+            addrs[l] = addr >> 2
+            bad |= (addr & 3) | <uint32_t>(<int32_t>(addr ^ <uint32_t>0x80000000U) > top)
+        if bad == 0:
+            if op == OP_DS_READ_B32:
+                D = v + (d.dst - OPR_VGPR) * CU_WAVE
+                for l in range(CU_WAVE):
+                    D[l] = lds[addrs[l]]
+            else:       # in lane order: the highest lane wins a shared address
+                D = v + (d.src2 - OPR_VGPR) * CU_WAVE
+                for l in range(CU_WAVE):
+                    lds[addrs[l]] = D[l]
+            return 0
     for l in range(CU_WAVE):
         if not (m >> l) & 1:
             continue
@@ -800,6 +947,7 @@ cdef const DInst* fetch(CuThread* T, int64_t pc, CuFault* f) noexcept nogil:
             (pc < 0 and <uint64_t>(-pc) > sh.code_va):
         f.code, f.va, f.access = CU_UNMAPPED, va, ACCESS_EXEC
         return NULL
+    T.walks += 1
     sh.lock.lock_shared()
     it = sh.ptes.find(va >> PAGE_SHIFT)
     if it == sh.ptes.end():
@@ -828,7 +976,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
     cdef uint32_t ta[CU_WAVE]
     cdef uint32_t tb[CU_WAVE]
     cdef uint32_t tc[CU_WAVE]
-    cdef uint32_t R[CU_WAVE]
+    cdef uint32_t Rbuf[CU_WAVE]
+    cdef uint32_t* R
     cdef const uint32_t* A
     cdef const uint32_t* B
     cdef const uint32_t* Cc
@@ -849,7 +998,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             return d.status
         op = d.op
         m = w.exec_
-        active = cu_popcount(m)
+        active = CU_WAVE if m == <uint32_t>0xFFFFFFFFU else cu_popcount(m)
+        R = Rbuf
         code = CU_OK
         if op >= OP_V_ADD_U32 and op <= OP_V_MAX_F32 and op != OP_V_ADD_CO_U32 \
                 and op != OP_V_ADDC_CO_U32 and op != OP_V_SUB_CO_U32:
@@ -857,6 +1007,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             B = vsrc(T, s, v, w, d.src1, d.imm, tb)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            if m == <uint32_t>0xFFFFFFFFU:
+                R = D       # a full wave: straight into the destination (lane-wise ops)
             if op == OP_V_ADD_U32:
                 for l in range(CU_WAVE):
                     R[l] = A[l] + B[l]
@@ -882,14 +1034,29 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 for l in range(CU_WAVE):
                     R[l] = A[l] ^ B[l]
             elif op == OP_V_LSHL_B32:
-                for l in range(CU_WAVE):
-                    R[l] = A[l] << (B[l] & 31)
+                if B == tb:     # a scalar count: one shift for every lane (vectorizes)
+                    x = tb[0] & 31
+                    for l in range(CU_WAVE):
+                        R[l] = A[l] << x
+                else:
+                    for l in range(CU_WAVE):
+                        R[l] = A[l] << (B[l] & 31)
             elif op == OP_V_LSHR_B32:
-                for l in range(CU_WAVE):
-                    R[l] = A[l] >> (B[l] & 31)
+                if B == tb:
+                    x = tb[0] & 31
+                    for l in range(CU_WAVE):
+                        R[l] = A[l] >> x
+                else:
+                    for l in range(CU_WAVE):
+                        R[l] = A[l] >> (B[l] & 31)
             elif op == OP_V_ASHR_I32:
-                for l in range(CU_WAVE):
-                    R[l] = <uint32_t>(<int32_t>A[l] >> (B[l] & 31))
+                if B == tb:
+                    x = tb[0] & 31
+                    for l in range(CU_WAVE):
+                        R[l] = <uint32_t>(<int32_t>A[l] >> x)
+                else:
+                    for l in range(CU_WAVE):
+                        R[l] = <uint32_t>(<int32_t>A[l] >> (B[l] & 31))
             elif op == OP_V_MIN_I32:
                 for l in range(CU_WAVE):
                     R[l] = A[l] if <int32_t>A[l] < <int32_t>B[l] else B[l]
@@ -938,7 +1105,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             else:                                       # v_bcnt_u32_b32
                 for l in range(CU_WAVE):
                     R[l] = cu_popcount(A[l]) + B[l]
-            merge(D, R, m)
+            if R != D:
+                merge(D, R, m)
         elif op >= OP_V_MOV_B32 and op <= OP_V_TANH_F32:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
@@ -1026,14 +1194,24 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     carry = (wide >> 32) != 0
                 mask |= carry << l
             w.vcc = mask
+        elif _cu_ops[op].wide:
+            if op == OP_GLOBAL_LOAD_DWORDX2 or op == OP_GLOBAL_STORE_DWORDX2 or \
+                    op == OP_GLOBAL_ATOMIC_ADD_U64 or op == OP_GLOBAL_ATOMIC_ADD_F64:
+                if m and wide_mem(T, s, v, w, d, f):
+                    return f.code
+                T.op_lane[op] += active
+            else:
+                wide_alu(T, s, v, w, d)
         elif op == OP_DS_BPERMUTE_B32 or op == OP_DS_PERMUTE_B32:
             lane_permute(v, d, m)
         elif op >= OP_GLOBAL_LOAD_DWORD:
             if m and global_mem(T, s, v, w, d, f):
                 return f.code
+            T.op_lane[op] += active
         elif op >= OP_DS_MIN_I32:
             if m and lds_mem(T, v, w, d, f):
                 return f.code
+            T.op_lane[op] += active
         elif op == OP_V_READFIRSTLANE_B32:
             swrite(s, w, d.dst, v[(d.src0 - OPR_VGPR) * CU_WAVE + (cu_ctz(m) if m else 0)])
         elif op == OP_V_READLANE_B32:
@@ -1136,14 +1314,12 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
         else:                                           # SOPP
             if op == OP_S_ENDPGM:
                 w.state = W_DONE
-                T.inst += 1
-                T.lane += active
+                count_issue(T, op, active)
                 return CU_DONE
             if op == OP_S_BARRIER:
                 w.state = W_BARRIER
                 w.pc += 8
-                T.inst += 1
-                T.lane += active
+                count_issue(T, op, active)
                 return CU_BARRIER
             if op == OP_S_TRAP:
                 f.code, f.access, f.trap_code = CU_TRAP, -1, d.imm
@@ -1167,16 +1343,14 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     if d.imm & 7:
                         f.code, f.access = CU_ILLEGAL, -1
                         return CU_ILLEGAL
-                    T.inst += 1
-                    T.lane += active
+                    count_issue(T, op, active)
                     w.pc += 8 + <int64_t><int32_t>d.imm
                     # A lower workgroup faulted: this one is not part of the result, and
                     # it may loop forever.
                     if sh.fault_wg.load() < T.cur_wg:
                         return CU_CANCELLED
                     continue
-        T.inst += 1
-        T.lane += active
+        count_issue(T, op, active)
         w.pc += 8
 
 
@@ -1193,16 +1367,18 @@ cdef int run_workgroup(CuThread* T, uint64_t index, CuFault* f) noexcept nogil:
     xyz[1] = (index // sh.gx) % sh.gy
     xyz[2] = index // (<uint64_t>sh.gx * sh.gy)
     T.cur_wg = index
-    memset(T.s, 0, sh.nwaves * CU_MAX_SGPRS * 4)
-    memset(T.v, 0, sh.nwaves * sh.vgprs * CU_WAVE * 4)
+    T.waves_run += sh.nwaves
     if sh.lds_bytes:
         memset(T.lds, 0, sh.lds_bytes)
     for wi in range(sh.nwaves):
+        # Only the registers the kernel declares: decode refuses any other (bad_register).
         s = T.s + wi * CU_MAX_SGPRS
         v = T.v + wi * sh.vgprs * CU_WAVE
+        memset(s, 0, sh.sgprs * 4)
         memcpy(s, sh.user_data, USER_SGPRS * 4)
         memcpy(s + SGPR_WORKGROUP_ID, xyz, 12)
         memcpy(v, sh.lid + wi * 3 * CU_WAVE, 3 * CU_WAVE * 4)
+        memset(v + 3 * CU_WAVE, 0, (sh.vgprs - 3) * CU_WAVE * 4)
         T.waves[wi].exec_ = sh.wave_exec[wi]
         T.waves[wi].vcc = 0
         T.waves[wi].scc = 0
@@ -1436,20 +1612,21 @@ cdef class ComputeEngine:
                 if status != "fault" or threads[i].log[j].start <= fault_wg:
                     inst += threads[i].log[j].inst
                     lane += threads[i].log[j].lane
+        counters = self._counters(sh, threads)
         if pick == NULL:
             for i in range(threads.size()):
                 if threads[i].has_last:
                     T = &threads[i]
                     r = _cu_py.ComputeResult("ok", None, None, T.last_pc, instructions=inst,
-                                             lane_instructions=lane)
+                                             lane_instructions=lane, counters=counters)
                     return self._wave_state(r, sh, T, sh.total - 1, T.last_wave)
             return _cu_py.ComputeResult("ok", None, None, 0, instructions=inst,
-                                        lane_instructions=lane)
+                                        lane_instructions=lane, counters=counters)
         T = pick
         w = &T.waves[T.stop_wave]
         if status == "aborted":
             r = _cu_py.ComputeResult("aborted", None, None, w.pc, instructions=inst,
-                                     lane_instructions=lane)
+                                     lane_instructions=lane, counters=counters)
         else:
             f = T.fault
             gpu_fault = None
@@ -1459,8 +1636,34 @@ cdef class ComputeEngine:
                                      FAULT_REASONS[f.code - CU_UNMAPPED])
             r = _cu_py.ComputeResult("fault", _CU_REASONS[f.code], gpu_fault, w.pc,
                                      instructions=inst, lane_instructions=lane,
-                                     trap_code=f.trap_code)
+                                     trap_code=f.trap_code, counters=counters)
         return self._wave_state(r, sh, T, T.stop_wg, T.stop_wave)
+
+    cdef dict _counters(self, CuShared* sh, vector[CuThread]& threads):
+        """The dispatch's performance counters (kmd/hw/compute.py dispatch_counters),
+        from the per-thread tallies: the work the units did, cancelled work included."""
+        cdef uint64_t inst, lane, lookups = 0, misses = 0, walks = 0, waves = 0, lanes = 0
+        cdef size_t i, j
+        cdef int op
+        ops = {}
+        for op in range(256):
+            inst = lane = 0
+            for i in range(threads.size()):
+                inst += threads[i].op_inst[op]
+                lane += threads[i].op_lane[op]
+            if inst:
+                ops[op] = (inst, lane)
+        for i in range(threads.size()):
+            lookups += threads[i].tlb_lookups
+            misses += threads[i].tlb_misses
+            walks += threads[i].walks
+            waves += threads[i].waves_run
+            for j in range(threads[i].log.size()):
+                lanes += threads[i].log[j].lane
+        window_pages = _cu_py.pages_spanned(sh.code_va, sh.win_bytes)
+        return _cu_py.dispatch_counters(ops, waves=waves, lane_instructions=lanes,
+                                        tlb_hits=lookups - misses, tlb_misses=misses,
+                                        walks=walks + misses + window_pages)
 
     @cython.cdivision(True)
     cdef _wave_state(self, r, CuShared* sh, CuThread* T, uint64_t index, int wi):

@@ -47,6 +47,82 @@ class ComputeResult:
     trap_code: int = 0
     instructions: int = 0
     lane_instructions: int = 0
+    # Performance counters (dispatch_counters): what the units did, cancelled work
+    # included; the TLB counters are the Cython core's (the reference has no TLB).
+    counters: dict = dataclasses.field(default_factory=dict, compare=False)
+
+
+# -- performance counters (docs/observability.md) -------------------------------------------
+# A dispatch's counters, in print order. Instruction classes count wave instructions;
+# lane_instructions sums popcount(EXEC) at issue; bytes and atomics count per lane.
+COMPUTE_COUNTERS = ("dispatches", "waves", "instructions", "lane_instructions", "valu",
+                    "salu", "smem", "vmem", "lds", "bytes_loaded", "bytes_stored",
+                    "atomics", "barriers", "tlb_hits", "tlb_misses", "pt_walks")
+_ACCESS_BYTES = {"dword": 4, "dwordx2": 8, "dwordx4": 16, "ubyte": 1, "sbyte": 1, "byte": 1,
+                 "ushort": 2, "sshort": 2, "short": 2}
+
+
+def op_class(name: str) -> str:
+    """The counter class of an instruction: valu, salu, smem, vmem or lds."""
+    if name.startswith("v_"):
+        return "valu"
+    if name.startswith("s_load"):
+        return "smem"
+    if name.startswith("global_"):
+        return "vmem"
+    if name.startswith("ds_"):
+        return "lds"
+    return "salu"
+
+
+def _memory_effect(name: str) -> tuple[int, int, bool]:
+    """(bytes loaded, bytes stored, is an atomic) per lane (per wave for s_load)."""
+    if "atomic" in name:
+        size = 8 if name.endswith("64") else 4
+        return size, size, True
+    if name.startswith(("global_load_", "s_load_")):
+        return _ACCESS_BYTES[name.rsplit("_", 1)[1]], 0, False
+    if name.startswith("global_store_"):
+        return 0, _ACCESS_BYTES[name.rsplit("_", 1)[1]], False
+    if name.startswith("ds_") and name not in ("ds_read_b32", "ds_write_b32") and "permute" not in name:
+        return 0, 0, True       # an LDS atomic: on-chip, no memory bytes (permutes move lanes)
+    return 0, 0, False
+
+
+def _op_effects() -> dict[int, tuple[str, int, int, bool, bool]]:
+    out = {}
+    for info in I.OPCODES:
+        loaded, stored, atomic = _memory_effect(info.name)
+        out[info.code] = (op_class(info.name), loaded, stored, atomic,
+                          info.name.startswith("s_load"))
+    return out
+
+
+_OP_EFFECTS = _op_effects()
+
+
+def pages_spanned(va: int, n: int) -> int:
+    """Pages of 4 KiB that [va, va + n) touches."""
+    return ((va + n - 1) >> 12) - (va >> 12) + 1 if n > 0 else 0
+
+
+def dispatch_counters(ops: dict[int, tuple[int, int]], *, waves: int, lane_instructions: int,
+                      tlb_hits: int = 0, tlb_misses: int = 0, walks: int = 0) -> dict[str, int]:
+    """COMPUTE_COUNTERS of one dispatch from {opcode: (instructions, active lanes)}
+    (the lanes are needed, and read, for the vmem and lds opcodes only)."""
+    c = dict.fromkeys(COMPUTE_COUNTERS, 0)
+    c.update(dispatches=1, waves=waves, lane_instructions=lane_instructions, tlb_hits=tlb_hits,
+             tlb_misses=tlb_misses, pt_walks=walks)
+    for op, (inst, lanes) in ops.items():
+        cls, loaded, stored, atomic, scalar = _OP_EFFECTS[op]
+        per = inst if scalar else lanes
+        c["instructions"] += inst
+        c[cls] += inst
+        c["bytes_loaded"] += loaded * per
+        c["bytes_stored"] += stored * per
+        c["atomics"] += lanes if atomic else 0
+        c["barriers"] += inst if op == I.OP_S_BARRIER else 0
+    return c
 
 
 class WaveFault(Exception):

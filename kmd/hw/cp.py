@@ -61,6 +61,10 @@ class CpResult:
     the submitted one to the innermost, each with the offset being run; dispatch:
     the ComputeResult of the DISPATCH_DIRECT that faulted or was aborted (else
     the last one run, or None); sh_regs: the SH registers set at that moment.
+
+    Performance counters (docs/observability.md): packet_ops, {PM4 opcode: packets
+    completed}; counters, the sum of the dispatches' (kmd/hw/compute.py
+    COMPUTE_COUNTERS) with the CP DMA's bytes_read / bytes_written.
     """
 
     status: str
@@ -74,6 +78,12 @@ class CpResult:
     dispatch: object = None
     dispatches: int = 0
     sh_regs: dict = dataclasses.field(default_factory=dict)
+    packet_ops: dict = dataclasses.field(default_factory=dict)
+    counters: dict = dataclasses.field(default_factory=dict)
+
+    def count(self, counters: dict) -> None:
+        for name, value in counters.items():
+            self.counters[name] = self.counters.get(name, 0) + value
 
 
 class _Stop(Exception):
@@ -168,6 +178,7 @@ class CommandProcessor:
             if hdr == P.PM4_NOP_FILLER:
                 pos += 1
                 res.packets += 1
+                res.packet_ops[P.PKT3_NOP] = res.packet_ops.get(P.PKT3_NOP, 0) + 1
                 continue
             if P.pm4_type(hdr) != P.PM4_TYPE3 or hdr & P.PM4_PREDICATE:
                 res.opcode = -1
@@ -175,7 +186,9 @@ class CommandProcessor:
             n = P.pm4_body_dw(hdr)
             if pos + 1 + n > len(ib):
                 raise _Stop("fault", REASON_TRUNCATED)
-            self._execute(pt, res.opcode, ib[pos + 1: pos + 1 + n], res)
+            op = res.opcode
+            self._execute(pt, op, ib[pos + 1: pos + 1 + n], res)
+            res.packet_ops[op] = res.packet_ops.get(op, 0) + 1
             if res.ib_chain[-1] is not frame:  # back from a chained IB
                 res.ib_chain.pop()
                 res.packet_offset, res.opcode = pos, P.PKT3_INDIRECT_BUFFER
@@ -247,6 +260,7 @@ class CommandProcessor:
             self._dispatching = False
         res.dispatch = result
         res.dispatches += 1
+        res.count(result.counters)
         if result.status == "aborted":
             raise _Stop("aborted")
         if result.status != "ok":
@@ -356,6 +370,10 @@ class CommandProcessor:
                 pt.write(dst + done, data)
             done += n
         res.bytes_moved += nbytes
+        # The transfer as the engine makes it: a DATA fill reads nothing from memory,
+        # NOWHERE writes nothing; a fixed address is read / written once per dword.
+        res.count({"bytes_read": 0 if fill else nbytes,
+                   "bytes_written": 0 if dst_sel == P.DMA_DST_NOWHERE else nbytes})
 
     def _push_fault(self, res: CpResult) -> None:
         if res.dispatch is not None and res.dispatch.status == "fault" and res.fault is res.dispatch.fault:

@@ -11,6 +11,7 @@ import struct
 import time
 
 from kmd.hw import compute as C
+from kmd.hw import wide_ref
 from kmd.hw.ih import InterruptRing
 from kmd.hw.mmu import PTE_EXEC, GpuFault
 from vgpu import isa as I
@@ -86,7 +87,7 @@ class ComputeEngine:
         return result
 
 
-class _Dispatch:
+class _Dispatch(wide_ref.WideOps):
     def __init__(self, engine, pt, code_va, sgprs, vgprs, lds_bytes, block, user_data):
         self.engine, self.pt, self.code_va = engine, pt, code_va
         self.sgprs, self.vgprs, self.lds_bytes = sgprs, vgprs, lds_bytes
@@ -95,12 +96,16 @@ class _Dispatch:
         self.decoded: dict[int, tuple] = {}
         self.instructions = 0
         self.lane_instructions = 0
+        self.ops: dict[int, list[int]] = {}    # opcode -> [instructions, lanes]: counters
+        self.waves = 0
         self.last: _Wave | None = None
         self.last_pc = 0
 
     def result(self, status, wave, pc, reason=None, fault=None, trap_code=0):
         r = C.ComputeResult(status, reason, fault, pc, instructions=self.instructions,
-                            lane_instructions=self.lane_instructions, trap_code=trap_code)
+                            lane_instructions=self.lane_instructions, trap_code=trap_code,
+                            counters=C.dispatch_counters(self.ops, waves=self.waves,
+                                                         lane_instructions=self.lane_instructions))
         if wave is not None:
             r.workgroup, r.wave = tuple(wave.wg), wave.index
             r.exec, r.vcc, r.scc = wave.exec, wave.vcc, wave.scc
@@ -116,6 +121,7 @@ class _Dispatch:
                     waves = [_Wave((x, y, z), i, self.sgprs, self.vgprs, self.user_data, e, ids)
                              for i, (e, ids) in enumerate(self.layout)]
                     self.lds = bytearray(self.lds_bytes)
+                    self.waves += len(waves)
                     stop = self.run_workgroup(waves)
                     if stop is not None:
                         return stop
@@ -169,6 +175,9 @@ class _Dispatch:
             new_pc = handler(w, inst) if handler else self.execute(w, info, inst)
             self.instructions += 1
             self.lane_instructions += active
+            tally = self.ops.setdefault(info.code, [0, 0])
+            tally[0] += 1
+            tally[1] += active
             if w.state == "done":
                 self.last, self.last_pc = w, w.pc
                 return
@@ -678,5 +687,6 @@ def _install_memory_ops() -> None:
 
 
 _install_memory_ops()
+wide_ref.install(_Dispatch)
 
 __all__ = ["ComputeEngine", "InterruptRing"]

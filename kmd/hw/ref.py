@@ -197,6 +197,9 @@ class SdmaEngine:
             self._push_fault(fault, ring_id, ctx_id)
             return S.SdmaResult("fault", fault, fault.reason)
         pos, last, last_op, packets, moved = 0, 0, -1, 0, 0
+        self._tally = {"read": 0, "written": 0, "walks": S.pages_spanned(ib_va, ib_size_dw * 4)}
+        ops: dict[int, int] = {}
+        result = None
         while pos < len(ib):
             op = ib[pos] & 0xFF
             try:
@@ -206,16 +209,29 @@ class SdmaEngine:
                 moved += self._execute(pt, ib, pos, ctx_id, ring_id)
             except GpuFault as fault:
                 self._push_fault(fault, ring_id, ctx_id)
-                return S.SdmaResult("fault", fault, fault.reason, pos, op, packets, moved)
+                result = S.SdmaResult("fault", fault, fault.reason, pos, op, packets, moved)
             except S.IllegalPacket as bad:
                 self.ih.push(IH_SRC_ILLEGAL_INST, ring_id, ctx_id, pos)
-                return S.SdmaResult("fault", None, bad.reason, pos, op, packets, moved)
+                result = S.SdmaResult("fault", None, bad.reason, pos, op, packets, moved)
             except _Aborted:
-                return S.SdmaResult("aborted", None, None, pos, op, packets, moved)
+                result = S.SdmaResult("aborted", None, None, pos, op, packets, moved)
+            if result is not None:
+                break
+            ops[op] = ops.get(op, 0) + 1
             last, last_op = pos, op
             packets += 1
             pos += length
-        return S.SdmaResult("ok", None, None, last, last_op, packets, moved)
+        if result is None:
+            result = S.SdmaResult("ok", None, None, last, last_op, packets, moved)
+        t = self._tally
+        result.bytes_read, result.bytes_written, result.pt_walks = t["read"], t["written"], t["walks"]
+        result.packet_ops = dict(sorted(ops.items()))
+        return result
+
+    def _count(self, va: int, n: int, *, read: bool) -> None:
+        """Performance counters of one completed access of n bytes at va."""
+        self._tally["read" if read else "written"] += n
+        self._tally["walks"] += S.pages_spanned(va, n)
 
     def _push_fault(self, fault: GpuFault, ring_id: int, ctx_id: int) -> None:
         src = IH_SRC_PAGE_FAULT if fault.reason == "unmapped" else IH_SRC_PROT_FAULT
@@ -227,15 +243,20 @@ class SdmaEngine:
         op = hdr & 0xFF
         if op == S.SDMA_OP_COPY:
             n = (ib[pos + 1] & S.SDMA_COPY_COUNT_MASK) + 1
-            pt.copy(ib[pos + 5] | ib[pos + 6] << 32, ib[pos + 3] | ib[pos + 4] << 32, n)
+            src, dst = ib[pos + 3] | ib[pos + 4] << 32, ib[pos + 5] | ib[pos + 6] << 32
+            pt.copy(dst, src, n)
+            self._count(src, n, read=True)
+            self._count(dst, n, read=False)
             return n
         if op == S.SDMA_OP_WRITE:
             count = (ib[pos + 3] & S.SDMA_WRITE_COUNT_MASK) + 1
             data = struct.pack(f"<{count}I", *ib[pos + 4:pos + 4 + count])
             pt.write(ib[pos + 1] | ib[pos + 2] << 32, data)
+            self._count(ib[pos + 1] | ib[pos + 2] << 32, count * 4, read=False)
             return count * 4
         if op == S.SDMA_OP_FENCE:
             pt.write(ib[pos + 1] | ib[pos + 2] << 32, struct.pack("<I", ib[pos + 3]))
+            self._count(ib[pos + 1] | ib[pos + 2] << 32, 4, read=False)
         elif op == S.SDMA_OP_TRAP:
             self.ih.push(IH_SRC_TRAP, ring_id, ctx_id, ib[pos + 1] & S.SDMA_TRAP_INT_CONTEXT_MASK)
         elif op == S.SDMA_OP_POLL_REGMEM:
@@ -244,9 +265,11 @@ class SdmaEngine:
             n = (ib[pos + 4] & S.SDMA_CONST_FILL_COUNT_MASK) + 1
             elem = 1 if hdr >> 30 == S.SDMA_FILLSIZE_BYTE else 4
             pt.fill(ib[pos + 1] | ib[pos + 2] << 32, ib[pos + 3], n, elem)
+            self._count(ib[pos + 1] | ib[pos + 2] << 32, n, read=False)
             return n
         elif op == S.SDMA_OP_TIMESTAMP:
             pt.write(ib[pos + 1] | ib[pos + 2] << 32, struct.pack("<Q", time.monotonic_ns()))
+            self._count(ib[pos + 1] | ib[pos + 2] << 32, 8, read=False)
         return 0
 
     def _poll(self, pt: PageTable, hdr: int, addr: int, value: int, mask: int) -> None:
@@ -255,6 +278,8 @@ class SdmaEngine:
         compare = _COMPARE[hdr >> 28 & 7]
         while True:
             mem, = struct.unpack("<I", pt.read(addr, 4))
+            self._tally["read"] += 4
+            self._tally["walks"] += 1
             if compare(mem & mask, value):
                 return
             if self._abort:

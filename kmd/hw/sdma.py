@@ -27,6 +27,11 @@ class IllegalPacket(Exception):
         self.reason = reason
 
 
+def pages_spanned(va: int, n: int) -> int:
+    """Pages of 4 KiB that [va, va + n) touches: the walks of one access."""
+    return ((va + n - 1) >> 12) - (va >> 12) + 1 if n > 0 else 0
+
+
 def packet_length(ib, pos: int) -> int:
     """Dwords taken by the packet at `pos` of `ib` (a sequence of dwords).
 
@@ -73,6 +78,12 @@ class SdmaResult:
     opcode: that packet's op, -1 when the IB could not be fetched or was empty.
     packets: packets fully executed.  bytes_moved: bytes written by fully
     executed COPY_LINEAR, WRITE_LINEAR and CONSTANT_FILL packets.
+
+    Performance counters (docs/observability.md): bytes_read / bytes_written, the
+    memory the fully executed packets read and wrote (COPY's source and destination,
+    WRITE / FILL / FENCE / TIMESTAMP destinations) plus every POLL_REGMEM read;
+    pt_walks, the page-table walks (pages translated: the IB fetch and those
+    accesses; the engine has no TLB); packet_ops, {opcode: packets completed}.
     """
 
     status: str
@@ -82,3 +93,7 @@ class SdmaResult:
     opcode: int = -1
     packets: int = 0
     bytes_moved: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    pt_walks: int = 0
+    packet_ops: dict = dataclasses.field(default_factory=dict)

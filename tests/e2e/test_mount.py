@@ -13,8 +13,8 @@ from vgpu_tools.cli import _alive, state_paths
 SYSFS = "sys/class/drm/card0/device"
 SYSFS_TEXT = ["vendor", "device", "subsystem_vendor", "subsystem_device", "revision", "class", "uevent",
               "mem_info_vram_total", "mem_info_vram_used", "mem_info_gtt_total", "mem_info_gtt_used",
-              "gpu_busy_percent"]
-SYSFS_NAMES = SYSFS_TEXT + ["config", "drm", "subsystem", "driver"]  # config is binary
+              "gpu_busy_percent", "product_name"]
+SYSFS_NAMES = SYSFS_TEXT + ["config", "drm", "subsystem", "driver", "vgpu_engines"]  # config is binary
 
 # Client prelude: raw os.write/os.read on a control file (tests.helpers.Drm).
 PRELUDE = """
@@ -44,7 +44,7 @@ def test_mount_and_umount(mount_dir):
     mount(mount_dir, "--vram", "64M", "--gtt", "128M", "--timeout", "3")
     pid = daemon_pid(mount_dir)
     assert os.path.ismount(mount_dir) and _alive(pid)
-    assert sorted(os.listdir(mount_dir)) == ["bo", "dev", "prime", "sync", "sys"]
+    assert sorted(os.listdir(mount_dir)) == ["bo", "dev", "prime", "proc", "sync", "sys"]
     assert read_text(f"{mount_dir}/{SYSFS}/mem_info_vram_total") == f"{64 << 20}\n"
     assert read_text(f"{mount_dir}/{SYSFS}/mem_info_gtt_total") == f"{128 << 20}\n"
     r = vgpu_cli("umount", mount_dir)

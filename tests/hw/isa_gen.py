@@ -108,16 +108,24 @@ _SPECIAL_BITS = [0, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000, 
                  0x00000001, 0x807FFFFF, 0x7F7FFFFF, 0x4B000000, 0x3F000000, 0xFFFFFFFF,
                  0x7FFFFFFF, 0x80000001, 0x4F800000, 0xCF000000]
 
-_VALU2 = [o.name for o in I.OPCODES if o.fmt == I.FMT_ALU and o.name.startswith("v_") and
+_NARROW = [o for o in I.OPCODES if o.code not in I.WIDE_CODES]
+_VALU2 = [o.name for o in _NARROW if o.fmt == I.FMT_ALU and o.name.startswith("v_") and
           len(o.operands) == 3 and o.operands[0][1] == I.K_VDST and
           o.name not in ("v_writelane_b32",)]
-_VALU1 = [o.name for o in I.OPCODES if o.fmt == I.FMT_ALU and o.name.startswith("v_") and
+_VALU1 = [o.name for o in _NARROW if o.fmt == I.FMT_ALU and o.name.startswith("v_") and
           len(o.operands) == 2 and o.operands[0][1] == I.K_VDST]
-_VCMP = [o.name for o in I.OPCODES if o.name.startswith("v_cmp_")]
+_VCMP = [o.name for o in _NARROW if o.name.startswith("v_cmp_")]
 _SALU2 = [o.name for o in I.OPCODES if o.fmt == I.FMT_ALU and o.name.startswith("s_") and
           len(o.operands) == 3]
 _SALU1 = ["s_mov_b32", "s_not_b32", "s_bcnt1_i32", "s_ff1_i32"]
 _SCMP = [o.name for o in I.OPCODES if o.name.startswith("s_cmp_")]
+# The 64-bit operations (docs/isa.md 4.8), by operand shape.
+_WIDE = [o for o in I.OPCODES if o.code in I.WIDE_CODES and o.fmt != I.FMT_MEM]
+_F64_SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 1e300, -1e-300, 5e-324, float("inf"),
+                float("-inf"), float("nan"), 2.0 ** 63, -2.0 ** 63, 2.0 ** 64, 4503599627370497.5,
+                9007199254740993.0, 1.7976931348623157e308, 2.0 ** -1022, 3.0e9, -1.5]
+_I64_SPECIAL = [0, 1, (1 << 64) - 1, 1 << 63, (1 << 63) - 1, 1 << 32, (1 << 32) - 1, 1 << 24,
+                (1 << 53) + 1, (1 << 24) + 1, 0x8000_0080_0000_0001]
 _LDS_ATOMIC = [o.name for o in I.OPCODES if o.name.startswith("ds_") and
                o.operands[0][1] == I.K_VDST_OFF]
 
@@ -140,10 +148,11 @@ class Program:
 
 
 class _Gen:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, wide: bool = False) -> None:
         self.r = random.Random(seed)
         self.lines: list[str] = []
         self.labels = 0
+        self.wide = wide
 
     def emit(self, s: str) -> None:
         self.lines.append("    " + s)
@@ -199,8 +208,54 @@ class _Gen:
             out.append(s)
         return out
 
+    def pair(self, scalar_ok: bool = True) -> str:
+        """A 64-bit operand: a VGPR pair of the pool, or (sources) an SGPR pair."""
+        r = self.r
+        if scalar_ok and r.random() < 0.2:
+            n = r.choice(POOL_S[:-1])
+            return f"s[{n}:{n + 1}]"
+        n = r.choice(POOL_V[:-1])
+        return f"v[{n}:{n + 1}]"
+
+    def set_pair(self) -> None:
+        """Put a special 64-bit value (a double or an integer edge) into a pool pair."""
+        r = self.r
+        if r.random() < 0.6:
+            bits = struct.unpack("<Q", struct.pack("<d", r.choice(_F64_SPECIAL)))[0]
+        else:
+            bits = r.choice(_I64_SPECIAL)
+        n = r.choice(POOL_V[:-1])
+        self.emit(f"v_mov_b32 v{n}, {bits & 0xFFFFFFFF:#x}")
+        self.emit(f"v_mov_b32 v{n + 1}, {bits >> 32:#x}")
+
+    def wide_alu(self) -> None:
+        r = self.r
+        if r.random() < 0.25:
+            return self.set_pair()
+        if r.random() < 0.1:                    # a 64-bit load from the input, 8-aligned
+            self.emit(f"v_and_b32 v3, v{r.choice(POOL_V)}, {INP_WORDS - 16}")
+            self.emit("v_lshl_b32 v3, v3, 2")
+            self.emit(f"global_load_dwordx2 {self.pair(False)}, v3, s[20:21], {8 * r.randint(0, 3)}")
+            return
+        info = r.choice(_WIDE)
+        ops = []
+        for _, kind in info.operands:
+            if kind == I.K_VREG2:
+                ops.append(self.pair(False))
+            elif kind == I.K_VSRC2:
+                ops.append(self.pair())
+            elif kind == I.K_VDST:
+                ops.append(self.vdst())
+            elif kind == I.K_SDST:
+                ops.append(r.choice(["vcc", self.sdst()]))
+            else:                               # K_VSRC: a 32-bit source (shift amount, f32)
+                ops.append(self.vsrc())
+        self.emit(f"{info.name} {', '.join(ops)}")
+
     def alu(self) -> None:
         r = self.r
+        if self.wide and r.random() < 0.45:
+            return self.wide_alu()
         k = r.random()
         if k < 0.45:
             a, b = self.one_src_literal([self.vsrc(), self.vsrc()])
@@ -349,23 +404,29 @@ class _Gen:
         # Commutative atomics on shared counters (no return values).
         e(f"v_mov_b32 v17, {4 * r.randint(0, ATOMIC_COUNTERS - 1)}")
         e(f"global_atomic_add_u32 off, v17, v{r.choice(POOL_V)}, s[38:39]")
+        if self.wide:               # a 64-bit counter (integer adds commute)
+            e("v_mov_b32 v17, 32")
+            e(f"global_atomic_add_u64 off, v17, {self.pair(False)}, s[38:39]")
         # Store every pool register and a few scalars in the thread's slots.
         for k, v in enumerate(POOL_V):
             e(f"global_store_dword v19, v{v}, s[22:23], {4 * k}")
         for k in range(len(POOL_V), OUT_SLOTS):
             e(f"v_mov_b32 v17, s{r.choice(POOL_S)}")
             e(f"global_store_dword v19, v17, s[22:23], {4 * k}")
+        if self.wide:
+            e(f"global_store_dwordx2 v19, {self.pair(False)}, s[22:23], {4 * OUT_SLOTS - 8}")
         e("s_endpgm")
         return "\n".join(head + self.lines) + "\n"
 
 
-def random_program(seed: int) -> Program:
-    """A valid, race-free program: same memory result in any workgroup order."""
+def random_program(seed: int, wide: bool = False) -> Program:
+    """A valid, race-free program: same memory result in any workgroup order.  `wide`
+    mixes in the 64-bit operations (docs/isa.md 4.8)."""
     r = random.Random(seed ^ 0x5EED)
     grid = (r.randint(1, 3), r.randint(1, 2), 1)
     bx = r.choice([1, 7, 32, 33, 64, 96])
     block = (bx, r.choice([1, 1, 2]) if bx <= 48 else 1, 1)
-    text = _Gen(seed).program()
+    text = _Gen(seed, wide).program()
     mem = np.random.default_rng(seed).integers(0, 1 << 32, INP_WORDS, dtype=np.uint32)
     prog = Program(text, grid, block, mem.tobytes(), seed)
     return prog

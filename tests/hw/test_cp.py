@@ -22,6 +22,7 @@ class FakeResult:
     status: str = "ok"
     reason: str | None = None
     fault: GpuFault | None = None
+    counters: dict = dataclasses.field(default_factory=lambda: {"dispatches": 1, "waves": 2})
 
 
 class FakeCompute:
@@ -110,6 +111,16 @@ def test_dispatch_takes_the_sh_registers(mem):
     assert call == dict(code_va=CODE + 256, sgprs=104, vgprs=8, lds_bytes=2048, grid=(4, 3, 2),
                         block=(64, 2, 1), user_data=[5, 6, 7], ctx_id=3, ring_id=2)
     assert r.sh_regs[P.COMPUTE_PGM_LO] == (CODE + 256) >> 8
+
+
+def test_packets_and_dispatch_counters_are_summed(mem):
+    ib = (Pm4Ib().set_program(CODE, P.rsrc1(4, 24), 0).set_num_threads(32)
+          .dispatch_direct(1).dispatch_direct(2).raw(P.PM4_NOP_FILLER))
+    r, _, _ = run(mem, ib)
+    assert r.status == "ok"
+    assert r.counters == {"dispatches": 2, "waves": 4}
+    assert r.packet_ops == {P.PKT3_SET_SH_REG: 3, P.PKT3_DISPATCH_DIRECT: 2, P.PKT3_NOP: 1}
+    assert sum(r.packet_ops.values()) == r.packets
 
 
 def test_sh_registers_reset_per_ib(mem):

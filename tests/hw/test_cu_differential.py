@@ -48,6 +48,15 @@ def test_random_program(seed):
     assert r.status == "ok"
 
 
+@pytest.mark.parametrize("seed", range(160))
+def test_random_wide_program(seed):
+    """Programs that mix the 64-bit operations (docs/isa.md 4.8) into the 32-bit ones."""
+    prog = random_program(seed, wide=True)
+    assert "64" in prog.text
+    r = same(lambda rig: rig.run_program(prog))
+    assert r.status == "ok"
+
+
 # -- sample kernels ----------------------------------------------------------------------------
 def sample(name):
     return assemble((SAMPLES / f"{name}.s").read_text(), f"{name}.s")
@@ -85,6 +94,66 @@ SAMPLE_RUNS = {
 }
 
 
+def test_full_wave_global_access_over_two_pages():
+    # Lane l reads dword (l % 16) of row l // 16, rows 2 KiB apart and the second row
+    # across a page boundary (the engine's two-page fast path); then every lane stores
+    # to one of 8 addresses in reverse order (the highest lane wins), and to a permuted
+    # row spanning two pages.
+    text = """
+    v_and_b32 v4, v0, 15
+    v_lshr_b32 v5, v0, 4
+    v_mul_lo_u32 v5, v5, 2040
+    v_lshl_b32 v4, v4, 2
+    v_add_u32 v4, v4, v5
+    global_load_dword v6, v4, s[2:3], 0xfc0
+    v_and_b32 v7, v0, 7
+    v_lshl_b32 v7, v7, 2
+    global_store_dword v7, v6, s[2:3], 0x4000
+    v_sub_u32 v8, 31, v0
+    v_lshl_b32 v8, v8, 2
+    global_store_dword v8, v0, s[2:3], 0x5fc0
+    s_endpgm
+    """
+    def run(rig):
+        rig.put(0, np.arange(4096, dtype=np.uint32))
+        return rig.run(text, (2, 1, 1), (32, 1, 1), user_data=UD, sgprs=24, vgprs=9)
+    r = same(run)
+    assert r.status == "ok"
+
+
+@pytest.mark.parametrize("fault", [False, True])
+def test_full_wave_lds_half_waves(fault):
+    # Half-waves of 16 consecutive dwords (the engine copies them), overlapping halves
+    # (the upper half wins), one dword per half (the last lane of each half wins), then
+    # optionally a read whose upper lanes run past the LDS (the first bad lane faults).
+    text = f"""
+    v_and_b32 v4, v0, 15
+    v_lshl_b32 v4, v4, 2
+    v_lshr_b32 v5, v0, 4
+    v_lshl_b32 v6, v5, 6
+    v_add_u32 v7, v4, v6
+    ds_write_b32 v7, v0, 0
+    v_lshl_b32 v8, v5, 3
+    v_add_u32 v8, v8, v4
+    v_add_u32 v13, v0, 100
+    ds_write_b32 v8, v13, 64
+    v_lshl_b32 v9, v5, 2
+    ds_write_b32 v9, v0, 200
+    ds_read_b32 v10, v7, 0
+    ds_read_b32 v11, v9, 200
+    ds_read_b32 v12, v8, 60
+    v_lshl_b32 v13, v0, 2
+    global_store_dword v13, v10, s[2:3], 0
+    global_store_dword v13, v11, s[2:3], 0x100
+    global_store_dword v13, v12, s[2:3], 0x200
+    {"ds_read_b32 v10, v7, 200" if fault else ""}
+    s_endpgm
+    """
+    r = same(lambda rig: rig.run(text, (2, 1, 1), (64, 1, 1), user_data=UD, sgprs=24,
+                                 vgprs=14, lds_bytes=256))
+    assert r.status == ("fault" if fault else "ok")
+
+
 # Float atomic adds from several workgroups round differently in another order, so a
 # kernel that sums floats across workgroups is only deterministic on one worker thread
 # (docs/isa.md 1.2: only commutative integer atomics are order-free).
@@ -120,10 +189,25 @@ FAULT_BODIES = {
     "permission_atomic": f"s_mov_b32 s20, {KARG_VA}\n s_mov_b32 s21, 0\n v_mov_b32 v4, 0\n"
                          "global_atomic_add_u32 v5, v4, v0, s[20:21]",
     "misaligned_global": "v_mov_b32 v4, 2\n global_load_dword v5, v4, s[2:3]",
+    "misaligned_dwordx2": "v_mov_b32 v4, 4\n global_load_dwordx2 v[5:6], v4, s[2:3]",
+    "unmapped_store_dwordx2": "v_mov_b32 v4, 0\n v_mov_b32 v5, 0x7000\n "
+                              "global_store_dwordx2 v[4:5], v[4:5], off",
+    # a whole wave of consecutive qwords (the core's one-translation fast path)
+    "unmapped_store_dwordx2_wave": f"v_lshl_b32 v4, v0, 3\n global_store_dwordx2 v4, v[4:5], "
+                                   f"s[2:3], {256 * 4096}",
+    "permission_store_dwordx2_wave": f"s_mov_b32 s20, {CODE_VA}\n s_mov_b32 s21, 0\n "
+                                     "v_lshl_b32 v4, v0, 3\n global_store_dwordx2 v4, v[4:5], s[20:21]",
     "misaligned_scalar": "s_load_dword s20, s[2:3], 2",
     "unmapped_scalar": "s_mov_b32 s20, 0\n s_mov_b32 s21, 0x7000\n s_load_dwordx4 s[20:23], s[20:21]",
     "misaligned_lds": "v_mov_b32 v4, 2\n ds_read_b32 v5, v4",
     "lds_bounds": "v_mov_b32 v4, 12\n ds_write_b32 v4, v4, 4",
+    # a full wave (the engine's fast LDS path) whose upper lanes are out of range, or
+    # one of whose lanes is misaligned: the fault is the first bad lane's
+    "lds_bounds_upper_lanes": "v_lshl_b32 v4, v0, 2\n ds_write_b32 v4, v0, 0\n"
+                              " ds_read_b32 v5, v4, 0",
+    "misaligned_lds_one_lane": "v_and_b32 v4, v0, 3\n v_lshl_b32 v4, v4, 2\n v_mov_b32 v5, 2\n"
+                               " v_cmp_eq_u32 vcc, v0, 7\n v_cndmask_b32 v4, v4, v5, vcc\n"
+                               " ds_write_b32 v4, v0, 0\n ds_read_b32 v6, v4, 0",
     "trap": "s_trap 0x42",
     "fetch_unmapped": "s_branch 0x7ff00",
     # the body starts at pc 56: branch into the kernarg page (readable, not executable)

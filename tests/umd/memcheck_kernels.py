@@ -17,5 +17,14 @@ def write_past_end(out: f32[:], extra: umd.i32):
 
 
 @umd.jit
+def shared_overrun(out: f32[:]):
+    tile = umd.shared.array(64, f32)
+    t = umd.threadIdx.x
+    tile[t] = out[t]                    # 256 threads, 64 elements
+    umd.syncthreads()
+    out[t] = tile[63 - t % 64]
+
+
+@umd.jit
 def touch(p: Ptr[f32]):
     p[umd.grid(1)] = 3.0

@@ -50,6 +50,10 @@ def run(compiled, grid, block, *args, mem_size: int = 4 << 20):
             off = (off + arr.nbytes + 255) // 256 * 256
         elif spec.kind == "f32":
             raw = struct.pack("<f", v)
+        elif spec.kind == "f64":
+            raw = struct.pack("<d", v)
+        elif spec.kind in ("i64", "u64"):
+            raw = struct.pack("<Q", int(v) & 0xFFFFFFFFFFFFFFFF)
         else:
             raw = struct.pack("<I", int(v) & 0xFFFFFFFF)
         rig.karg[spec.offset:spec.offset + spec.size] = np.frombuffer(raw, np.uint8)

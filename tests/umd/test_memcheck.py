@@ -82,6 +82,45 @@ def test_out_of_bounds_write_is_reported(vgpu_mount, tmp_path):
     assert "element 100, byte offset 400 of array argument 'out'" in err
 
 
+def test_strided_overflow_into_a_neighbour_is_reported(vgpu_mount, tmp_path):
+    code = IMPORTS + """
+        out = umd.to_device(np.zeros(1000, np.float32))
+        neighbour = umd.to_device(np.zeros(1000, np.float32))
+        try:
+            K.write_past_end[1, 1024](out, 1024)         # 4 KiB on: the next block
+            umd.synchronize()
+            print("no error; neighbour overwritten:", bool((neighbour.copy_to_host() == 1).all()))
+        except umd.MemcheckError as e:
+            print("caught")
+    """
+    r = ok(client(code, vgpu_mount, env_extra=_env(tmp_path, on=False)))
+    assert "no error; neighbour overwritten: True" in r.stdout, (r.stdout, r.stderr)
+    r = ok(client(code, vgpu_mount, env_extra=_env(tmp_path)))
+    assert "caught" in r.stdout, (r.stdout, r.stderr)
+    assert "element 1024, byte offset 4096 of array argument 'out', a float32 array of shape " \
+           "(1000,) (4000 bytes), 96 bytes past its end" in r.stderr, r.stderr
+    assert "by thread (0,0,0) in block (0,0,0)" in r.stderr
+
+
+def test_shared_memory_overrun_is_reported(vgpu_mount, tmp_path):
+    r = ok(client(IMPORTS + """
+        out = umd.zeros(256, np.float32)
+        try:
+            K.shared_overrun[1, 256](out)
+            umd.synchronize()
+            print("no error")
+        except umd.MemcheckError as e:
+            print("caught")
+    """, vgpu_mount, env_extra=_env(tmp_path)))
+    assert "caught" in r.stdout, (r.stdout, r.stderr)
+    err = r.stderr
+    assert "Invalid __shared__ write of size 4 bytes" in err and "tile[t] = out[t]" in err
+    # 64 floats are 256 bytes; the workgroup gets a 512-byte granule: thread 128 is the first out
+    assert "by thread (128,0,0) in block (0,0,0)" in err
+    assert "Address 0x200 is out of bounds: the workgroup has 512 bytes of shared memory (the " \
+           "kernel's 256, in 512-byte granules); element 128 of the shared array at LDS offset 0" in err, err
+
+
 def test_kernel_use_of_freed_memory_is_reported(vgpu_mount, tmp_path):
     r = ok(client(IMPORTS + """
         a = umd.zeros(256, np.float32)

@@ -134,6 +134,48 @@ def test_zero_range_step_stops_the_kernel_with_a_clear_fault(vgpu_mount, tmp_pat
     assert "range() step is zero" in r.stdout and f"numba_kernels.py:{line}" in r.stdout, r.stdout
 
 
+def test_64bit_kernels_end_to_end(vgpu_mount, tmp_path):
+    """float64 / int64 / uint64 kernels (tests/umd/wide_kernels.py) through a mount, on
+    DeviceArrays and host arrays, and their launch-time dtype checks."""
+    r = ok(client("""
+        from tests.umd import wide_kernels as W
+        rng = np.random.default_rng(64)
+        n = 10_007                                   # ragged: the last block is partial
+        x, y = rng.standard_normal((2, n))
+        dx, dy, dout = umd.to_device(x), umd.to_device(y), umd.device_array(n, np.float64)
+        W.saxpy64[(n + 255) // 256, 256](0.75, dx, dy, dout)
+        assert (dout.copy_to_host() == 0.75 * x + y).all()
+        print("saxpy64 ok")
+
+        m = rng.integers(-(1 << 50), 1 << 50, (300, 17), dtype=np.int64)
+        sums = np.zeros(300, np.int64)
+        W.row_sums[3, 128](m, sums)                  # host arrays: copied in and back
+        assert (sums == m.sum(axis=1)).all()
+        print("row_sums ok")
+
+        t = umd.zeros((9, 10, 11), np.float64)
+        W.cube_fill[(3, 3, 3), (4, 4, 4)](t, 2.0)
+        i, j, k = np.indices((9, 10, 11))
+        assert (t.copy_to_host() == 2.0 * (i * 10000 + j * 100 + k)).all()
+        assert t.strides == np.zeros((9, 10, 11)).strides and t.itemsize == 8
+        print("cube ok")
+
+        for bad in (umd.to_device(x.astype(np.float32)), umd.zeros(n, np.int64),
+                    umd.zeros((2, n), np.float64)):
+            try:
+                W.saxpy64[1, 32](0.75, bad, dy, dout)
+                print("accepted", bad)
+            except TypeError as e:
+                print("refused:", e)
+    """, vgpu_mount, env_extra={"VGPU_CACHE_DIR": str(tmp_path)}, timeout=300))
+    for what in ("saxpy64", "row_sums", "cube"):
+        assert f"{what} ok" in r.stdout, r.stdout
+    refused = [line for line in r.stdout.splitlines() if line.startswith("refused")]
+    assert len(refused) == 3 and all("argument x expects a 1-D float64 array" in line
+                                     for line in refused), r.stdout
+    assert "float32" in refused[0] and "int64" in refused[1] and "2-D" in refused[2]
+
+
 def test_warp_and_tutorial_kernels_end_to_end(vgpu_mount, tmp_path):
     # The Cython core runs them (two worker threads), with larger, ragged sizes.
     r = ok(client("""

@@ -68,6 +68,17 @@ def test_float_shuffles_keep_the_bits():
     np.testing.assert_array_equal(out, want)
 
 
+def test_64_bit_shuffles_move_both_halves():
+    n = 64
+    x = RNG.standard_normal(n) * 1e12
+    k = RNG.integers(-(1 << 62), 1 << 62, n)
+    out, kout = np.zeros(n), np.zeros(n, np.int64)
+    run(build(K.shuffle_wide), 1, 64, x, k, out, kout)
+    lane, base = lanes(n), np.arange(n) - lanes(n)
+    np.testing.assert_array_equal(out, np.where(lane + 2 < W, x[base + np.minimum(lane + 2, W - 1)], x))
+    np.testing.assert_array_equal(kout, k[base + 31 - lane])
+
+
 @pytest.mark.parametrize("n, block", [(1024, 128), (1000, 96), (45, 64)])
 def test_warp_reduce(n, block):
     # ragged: the guard gives 0 for threads past the end (each warp is complete)

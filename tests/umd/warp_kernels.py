@@ -3,7 +3,7 @@ shuffles, votes, lane ids and bit functions of docs/umd-compiler.md 3.9, and sha
 memory atomics of every kind. tests/umd/test_warp.py runs them on the reference
 executor, tests/umd/test_numba_e2e.py through a mount."""
 import umd
-from umd import f32, float32, i32, int32, u32
+from umd import f32, f64, float32, i32, i64, int32, u32
 
 FULL = 0xFFFFFFFF
 
@@ -29,6 +29,13 @@ def shuffles(x: i32[:], src: i32[:], out: i32[:, :]):
 def shuffle_floats(x: f32[:], out: f32[:]):
     i = umd.grid(1)
     out[i] = umd.shfl_xor_sync(FULL, x[i], 7) + umd.shfl_sync(FULL, x[i] * 2.0, 0)
+
+
+@umd.jit
+def shuffle_wide(x: f64[:], k: i64[:], out: f64[:], kout: i64[:]):
+    i = umd.grid(1)
+    out[i] = umd.shfl_down_sync(FULL, x[i], 2)
+    kout[i] = umd.shfl_sync(FULL, k[i], 31 - umd.laneid)
 
 
 @umd.jit

@@ -3,20 +3,23 @@
     compiled = compile_kernel(pyfn, options)   # -> CompiledKernel, through the disk cache
 
 Pipeline: frontend (AST -> typed IR) -> opt (constant folding/propagation, dead code)
--> uniformity (scalar vs vector registers) -> regalloc (linear scan) -> codegen
-(vISA assembly) -> vgpu.asm.assemble -> .vco.
+-> unroll (small constant loops) -> uniformity (scalar vs vector registers) ->
+addressing (byte offsets, LDS constant offsets) -> cse / licm (shared and loop-invariant
+work) -> sinking (one store after an if/else) -> opt (again, and move coalescing) ->
+regalloc (linear scan) -> codegen (vISA assembly) -> vgpu.asm.assemble -> .vco.
 """
 from __future__ import annotations
 
 from vgpu import asm
 
-from . import cache, codegen, frontend, ir, opt, regalloc, uniformity
+from . import (addressing, cache, codegen, cse, frontend, ir, licm, opt, regalloc, sinking,
+               uniformity, unroll)
 from .compiled import CompiledKernel
 from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 3
+COMPILER_VERSION = 4
 
 
 def _unwrap(obj, env):
@@ -28,13 +31,35 @@ def _unwrap(obj, env):
     return getattr(obj, "fn", obj), env if env is not None else getattr(obj, "env", None)
 
 
-def build(pyfn, options: dict | None = None, env: dict | None = None) -> CompiledKernel:
+def optimize(fn: ir.Function, level: int = 2) -> None:
+    """The IR passes in order (docs/umd-compiler.md 1); leaves fn analysed for
+    uniformity, ready for register allocation.  Level 1 is folding and dead code
+    only (the tests compare what the other passes do against it)."""
+    opt.optimize(fn)
+    if level < 2:
+        uniformity.analyze(fn)
+        return
+    if unroll.unroll_loops(fn):
+        opt.optimize(fn)
+    uniformity.analyze(fn)
+    addressing.lower_addresses(fn)
+    cse.eliminate_common_subexpressions(fn)
+    licm.hoist_loop_invariants(fn)
+    cse.eliminate_common_subexpressions(fn)
+    sinking.sink_stores(fn)
+    opt.optimize(fn)
+    opt.coalesce_moves(fn)
+    uniformity.analyze(fn)
+
+
+def build(pyfn, options: dict | None = None, env: dict | None = None, *,
+          level: int = 2) -> CompiledKernel:
     """Run the whole pipeline (no cache). ``pyfn`` is a function or a @umd.jit kernel;
-    ``env`` the names of the frame that defined it (umd.kernel passes them)."""
+    ``env`` the names of the frame that defined it (umd.kernel passes them); ``level``
+    that of :func:`optimize`."""
     pyfn, env = _unwrap(pyfn, env)
     fn = frontend.lower(pyfn, env)
-    opt.optimize(fn)
-    uniformity.analyze(fn)
+    optimize(fn, level)
     stop, _ = regalloc.allocate(fn)
     gen = codegen.CodeGen(fn, stop)
     body = gen.generate()

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from umd.types import PtrType, f32, i32, u32
+from umd.types import PtrType, bool_, f32, i32, u32
 
 from . import ir
+from .codegen_wide import Raw as _Raw
+from .codegen_wide import WideCodeGen, is_wide
 from .errors import KernelCompileError
 from .regalloc import SCRATCH_S
 from .uniformity import has_divergent_return
@@ -60,7 +62,7 @@ class _Ctx:
     depth: int = 0                # under_vector at a region's start
 
 
-class CodeGen:
+class CodeGen(WideCodeGen):
     def __init__(self, fn: ir.Function, sgpr_top: int) -> None:
         self.fn = fn
         self.out: list[str] = []
@@ -113,6 +115,8 @@ class CodeGen:
         if isinstance(x, ir.Var):
             if isinstance(x.type, PtrType):
                 return f"s[{x.reg}:{x.reg + 1}]"
+            if x.type.wide:
+                return f"v[{x.reg}:{x.reg + 1}]"
             return f"{x.cls}{x.reg}"
         bits = x.bits()
         if x.type == f32:
@@ -155,13 +159,19 @@ class CodeGen:
         for a in fn.args:
             if a.reg is None:
                 continue
-            if isinstance(a.type, PtrType):
-                self.ins(f"s_load_dwordx2 {self.reg(a)}, s[0:1], {a.arg.offset}")
-            elif a.cls == "s":
-                self.ins(f"s_load_dword {self.reg(a)}, s[0:1], {a.arg.offset}")
-            else:
+            if not isinstance(a.type, PtrType) and a.type.wide:
+                self.ins(f"s_load_dwordx2 s[2:3], s[0:1], {a.arg.offset}")
+                self.ins(f"v_mov_b32 v{a.reg}, s2")
+                self.ins(f"v_mov_b32 v{a.reg + 1}, s3")
+            elif a.cls == "v":
                 self.ins(f"s_load_dword s2, s[0:1], {a.arg.offset}")
                 self.ins(f"v_mov_b32 {self.reg(a)}, s2")
+        for reg, offset, n in _kernarg_loads([a for a in fn.args if a.reg is not None
+                                              and a.cls == "s"]):
+            if n == 1:
+                self.ins(f"s_load_dword s{reg}, s[0:1], {offset}")
+            else:
+                self.ins(f"s_load_dwordx{n} s[{reg}:{reg + n - 1}], s[0:1], {offset}")
         masked = has_divergent_return(fn.body)
         fctx = _Ctx("func", masked)
         if masked:
@@ -180,6 +190,11 @@ class CodeGen:
             nxt = block[i + 1] if i + 1 < len(block) else None
             self.cur_line = getattr(st, "line", self.cur_line)
             if isinstance(st, ir.Inst):
+                logic = self.fused_logic(st, nxt, block[i + 2] if i + 2 < len(block) else None)
+                if logic is not None:
+                    self.if_stmt(block[i + 2], fused=logic)
+                    i += 3
+                    continue
                 if self.fusable(st) and isinstance(nxt, ir.If) and nxt.cond is st.dst:
                     self.if_stmt(nxt, fused=st)
                     i += 2
@@ -210,9 +225,29 @@ class CodeGen:
     def fusable(self, st) -> bool:
         return st.op in ir.COMPARE and st.dst is not None and self.uses.get(st.dst) == 1
 
+    def fused_logic(self, cmp, logic, nxt):
+        """`c = cmp ...; t = and/or x, c; if t` on vector values: (logic, cmp, x), the
+        condition built in VCC from lane masks (v_cmp, v_cmp_ne of x, s_and/s_or)
+        instead of 0/1 values in VGPRs; None when the statements are not that."""
+        if not (self.fusable(cmp) and cmp.dst.cls == "v" and isinstance(logic, ir.Inst)
+                and logic.op in ("and", "or") and logic.dst is not None
+                and logic.dst.cls == "v" and self.uses.get(logic.dst) == 1
+                and isinstance(nxt, ir.If) and nxt.cond is logic.dst):
+            return None
+        a, b = logic.args
+        other = b if a is cmp.dst else a if b is cmp.dst else None
+        # bools only: `c & x` on an integer x tests x's low bit, not x != 0
+        if not isinstance(other, ir.Var) or other is cmp.dst or other.type != bool_ \
+                or logic.dst.type != bool_:
+            return None
+        return logic, cmp, other
+
     def compare(self, st, dst_mask: str | None) -> None:
         """Emit a compare: into SCC (dst_mask None and scalar) or into a lane mask."""
         t = st.args[0].type
+        if t.wide:
+            assert dst_mask is not None, "a 64-bit compare is a vector value"
+            return self.wide_compare(st, dst_mask)
         if dst_mask is None:
             self.op(f"s_cmp_{st.op}_{_sfx(t)}", None, *st.args)
         else:
@@ -227,12 +262,21 @@ class CodeGen:
 
     def vector_cond(self, cond, fused) -> None:
         """VCC = cond (lanes where the vector bool is true)."""
-        if fused is not None:
+        if isinstance(fused, tuple):                    # fused_logic
+            logic, cmp, other = fused
+            m = self.push_mask()
+            self.op("v_cmp_ne_u32", m, other, ir.Const(0, u32))
+            self.compare(cmp, "vcc")
+            self.ins(f"s_{logic.op}_b32 vcc, vcc, {m}")
+            self.pop_mask()
+        elif fused is not None:
             self.compare(fused, "vcc")
         else:
             self.op("v_cmp_ne_u32", "vcc", cond, ir.Const(0, u32))
 
     def is_scalar_cond(self, cond, fused) -> bool:
+        if isinstance(fused, tuple):
+            return False
         if fused is not None:
             return fused.dst.cls == "s"
         return not (isinstance(cond, (ir.Var, ir.Special)) and cond.cls == "v")
@@ -422,6 +466,8 @@ class CodeGen:
             return self.select(st)
         if op in ir.WAVE or op in ir.BITS:
             return self.wave_op(st)
+        if op not in ir.COMPARE and (is_wide(d) or any(is_wide(x) for x in a)):
+            return self.wide_inst(st)
         dst = self.reg(d)
         scalar = d.cls == "s"
         t = d.type
@@ -489,8 +535,12 @@ class CodeGen:
             self.op("v_cmp_ne_u32", "vcc", ir.Const(0, u32), a[0])
             return self.ins(f"v_mov_b32 {dst}, vcc")
         if op == "shfl":
-            address, value = self.to_vgpr(a[0], "v3"), self.to_vgpr(a[1], "v4")
-            return self.ins(f"ds_bpermute_b32 {dst}, {address}, {value}")
+            address = self.to_vgpr(a[0], "v3")
+            if is_wide(st.dst):                 # a 64-bit value moves as its two halves
+                for k, half in enumerate(self.halves(a[1])):
+                    self.ins(f"ds_bpermute_b32 v{st.dst.reg + k}, {address}, {self.to_vgpr(half, 'v4')}")
+                return None
+            return self.ins(f"ds_bpermute_b32 {dst}, {address}, {self.to_vgpr(a[1], 'v4')}")
         if op == "popc":
             return self.op("v_bcnt_u32_b32", dst, a[0], ir.Const(0, u32))
         if op == "brev":
@@ -504,6 +554,8 @@ class CodeGen:
     def select(self, st: ir.Inst, fused=None) -> None:
         """dst = cond ? a : b: s_cselect_b32 on SCC, or v_cndmask_b32 on VCC."""
         cond, a, b = st.args
+        if is_wide(st.dst):
+            return self.wide_select(st, fused)
         dst = self.reg(st.dst)
         if st.dst.cls == "s":
             self.scalar_cond(cond, fused)
@@ -513,21 +565,28 @@ class CodeGen:
 
     def memory(self, st: ir.Inst) -> None:
         arr, idx = st.array, st.args[0]
-        if isinstance(idx, ir.Const):
-            self.ins(f"v_mov_b32 v3, {(idx.bits() * 4) & 0xFFFFFFFF}")
-        else:
-            self.ins(f"v_lshl_b32 v3, {self.reg(idx)}, 2")
         lds = isinstance(arr, ir.SharedArray)
         elem = arr.elem if lds else arr.type.elem
-        tail = f"{arr.offset}" if lds else f"{self.reg(arr)}, 0"
+        size = elem.itemsize
+        if st.scaled:                       # a byte offset already (compiler/addressing.py)
+            addr = self.to_vgpr(idx, "v3")
+        elif isinstance(idx, ir.Const):
+            addr = "v3"
+            self.ins(f"v_mov_b32 v3, {(idx.bits() * size) & 0xFFFFFFFF}")
+        else:
+            addr = "v3"
+            self.ins(f"v_lshl_b32 v3, {self.reg(idx)}, {size.bit_length() - 1}")
+        tail = f"{arr.offset + st.offset}" if lds else f"{self.reg(arr)}, 0"
+        if elem.wide:                       # never scaled: v3 holds the byte offset
+            return self.wide_memory(st, arr, lds, tail)
         if st.op == "load":
             op = "ds_read_b32" if lds else "global_load_dword"
-            self.ins(f"{op} {self.reg(st.dst)}, v3, {tail}")
+            self.ins(f"{op} {self.reg(st.dst)}, {addr}, {tail}")
             return
         if st.op == "store":
             data = self.to_vgpr(st.args[1], "v4")
             op = "ds_write_b32" if lds else "global_store_dword"
-            self.ins(f"{op} v3, {data}, {tail}")
+            self.ins(f"{op} {addr}, {data}, {tail}")
             return
         dst = self.reg(st.dst) if st.dst is not None else "off"
         if st.kind == "cas":
@@ -535,11 +594,11 @@ class CodeGen:
             if lds:         # GCN's ds_cmpst: the compare value first
                 self.ins(f"v_mov_b32 v4, {self.reg(cmp)}")
                 self.ins(f"v_mov_b32 v5, {self.reg(val)}")
-                self.ins(f"ds_cmpst_rtn_b32 {dst}, v3, v[4:5], {tail}")
+                self.ins(f"ds_cmpst_rtn_b32 {dst}, {addr}, v[4:5], {tail}")
                 return
             self.ins(f"v_mov_b32 v4, {self.reg(val)}")
             self.ins(f"v_mov_b32 v5, {self.reg(cmp)}")
-            self.ins(f"global_atomic_cmpswap_b32 {dst}, v3, v[4:5], {tail}")
+            self.ins(f"global_atomic_cmpswap_b32 {dst}, {addr}, v[4:5], {tail}")
             return
         data = self.to_vgpr(st.args[1], "v4")
         kind = st.kind
@@ -549,16 +608,31 @@ class CodeGen:
             sfx = "f32" if elem == f32 else ("u32" if kind in ("add", "sub") else _sfx(elem))
         if lds:
             name = "ds_wrxchg_rtn_b32" if kind == "xchg" else f"ds_{kind}_{sfx}"
-            self.ins(f"{name} {dst}, v3, {data}, {tail}")
+            self.ins(f"{name} {dst}, {addr}, {data}, {tail}")
         else:
-            self.ins(f"global_atomic_{kind}_{sfx} {dst}, v3, {data}, {tail}")
+            self.ins(f"global_atomic_{kind}_{sfx} {dst}, {addr}, {data}, {tail}")
 
 
-class _Raw:
-    """An operand spelled as is (vcc)."""
+def _kernarg_loads(args) -> list[tuple[int, int, int]]:
+    """(first SGPR, kernarg offset, dwords) of the prologue's scalar loads: arguments
+    adjacent both in the kernarg segment and in SGPRs share one s_load_dwordx2/x4."""
+    runs: list[list[int]] = []             # [reg, offset, dwords]
+    for a in sorted(args, key=lambda a: a.arg.offset):
+        n = a.arg.size // 4
+        last = runs[-1] if runs else None
+        if last and last[0] + last[2] == a.reg and last[1] + 4 * last[2] == a.arg.offset \
+                and last[2] + n <= 4:
+            last[2] += n
+        else:
+            runs.append([a.reg, a.arg.offset, n])
+    out = []
+    for reg, offset, n in runs:
+        if n == 3:                          # there is no x3
+            out += [(reg, offset, 2), (reg + 2, offset + 8, 1)]
+        else:
+            out.append((reg, offset, n))
+    return out
 
-    def __init__(self, text: str) -> None:
-        self.text = text
 
 
 def _own(block):

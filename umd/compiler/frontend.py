@@ -1,17 +1,23 @@
 """Python AST -> typed IR (docs/umd-compiler.md 2-4).
 
-Types: every value is i32, u32, f32 or bool (comparisons), 32 bits each; array
-arguments (Ptr[T], T[:], T[:, :], T[:, :, :]) are 64-bit device addresses whose shapes,
-when the kernel asks for them, come as hidden kernel arguments.  Promotion, as C
-does it but with Python's literals:
-  - an operation with an f32 operand is f32 (the other is converted);
-  - i32 with u32 is u32; an integer literal takes the type of the other operand;
-  - `/` is always f32; `//` and `%` floor as Python (and Numba) do, on integers and
-    floats; an integer `x // 0` and `x % 0` are 0 (Numba's NumPy error model);
+Types: every value is i32, u32, f32 or bool (comparisons), 32 bits each, or i64, u64,
+f64 (64 bits, a register pair); array arguments (Ptr[T], T[:], T[:, :], T[:, :, :]) are
+64-bit device addresses whose shapes, when the kernel asks for them, come as hidden
+kernel arguments.  Promotion (docs/umd-compiler.md 2.1), Numba's for the 64-bit types:
+  - an operation with an f64 operand is f64; an f32 with an i64 or u64 is f64;
+  - otherwise an operation with an f32 operand is f32 (the other is converted);
+  - i32 or u32 with i64 is i64; u32 or u64 with u64 is u64; u64 with a signed integer
+    is f64 (NumPy's rule, which Numba follows); i32 with u32 is u32;
+  - an integer literal takes the type of the other operand; a float literal is f32 in an
+    f32 (or 32-bit integer) expression and keeps its double in an f64 one;
+  - `/` is f64 when an operand is 64-bit, else f32; `//` and `%` floor as Python (and
+    Numba) do, on integers and floats; an integer `x // 0` and `x % 0` are 0 (Numba's
+    NumPy error model);
   - bool in arithmetic is an integer 0/1; a number as a condition means `!= 0`;
-  - a variable takes the type of its first assignment, except that an integer variable
-    later assigned a float becomes f32 everywhere (`acc = 0; acc += x[i]`); other
-    assignments are converted to the variable's type.
+  - a variable takes the type of its first assignment, widened when a later assignment
+    needs more (`acc = 0; acc += x[i]` with x f32 makes acc f32 everywhere, with x f64
+    f64; `s = 0; s += m[i]` with m i64 makes s i64); other assignments are converted to
+    the variable's type.
 Geometry values (thread_idx.x, block_dim.y, umd.grid(1), ...) are i32.
 
 Besides values there are compile-time things: tuples (`umd.grid(2)`, `x.shape`,
@@ -34,7 +40,7 @@ import textwrap
 import numpy as np
 
 from umd import intrinsics as K
-from umd.types import PtrType, ScalarType, bool_, f32, i32, u32
+from umd.types import PtrType, ScalarType, bool_, f32, f64, i32, i64, u32, u64
 
 from . import ir
 from .errors import KernelCompileError
@@ -52,7 +58,8 @@ _PY_MATH = {getattr(pymath, n): r for n, r in (
     ("trunc", "itrunc"), ("pow", "pow"), ("log2", "log2"), ("log10", "log10"),
     ("exp2", "exp2"), ("copysign", "copysign"), ("isnan", "isnan"), ("isinf", "isinf"),
     ("isfinite", "isfinite"))}
-_NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32}
+_NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32, np.float64: f64, np.int64: i64,
+                np.uint64: u64}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
            ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.BitAnd: "and", ast.BitOr: "or",
            ast.BitXor: "xor", ast.LShift: "shl", ast.RShift: "shr", ast.Pow: "pow"}
@@ -70,7 +77,8 @@ _CONSTRUCTS = {ast.ListComp: "a list comprehension", ast.SetComp: "a set compreh
                ast.FunctionDef: "a nested function", ast.ClassDef: "a class",
                ast.Delete: "del", ast.AsyncFunctionDef: "an async function",
                ast.Match: "match"}
-ATOMIC_TYPES = {"add": (i32, u32, f32), "sub": (i32, u32, f32), "min": (i32, u32, f32),
+ATOMIC_TYPES = {"add": (i32, u32, f32, i64, u64, f64), "sub": (i32, u32, f32, i64, u64, f64),
+                "min": (i32, u32, f32),
                 "max": (i32, u32, f32), "nanmin": (i32, u32, f32), "nanmax": (i32, u32, f32),
                 "exch": (i32, u32, f32), "cas": (i32, u32), "compare_and_swap": (i32, u32)}
 WAVE_SIZE = K.warpsize            # lanes per wave (vgpu.isa.WAVE_SIZE)
@@ -79,10 +87,32 @@ _ISA_ATOMIC = {"add": "add", "sub": "add", "min": "min", "max": "max", "nanmin":
 
 
 class _Widen(Exception):
-    """A variable first typed as an integer is assigned a float: restart with it f32."""
+    """A variable is assigned a value of a wider type (an integer a float, f32 an f64,
+    a 32-bit integer a 64-bit one): restart with the variable of that type."""
 
     def __init__(self, name: str, type_: ScalarType) -> None:
         self.name, self.type = name, type_
+
+
+def _widened(current: ScalarType, value) -> ScalarType | None:
+    """The type a variable of type `current` must become to hold `value`, or None.
+
+    Widening is what Numba's type unification does for a variable assigned values of
+    several types: an integer variable given a float, an f32 one given an f64, a 32-bit
+    integer one given a 64-bit integer (signedness as unify's rules)."""
+    new = value.type
+    if isinstance(value, ir.Const) and not new.is_float and current.is_int:
+        return None                     # an integer literal takes the variable's type
+    if current.is_int and new.is_float:
+        return f64 if current.wide or new.wide else new
+    if current == f32 and new.wide:
+        return f64
+    if current.is_int and new.wide and not current.wide:
+        if current == bool_:
+            return new
+        return u64 if new == u64 and not current.signed else i64 if new.signed or current.signed \
+            else u64
+    return None
 
 
 # -- compile-time values ------------------------------------------------------------------
@@ -147,14 +177,15 @@ def _suggest(name: str, candidates) -> str | None:
 
 
 def _dtype_of(obj) -> ScalarType | None:
-    """f32/i32/u32 for a kernel type marker, a numpy type or dtype, or a dtype name."""
+    """The kernel type of a type marker, a numpy type or dtype, or a dtype name."""
     if isinstance(obj, ScalarType):
         return obj if obj != bool_ else None
     try:
         dt = np.dtype(obj)
     except TypeError:
         return None
-    return {"float32": f32, "int32": i32, "uint32": u32}.get(dt.name, _MISSING)
+    return {"float32": f32, "int32": i32, "uint32": u32, "float64": f64, "int64": i64,
+            "uint64": u64}.get(dt.name, _MISSING)
 
 
 # -- sources --------------------------------------------------------------------------------
@@ -307,7 +338,7 @@ class FunctionLowering:
         if isinstance(t, PtrType) or (isinstance(t, ScalarType) and t != bool_):
             return t
         raise self.error(p.annotation or p, f"unsupported argument type {t!r} (use i32, u32, f32, "
-                         "Ptr[T] or T[:], T[:, :], T[:, :, :])")
+                         "i64, u64, f64, Ptr[T] or T[:], T[:, :], T[:, :, :])")
 
     # -- entry -----------------------------------------------------------------------
     def lower(self) -> ir.Function:
@@ -327,7 +358,7 @@ class FunctionLowering:
             if isinstance(t, PtrType):
                 kind, size, dtype, ndim = "ptr", 8, t.elem.kind, t.ndim
             else:
-                kind, size, dtype, ndim = t.kind, 4, "", 0
+                kind, size, dtype, ndim = t.kind, t.itemsize, "", 0
             offset = -(-offset // size) * size
             spec = ir.ArgSpec(p.arg, kind, offset, size, dtype, ndim)
             offset += size
@@ -379,7 +410,7 @@ class FunctionLowering:
         if isinstance(t, PtrType) or (isinstance(t, ScalarType) and t != bool_):
             return t
         raise self.error(node, f"unsupported type {ast.unparse(node)!r} "
-                         "(use i32, u32 or f32)")
+                         "(use i32, u32, f32, i64, u64 or f64)")
 
     # -- statements ------------------------------------------------------------------
     def statements(self, stmts) -> None:
@@ -596,8 +627,9 @@ class FunctionLowering:
     def assign_var(self, v: ir.Var, value, node) -> None:
         """v = value, converted to v's type (an integer variable given a float widens)."""
         self.check_value(value, node)
-        if v.type.is_int and value.type == f32:
-            raise _Widen(v.name, f32)
+        wider = _widened(v.type, value)
+        if wider is not None:
+            raise _Widen(v.name, wider)
         self.emit("mov", v, [self.convert(value, v.type, node)], node)
 
     def snapshot(self, value, node):
@@ -704,7 +736,7 @@ class FunctionLowering:
             self.check_value(part, node)
             if not part.type.is_int:
                 raise self.error(node, f"an array index must be an integer, not {part.type!r}")
-            if part.type == bool_:
+            if part.type == bool_ or part.type.wide:     # extents are i32: so are element numbers
                 part = self.convert(part, i32, node)
             if idx is None:
                 idx = part
@@ -832,9 +864,13 @@ class FunctionLowering:
                     return ir.Const(v, i32)
                 if 0 <= v < (1 << 32):
                     return ir.Const(v, u32)
-                raise self.error(node, f"integer constant {v} does not fit in 32 bits")
+                if -(1 << 63) <= v < (1 << 63):
+                    return ir.Const(v, i64)
+                if 0 <= v < (1 << 64):
+                    return ir.Const(v, u64)
+                raise self.error(node, f"integer constant {v} does not fit in 64 bits")
             if isinstance(v, float):
-                return const(v, f32)
+                return ir.float_literal(v)
             raise self.error(node, f"unsupported constant {v!r}")
         if isinstance(node, ast.Name):
             if node.id in self.locals:
@@ -937,8 +973,10 @@ class FunctionLowering:
             return ir.Const(int(obj), bool_)
         if isinstance(obj, (int, np.integer)):
             return self.expr(ast.copy_location(ast.Constant(int(obj)), node))
+        if isinstance(obj, np.float64):
+            return const(float(obj), f64)
         if isinstance(obj, (float, np.floating)):
-            return const(float(obj), f32)
+            return ir.float_literal(float(obj))
         if isinstance(obj, tuple) and all(isinstance(v, (bool, int, float, np.number, tuple)) for v in obj):
             return _Tuple([self.python_value(v, node) for v in obj])
         return _PyObject(obj)
@@ -991,17 +1029,26 @@ class FunctionLowering:
         return acc
 
     def unify(self, a, b, allow_bool=False) -> ScalarType:
+        """The type an operation on a and b computes in (the module docstring's rules)."""
         ta, tb = a.type, b.type
-        if ta == f32 or tb == f32:
-            return f32
+        if f64 in (ta, tb):
+            return f64
+        if f32 in (ta, tb):
+            return f64 if (tb if ta == f32 else ta).wide else f32
         if allow_bool and ta == bool_ and tb == bool_:
             return bool_
         ta = i32 if ta == bool_ else ta
         tb = i32 if tb == bool_ else tb
-        if isinstance(a, ir.Const) and not isinstance(b, ir.Const):
+        # a literal takes the other operand's type, unless it needs 64 bits and the
+        # other has 32 (`n < 5_000_000_000` compares in i64, not in a wrapped i32)
+        if isinstance(a, ir.Const) and not isinstance(b, ir.Const) and not (ta.wide and not tb.wide):
             return tb
-        if isinstance(b, ir.Const) and not isinstance(a, ir.Const):
+        if isinstance(b, ir.Const) and not isinstance(a, ir.Const) and not (tb.wide and not ta.wide):
             return ta
+        if ta.wide or tb.wide:
+            if u64 in (ta, tb):
+                return f64 if ta.signed or tb.signed else u64
+            return i64
         return u32 if u32 in (ta, tb) else i32
 
     def convert(self, x, t, node):
@@ -1009,14 +1056,18 @@ class FunctionLowering:
             return x
         if isinstance(x, ir.Const):
             v = x.value
-            if t == f32:
-                if x.type == u32 and v < 0:
-                    v &= 0xFFFFFFFF
-                return const(float(v), f32)
-            if x.type == f32:
+            if t.is_float and x.type.is_float:
+                return const(x.exact if x.exact is not None and t == f64 else v, t)
+            if t.is_float:
+                if not x.type.signed and v < 0:
+                    v &= (1 << 8 * x.type.itemsize) - 1
+                r = fold("cvt", t, [ir.Const(v, x.type)])     # i64 -> f32 rounds once
+                return r if r is not None else const(float(v), t)
+            if x.type.is_float:
                 if pymath.isnan(v):
                     return const(0, t)
-                lo, hi = (-(1 << 31), (1 << 31) - 1) if t == i32 else (0, (1 << 32) - 1)
+                bits = 8 * t.itemsize
+                lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if t.signed else (0, (1 << bits) - 1)
                 if pymath.isinf(v):
                     return const(hi if v > 0 else lo, t)
                 return const(max(lo, min(hi, int(v))), t)
@@ -1038,10 +1089,10 @@ class FunctionLowering:
         if op in ("and", "or", "xor") and a.type == bool_ and b.type == bool_:
             return self.fold_or_emit(op, bool_, [a, b], node)
         if op == "div":
-            t = f32
+            t = f64 if f64 in (a.type, b.type) or a.type.wide or b.type.wide else f32
         else:
             t = self.unify(a, b)
-        if op in ("and", "or", "xor", "shl", "shr") and t == f32:
+        if op in ("and", "or", "xor", "shl", "shr") and t.is_float:
             raise self.error(node, f"bitwise operator on a float ({op})")
         if op in ("shl", "shr"):
             t = a.type if a.type != bool_ else i32
@@ -1049,11 +1100,11 @@ class FunctionLowering:
                 t = i32
         a, b = self.convert(a, t, node), self.convert(b, t, node)
         if op in ("floordiv", "mod"):
-            if t == f32:
-                q = self.fold_or_emit("floor", f32, [self.fold_or_emit("div", f32, [a, b], node)], node)
+            if t.is_float:
+                q = self.fold_or_emit("floor", t, [self.fold_or_emit("div", t, [a, b], node)], node)
                 if op == "floordiv":
                     return q
-                return self.fold_or_emit("sub", f32, [a, self.fold_or_emit("mul", f32, [q, b], node)],
+                return self.fold_or_emit("sub", t, [a, self.fold_or_emit("mul", t, [q, b], node)],
                                          node)
             return self.int_floordiv(op, t, a, b, node)
         return self.fold_or_emit(op, t, [a, b], node)
@@ -1063,13 +1114,13 @@ class FunctionLowering:
         has the divisor's sign; x // 0 == x % 0 == 0 (Numba's NumPy error model)."""
         if isinstance(a, ir.Const) and isinstance(b, ir.Const):
             x, y = a.value, b.value
-            if t == u32:
-                x, y = x & 0xFFFFFFFF, y & 0xFFFFFFFF
+            if not t.signed:
+                x, y = x & (1 << 8 * t.itemsize) - 1, y & (1 << 8 * t.itemsize) - 1
             if y == 0:
                 return const(0, t)
             return const(x // y if op == "floordiv" else x % y, t)
         if isinstance(b, ir.Const):
-            y = b.value & 0xFFFFFFFF if t == u32 else b.value
+            y = b.value if t.signed else b.value & (1 << 8 * t.itemsize) - 1
             if y == 0:
                 return const(0, t)
             if y == 1:
@@ -1079,7 +1130,7 @@ class FunctionLowering:
                 if op == "floordiv":
                     return self.fold_or_emit("shr", t, [a, const(k, t)], node)
                 return self.fold_or_emit("and", t, [a, const(y - 1, t)], node)
-        if t == u32:
+        if not t.signed:
             r = self.op("idiv" if op == "floordiv" else "rem", t, [a, b], node)
             if isinstance(b, ir.Const):
                 return r
@@ -1113,8 +1164,8 @@ class FunctionLowering:
         if b.type == bool_:
             b = self.convert(b, i32, node)
         if b.type.is_int and isinstance(b, ir.Const):
-            e = ir.wrap32(b.value, i32) if b.type == i32 else b.value
-            if e >= 0 or a.type == f32:
+            e = b.value if b.type.signed or b.type.wide else ir.wrap32(b.value, u32)
+            if e >= 0 or a.type.is_float:
                 result, val, n = None, a, abs(e)
                 while n:
                     if n & 1:
@@ -1125,14 +1176,20 @@ class FunctionLowering:
                 if result is None:
                     result = const(1, a.type)
                 if e < 0:
-                    result = self.binop("div", const(1.0, f32), result, node)
+                    result = self.binop("div", const(1.0, a.type), result, node)
                 return result
+        # The library routines are 32-bit: 64-bit operands go through them (reduced
+        # precision, docs/umd-compiler.md 2.2) and come back as the promoted type.
+        t = self.unify(a, b)
         if b.type.is_int:
-            if a.type == f32:
-                return self.library("fpowi", [a, self.convert(b, i32, node)], node)
+            if a.type.is_float:
+                r = self.library("fpowi", [self.convert(a, f32, node), self.convert(b, i32, node)],
+                                 node)
+                return self.convert(r, a.type, node)
             r = self.library("ipow", [self.convert(a, i32, node), self.convert(b, i32, node)], node)
-            return self.convert(r, a.type, node)
-        return self.library("powf", [self.convert(a, f32, node), self.convert(b, f32, node)], node)
+            return self.convert(r, t, node)
+        r = self.library("powf", [self.convert(a, f32, node), self.convert(b, f32, node)], node)
+        return self.convert(r, f64 if t.wide else f32, node)
 
     def library(self, name, args, node):
         from . import libdevice
@@ -1185,8 +1242,8 @@ class FunctionLowering:
             x = args[0] if args[0].type != bool_ else self.convert(args[0], i32, node)
             return self.convert(x, t, node)
         if isinstance(fn, type) and issubclass(fn, np.generic):
-            raise self.error(node, f"{name}: {np.dtype(fn).name} is not a kernel type (f32, i32 "
-                             "and u32 are: np.float32, np.int32, np.uint32)")
+            raise self.error(node, f"{name}: {np.dtype(fn).name} is not a kernel type (np.float32, "
+                             "np.int32, np.uint32, np.float64, np.int64, np.uint64 are)")
         if fn is float or fn is int:
             nargs(1)
             values()
@@ -1208,19 +1265,20 @@ class FunctionLowering:
             nargs(1)
             values()
             x = args[0]
-            if x.type != f32:
+            if not x.type.is_float:
                 return x
-            return self.convert(self.fold_or_emit("rndne", f32, [x], node), i32, node)
+            return self.convert(self.fold_or_emit("rndne", x.type, [x], node),
+                                i64 if x.type.wide else i32, node)
         if fn is min or fn is max or fn is abs:
             values()
             if fn is abs:
                 nargs(1)
                 x = args[0]
-                if x.type == f32:
-                    return self.fold_or_emit("fabs", f32, [x], node)
+                if x.type.is_float:
+                    return self.fold_or_emit("fabs", x.type, [x], node)
                 if x.type == bool_:
                     x = self.convert(x, i32, node)
-                if x.type == u32:
+                if not x.type.signed:
                     return x
                 neg = self.fold_or_emit("neg", x.type, [x], node)
                 return self.fold_or_emit("max", x.type, [x, neg], node)
@@ -1285,7 +1343,7 @@ class FunctionLowering:
             nargs(1)
             values()
             x = args[0]
-            if not x.type.is_int:
+            if not x.type.is_int or x.type.wide:
                 raise self.error(node, f"{name}() needs an integer (i32 or u32), not {x.type!r}")
             return self.op(op[4:], x.type if op == "bit.brev" else i32, [x], node)
         raise self.error(node, f"call to unsupported function {name!r}")
@@ -1345,18 +1403,22 @@ class FunctionLowering:
         values()
         if mname in ("isnan", "isinf", "isfinite"):
             x = args[0]
-            if x.type != f32:
+            if not x.type.is_float:
                 return ir.Const(int(mname == "isfinite"), bool_)
             if mname == "isnan":
                 return self.fold_or_emit("ne", bool_, [x, x], node)
-            ax = self.fold_or_emit("fabs", f32, [x], node)
+            ax = self.fold_or_emit("fabs", x.type, [x], node)
             return self.fold_or_emit("eq" if mname == "isinf" else "lt", bool_,
-                                     [ax, const(pymath.inf, f32)], node)
+                                     [ax, const(pymath.inf, x.type)], node)
         if mname in ("ifloor", "iceil", "itrunc"):
             x = args[0]
-            if x.type != f32:
+            if not x.type.is_float:
                 return x if x.type != bool_ else self.convert(x, i32, node)
-            return self.convert(self.fold_or_emit(mname[1:], f32, [x], node), i32, node)
+            # Numba: math.floor of a float64 is an int64; of a float32 here an i32
+            return self.convert(self.fold_or_emit(mname[1:], x.type, [x], node),
+                                i64 if x.type.wide else i32, node)
+        if any(a.type.wide for a in args):
+            return self.math_f64(mname, node, args)
         xs = [self.convert(a, f32, node) for a in args]
         if mname == "pow":
             return self.library("powf", xs, node)
@@ -1372,6 +1434,30 @@ class FunctionLowering:
             return self.fold_or_emit("mul", f32, [l2, const(pymath.log10(2.0), f32)], node)
         op = {"fmin": "min", "fmax": "max"}.get(mname, mname)
         return self.fold_or_emit(op, f32, xs, node)
+
+    # float64 operations the vISA has (docs/isa.md 4.8); the other math functions on
+    # float64 compute in float32 (docs/umd-compiler.md 2.2: reduced precision).
+    _F64_NATIVE = {"sqrt", "floor", "ceil", "trunc", "rndne", "fabs", "fmin", "fmax", "fma"}
+
+    def math_f64(self, mname, node, args):
+        """A math function with a 64-bit operand: the result is f64."""
+        xs = [self.convert(a, f64, node) for a in args]
+        if mname in self._F64_NATIVE:
+            op = {"fmin": "min", "fmax": "max"}.get(mname, mname)
+            return self.fold_or_emit(op, f64, xs, node)
+        if mname == "copysign":
+            mag = self.fold_or_emit("and", u64, [self.fold_or_emit("bitcast", u64, [xs[0]], node),
+                                                 const(0x7FFFFFFFFFFFFFFF, u64)], node)
+            sign = self.fold_or_emit("and", u64, [self.fold_or_emit("bitcast", u64, [xs[1]], node),
+                                                  const(1 << 63, u64)], node)
+            return self.fold_or_emit("bitcast", f64, [self.fold_or_emit("or", u64, [mag, sign], node)],
+                                     node)
+        if mname == "rsqrt":
+            return self.fold_or_emit("div", f64, [const(1.0, f64),
+                                                  self.fold_or_emit("sqrt", f64, xs, node)], node)
+        narrow = [self.convert(x, f32, node) for x in xs]
+        return self.convert(self.math(mname, mname, node, narrow, lambda *n: None, lambda: None),
+                            f64, node)
 
     def array_decl(self, fn, node):
         """shared_array(dtype, shape), shared.array(shape, dtype), local.array(shape, dtype);
@@ -1389,8 +1475,8 @@ class FunctionLowering:
         obj = self.resolve(given["dtype"])
         t = _dtype_of(obj) if obj not in (None, _MISSING) else None
         if t is None or t is _MISSING:
-            raise self.error(node, f"{fn.qualname}: the dtype must be f32, i32 or u32 (or np.float32, "
-                             f"np.int32, np.uint32), not {ast.unparse(given['dtype'])}")
+            raise self.error(node, f"{fn.qualname}: the dtype must be f32, i32, u32, f64, i64 or u64 "
+                             f"(or np.float32, np.float64...), not {ast.unparse(given['dtype'])}")
         shape = self.expr(given["shape"])
         dims = shape.items if isinstance(shape, _Tuple) else [shape]
         if not dims or not all(isinstance(d, ir.Const) and d.type.is_int and d.value > 0 for d in dims):
@@ -1407,9 +1493,10 @@ class FunctionLowering:
             for v in arr.vars:                          # zeroed (Numba leaves them undefined)
                 self.emit("mov", v, [const(0, t)], node)
             return arr
+        self.lds = -(-self.lds // t.itemsize) * t.itemsize         # aligned for its element
         sa = ir.SharedArray(f"lds{len(self.shared)}", t, count, self.lds)
         sa.shape = shape
-        self.lds += 4 * count
+        self.lds += t.itemsize * count
         if self.lds > 65536:
             raise self.error(node, f"shared arrays need {self.lds} bytes of LDS (at most 65536)")
         self.shared.append(sa)
@@ -1433,6 +1520,9 @@ class FunctionLowering:
             raise self.error(node, f"{qualname} on {elem!r}: supported on "
                              + ", ".join(repr(t) for t in ATOMIC_TYPES[kind]) + " arrays (as in Numba)")
         lds = isinstance(arr, ir.SharedArray)
+        if lds and elem.wide:
+            raise self.error(node, f"{qualname} on a shared array of {elem!r}: the vISA has no 64-bit "
+                             "LDS atomics; use a global array")
         if kind == "compare_and_swap":
             idx, vals = ir.Const(0, i32), args[1:]
         else:

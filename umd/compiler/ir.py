@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-from umd.types import PtrType, ScalarType, bool_, f32, i32, u32
+from umd.types import PtrType, ScalarType, bool_, f32, f64, i32, i64, u32, u64
 
 # Operations.  Pure ones may be folded or deleted when their result is unused.
 BINARY = {"add", "sub", "mul", "div", "idiv", "rem", "and", "or", "xor", "shl", "shr",
@@ -55,17 +55,24 @@ class Var:
 
 @dataclasses.dataclass(frozen=True)
 class Const:
+    """A constant of `type`. A Python float literal is f32 (`value` rounded to binary32)
+    and keeps its double in `exact`, which it takes when an f64 operand promotes it."""
+
     value: int | float | bool
     type: ScalarType
+    exact: float | None = dataclasses.field(default=None, compare=False)
 
     def bits(self) -> int:
+        """The register bits: 32, or 64 for a 64-bit type."""
         if self.type == f32:
             return struct.unpack("<I", struct.pack("<f", float(self.value)))[0]
-        return int(self.value) & 0xFFFFFFFF
+        if self.type == f64:
+            return struct.unpack("<Q", struct.pack("<d", float(self.value)))[0]
+        return int(self.value) & (0xFFFFFFFFFFFFFFFF if self.type.wide else 0xFFFFFFFF)
 
     def __repr__(self) -> str:
-        if self.type == f32:
-            return f"{float(self.value)!r}"
+        if self.type.is_float:
+            return f"{float(self.value)!r}" + ("" if self.type == f32 else ":f64")
         return f"{int(self.value)}:{self.type.kind}"
 
 
@@ -107,9 +114,23 @@ def wrap32(value: int, t: ScalarType) -> int:
     return value
 
 
+def wrap64(value: int, t: ScalarType) -> int:
+    """``value`` as a register pair holds it: two's complement for i64, modulo 2^64 for u64."""
+    value &= 0xFFFFFFFFFFFFFFFF
+    if t == i64 and value >> 63:
+        value -= 1 << 64
+    return value
+
+
+def width(t) -> int:
+    """Registers a value of type ``t`` takes: 2 for pointers and 64-bit types."""
+    return 2 if isinstance(t, PtrType) or t.wide else 1
+
+
 def to_f32(value: float) -> float:
     """``value`` rounded to binary32 (round to nearest even), as a Python float."""
-    return float(np.float32(value))
+    with np.errstate(over="ignore"):        # past FLT_MAX: inf, as the hardware rounds
+        return float(np.float32(value))
 
 
 def const(value, t: ScalarType) -> Const:
@@ -118,9 +139,18 @@ def const(value, t: ScalarType) -> Const:
     literals with it and the optimiser the results it folds, so both agree bit for bit."""
     if t == f32:
         return Const(to_f32(float(value)), f32)
+    if t == f64:
+        return Const(float(value), f64)
     if t == bool_:
         return Const(int(bool(value)), bool_)
+    if t.wide:
+        return Const(wrap64(int(value), t), t)
     return Const(wrap32(int(value), t), t)
+
+
+def float_literal(value: float) -> Const:
+    """A Python float in kernel code: f32, remembering its double (see Const)."""
+    return Const(to_f32(value), f32, exact=float(value))
 
 
 @dataclasses.dataclass
@@ -128,10 +158,10 @@ class ArgSpec:
     """One entry of the kernarg segment (the contract with umd.launch)."""
 
     name: str
-    kind: str                     # 'i32' | 'u32' | 'f32' | 'ptr'
+    kind: str                     # 'i32' | 'u32' | 'f32' | 'i64' | 'u64' | 'f64' | 'ptr'
     offset: int
     size: int
-    dtype: str = ""               # ptr: the element type ('f32', 'i32', 'u32'); '' = unchecked
+    dtype: str = ""               # ptr: the element type ('f32', 'i32', 'u64'...); '' = unchecked
     ndim: int = 0                 # ptr: 1-3 for T[:], T[:, :], T[:, :, :]; 0 for Ptr[T] (any, flat)
 
 
@@ -143,6 +173,10 @@ class Inst:
     line: int
     array: Var | SharedArray | None = None   # load/store/atomic
     kind: str = ""                            # atomic: add/max/cas
+    # load/store/atomic after address lowering (compiler/addressing.py): args[0] is the
+    # byte offset (index * 4) instead of the element index, plus `offset` bytes (LDS only)
+    scaled: bool = False
+    offset: int = 0
 
     def uses(self) -> list[Var]:
         out = [a for a in self.args if isinstance(a, Var)]
@@ -233,6 +267,40 @@ def walk(block: list):
             yield from walk(st.body)
 
 
+def def_counts(block: list) -> dict:
+    """How many instructions assign each Var in ``block`` (nested blocks included)."""
+    counts: dict = {}
+    for st in walk(block):
+        if isinstance(st, Inst) and st.dst is not None:
+            counts[st.dst] = counts.get(st.dst, 0) + 1
+    return counts
+
+
+def stable_vars(fn: Function) -> set:
+    """Vars that hold one value from their definition on, wherever they are read: the
+    kernel arguments the body never assigns, temporaries assigned once, and locals
+    assigned once at the top level of the body (outside every branch and loop).  The
+    optimisations that reuse or move a computation (cse.py, licm.py) rely on this."""
+    counts = def_counts(fn.body)
+    top = {st.dst for st in fn.body if isinstance(st, Inst) and st.dst is not None}
+    out = {a for a in fn.args if counts.get(a, 0) == 0}
+    for v, n in counts.items():
+        if n == 1 and v.arg is None and (not v.local or v in top):
+            out.add(v)
+    return out
+
+
+def next_var_id(fn: Function) -> int:
+    """An id above every Var's in ``fn`` (for the Vars a pass creates)."""
+    ids = [a.id for a in fn.args]
+    for st in walk(fn.body):
+        if isinstance(st, Inst):
+            ids.extend(v.id for v in st.uses())
+            if st.dst is not None:
+                ids.append(st.dst.id)
+    return max(ids, default=0) + 1
+
+
 def format_function(fn: Function) -> str:
     """The IR as text (the `shaders` debug dump)."""
     lines = [f"kernel {fn.name}(" + ", ".join(
@@ -254,6 +322,8 @@ def format_function(fn: Function) -> str:
             if isinstance(st, Inst):
                 lhs = f"{var(st.dst)} = " if st.dst is not None else ""
                 extra = f"{st.array!r}, " if st.array is not None else ""
+                if st.scaled:
+                    extra += f"bytes+{st.offset} " if st.offset else "bytes "
                 op = st.op + (f".{st.kind}" if st.kind else "")
                 lines.append(f"{pad}{lhs}{op} {extra}" + ", ".join(var(a) for a in st.args)
                              + f"    ; line {st.line}")
@@ -284,5 +354,6 @@ def format_function(fn: Function) -> str:
 
 
 __all__ = ["Var", "Const", "Special", "SharedArray", "ArgSpec", "Inst", "If", "Loop",
-           "Break", "Continue", "Return", "Region", "Exit", "Function", "walk", "format_function",
-           "bool_", "f32", "i32", "u32"]
+           "Break", "Continue", "Return", "Region", "Exit", "Function", "walk", "def_counts",
+           "stable_vars", "next_var_id", "format_function",
+           "bool_", "f32", "i32", "u32", "f64", "i64", "u64", "width", "float_literal"]

@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-from umd.types import bool_, f32, i32, u32
+from umd.types import bool_, f32, f64, i32, u32
 
 from . import ir
 
@@ -32,6 +32,8 @@ def fold(op: str, t, args, src_type=None):
 
 
 def _fold(op, t, at, v):
+    if getattr(t, "wide", False) or getattr(at, "wide", False):
+        return _fold_wide(op, t, at, v)
     if op == "mov":
         return v[0]
     if op == "select":
@@ -100,6 +102,59 @@ def _fold_float(op, v):
     return ir.to_f32(fn(x)) if fn else None
 
 
+def _fold_wide(op, t, at, v):
+    """Folding when a 64-bit type is involved (docs/isa.md 4.8): Python ints wrapped to
+    64 bits, Python floats (binary64, as the hardware); the rest runs on the device."""
+    if op in ("mov", "select"):
+        return v[0] if op == "mov" else (v[1] if v[0] else v[2])
+    if op == "bitcast":
+        if t == f64:
+            return struct.unpack("<d", struct.pack("<Q", v[0] & 0xFFFFFFFFFFFFFFFF))[0]
+        return struct.unpack("<Q", struct.pack("<d", v[0]))[0]
+    if op == "cvt":
+        x = v[0]
+        if t == f32 and at.is_int:        # one rounding, as v_cvt_f32_i64 (not via f64)
+            return float(np.array(x, at.dtype).astype(np.float32))
+        if t.is_float:
+            return float(x)                 # f64 -> f32: const() rounds once
+        if at.is_float:
+            if not math.isfinite(x):
+                return None
+            bits = t.itemsize * 8
+            lo, hi = (-(1 << bits - 1), (1 << bits - 1) - 1) if t.signed else (0, (1 << bits) - 1)
+            return int(x) if lo <= int(x) <= hi else None
+        return x
+    if op in ("eq", "ne", "lt", "le", "gt", "ge"):
+        a, b = v
+        return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b,
+                "ge": a >= b}[op]
+    if t == f64:
+        if len(v) == 1:
+            x = v[0]
+            return {"neg": -x, "fabs": abs(x), "floor": float(np.floor(x)),
+                    "ceil": float(np.ceil(x)), "trunc": float(np.trunc(x)),
+                    "rndne": float(np.rint(x)),
+                    "sqrt": math.sqrt(x) if x >= 0 else None}.get(op)
+        if len(v) == 2 and op in ("add", "sub", "mul", "div"):
+            a, b = v
+            return {"add": a + b, "sub": a - b, "mul": a * b, "div": a / b}[op]
+        return None
+    if not t.is_int or t == bool_:
+        return None
+    a = v[0]
+    if len(v) == 1:
+        return {"neg": -a, "not": ~a}.get(op)
+    b = v[1]
+    if op in ("add", "sub", "mul", "and", "or", "xor", "min", "max"):
+        return {"add": a + b, "sub": a - b, "mul": a * b, "and": a & b, "or": a | b,
+                "xor": a ^ b, "min": min(a, b), "max": max(a, b)}[op]
+    if op == "shl":
+        return a << (b & 63)
+    if op == "shr":
+        return a >> (b & 63)                # a is already signed for i64, unsigned for u64
+    return None                             # division: the device's rules (docs/isa.md 4.8)
+
+
 def _fold_int(op, t, v):
     signed = t == i32
     a = v[0]
@@ -145,14 +200,58 @@ def optimize(fn: ir.Function) -> None:
             break
 
 
+def coalesce_moves(fn: ir.Function) -> bool:
+    """`t = op ...; v = mov t` with t a temporary read only there becomes `v = op ...`
+    (`acc += x` is one instruction instead of an add and a copy).  The two are adjacent,
+    so nothing reads v in between."""
+    counts = ir.def_counts(fn.body)
+    uses: dict = {}
+    for st in ir.walk(fn.body):
+        refs = st.uses() if isinstance(st, ir.Inst) else (
+            [st.cond] if isinstance(st, (ir.If, ir.Loop)) else [])
+        for r in refs:
+            if isinstance(r, ir.Var):
+                uses[r] = uses.get(r, 0) + 1
+    changed = False
+
+    def visit(block):
+        nonlocal changed
+        out = []
+        for st in block:
+            prev = out[-1] if out else None
+            if isinstance(st, ir.Inst) and st.op == "mov" and isinstance(st.args[0], ir.Var) \
+                    and isinstance(prev, ir.Inst) and prev.dst is st.args[0] \
+                    and prev.op in ir.PURE and not prev.dst.local and prev.dst.arg is None \
+                    and counts.get(prev.dst) == 1 and uses.get(prev.dst) == 1 \
+                    and prev.dst.type == st.dst.type and st.dst.arg is None:
+                prev.dst = st.dst
+                changed = True
+                continue
+            if isinstance(st, ir.If):
+                visit(st.then)
+                visit(st.else_)
+            elif isinstance(st, ir.Loop):
+                visit(st.header)
+                visit(st.body)
+                visit(st.latch)
+            elif isinstance(st, ir.Region):
+                visit(st.body)
+            out.append(st)
+        block[:] = out
+
+    visit(fn.body)
+    return changed
+
+
 def _subst(x, consts):
     return consts.get(x, x) if isinstance(x, ir.Var) else x
 
 
 def propagate_constants(fn: ir.Function) -> bool:
-    """Fold instructions on constants; a local assigned once, at the top level, a
-    constant (or a hardware id such as thread_idx.x: copy propagation) is that value
-    everywhere (a top-level definition precedes every use)."""
+    """Fold instructions on constants; a local assigned once, at the top level, or a
+    temporary assigned once anywhere, to a constant (or a hardware id such as
+    thread_idx.x: copy propagation) is that value everywhere (its definition precedes
+    every use)."""
     defs: dict[ir.Var, int] = {}
     for st in ir.walk(fn.body):
         if isinstance(st, ir.Inst) and st.dst is not None:
@@ -161,6 +260,13 @@ def propagate_constants(fn: ir.Function) -> bool:
     for st in fn.body:
         if isinstance(st, ir.Inst) and st.op == "mov" and \
                 isinstance(st.args[0], (ir.Const, ir.Special)) \
+                and defs.get(st.dst) == 1 and st.dst.arg is None:
+            consts[st.dst] = st.args[0]
+    # A temporary is read only after its one definition, wherever that is (a local
+    # assigned inside a loop may be read before it on the next iteration).
+    for st in ir.walk(fn.body):
+        if isinstance(st, ir.Inst) and st.op == "mov" and \
+                isinstance(st.args[0], (ir.Const, ir.Special)) and not st.dst.local \
                 and defs.get(st.dst) == 1 and st.dst.arg is None:
             consts[st.dst] = st.args[0]
     changed = False

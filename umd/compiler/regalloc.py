@@ -6,14 +6,13 @@ whole loop (its value flows around the back edge), and in divergent code a VGPR 
 keep its old value in lanes that skip an assignment, so a variable keeps one register
 for its whole interval.  Registers:
   s[0:1] kernarg pointer, s2..s5 scratch, s16..s18 workgroup ids (reserved);
-  s6..s15 and s19..s103 allocatable (pointers take an aligned-free pair);
-  v0..v2 thread ids, v3..v5 scratch (reserved); v6..v127 allocatable.
+  s6..s15 and s19..s103 allocatable (pointers take a pair, no alignment);
+  v0..v2 thread ids, v3..v5 scratch (reserved); v6..v127 allocatable (64-bit values
+  take a pair).
 Control-flow masks take SGPRs above the allocated ones during code generation.
 Running out of registers is a compile error (there is no spilling).
 """
 from __future__ import annotations
-
-from umd.types import PtrType
 
 from . import ir
 from .errors import KernelCompileError
@@ -88,7 +87,10 @@ def live_intervals(fn: ir.Function) -> dict:
 def allocate(fn: ir.Function) -> tuple[int, int]:
     """Set Var.reg for every live variable; returns (highest SGPR, highest VGPR) used."""
     intervals = live_intervals(fn)
-    order = sorted(intervals, key=lambda v: (intervals[v][0], v.id))
+    # Arguments first, in kernarg order: consecutive arguments get consecutive SGPRs,
+    # which the prologue loads with one s_load_dwordx2/x4 (codegen.py).
+    order = sorted(intervals, key=lambda v: (intervals[v][0], v.arg is None,
+                                             v.arg.offset if v.arg is not None else v.id))
     free = {"s": list(ALLOC_S), "v": list(ALLOC_V)}
     active: list = []
     top = {"s": max(SCRATCH_S + (18,)), "v": max(SCRATCH_V)}
@@ -100,7 +102,7 @@ def allocate(fn: ir.Function) -> tuple[int, int]:
                 free[a.cls].extend(_regs(a))
                 free[a.cls].sort()
         pool = free[v.cls]
-        width = 2 if isinstance(v.type, PtrType) else 1
+        width = ir.width(v.type)
         reg = None
         for r in pool:
             if all(r + k in pool for k in range(width)):
@@ -120,4 +122,4 @@ def allocate(fn: ir.Function) -> tuple[int, int]:
 
 
 def _regs(v) -> list[int]:
-    return [v.reg + k for k in range(2 if isinstance(v.type, PtrType) else 1)]
+    return [v.reg + k for k in range(ir.width(v.type))]

@@ -7,6 +7,8 @@ the scalar ALU has, and it is assigned under uniform control only.  Those go in 
   - thread_idx, loads, atomics, float arithmetic (there is no scalar float ALU) and
     the wave operations of ir.WAVE / ir.BITS (scalar_capable says no) are vector
     values, and so is anything computed from a vector value;
+  - 64-bit values (i64, u64, f64) are vector values, kernel arguments too: the vISA's
+    64-bit operations are VALU ones (docs/isa.md 4.8);
   - a variable assigned inside an `if` whose condition is a vector value, or inside a
     divergent loop, is a vector value (lanes that skip the assignment keep the old one);
   - a loop is divergent when its condition is a vector value, when a break, continue or
@@ -38,7 +40,13 @@ def is_vector(x) -> bool:
     return False
 
 
+def _wide(t) -> bool:
+    return not isinstance(t, PtrType) and t is not None and t.wide
+
+
 def scalar_capable(inst: ir.Inst) -> bool:
+    if _wide(inst.dst.type) or any(_wide(getattr(a, "type", None)) for a in inst.args):
+        return False
     if inst.op == "mov":
         return True
     if inst.op == "cvt":
@@ -52,7 +60,7 @@ def scalar_capable(inst: ir.Inst) -> bool:
 
 def analyze(fn: ir.Function) -> None:
     for v in _all_vars(fn):
-        v.cls = "s"
+        v.cls = "v" if _wide(v.type) else "s"
     changed = True
     while changed:
         changed = False

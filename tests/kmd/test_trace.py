@@ -1,0 +1,176 @@
+"""Tracepoints and recordings (kmd/trace.py), through the dispatch table: ftrace's
+line format and the events' TP_printk fields, the enable files, the bounded buffer,
+the timeline records."""
+import errno
+import json
+import re
+
+import pytest
+
+from kmd.errors import KmdError
+from kmd.hw import SdmaIb
+from kmd.trace import EVENTS
+
+from .test_cs import VA_A, VA_B, Setup
+
+# trace_print_context() + trace_print_lat_fmt() + the time, then "event: fields"
+LINE = re.compile(r"^ {0,15}(?P<comm>.{1,16})-(?P<pid>\d+) +\[(?P<cpu>\d{3})\] (?P<flags>[.a-zA-Z0-9]{5}) +"
+                  r"(?P<ts>\d+\.\d{6}): (?P<event>\w+): (?P<fields>.*)$")
+PTR = r"[0-9a-f]{16}"
+FIELDS = {  # the TP_printk output of each event (Linux 6.6)
+    "amdgpu_bo_create": rf"bo={PTR}, pages=\d+, type=\d+, preferred=\d+, allowed=\d+, visible=\d+",
+    "amdgpu_cs_ioctl": r"sched_job=\d+, timeline=\S+, context=\d+, seqno=\d+, ring_name=\S+, num_ibs=\d+",
+    "amdgpu_sched_run_job": r"sched_job=\d+, timeline=\S+, context=\d+, seqno=\d+, ring_name=\S+, num_ibs=\d+",
+    "amdgpu_vm_bo_map": rf"bo={PTR}, start=[0-9a-f]+, last=[0-9a-f]+, offset=[0-9a-f]{{10}}, flags=[0-9a-f]+",
+    "amdgpu_vm_bo_unmap": rf"bo={PTR}, start=[0-9a-f]+, last=[0-9a-f]+, offset=[0-9a-f]{{10}}, flags=[0-9a-f]+",
+    "drm_sched_job": rf"entity={PTR}, id=\d+, fence={PTR}, ring=\S+, job count:\d+, hw job count:\d+",
+    "drm_run_job": rf"entity={PTR}, id=\d+, fence={PTR}, ring=\S+, job count:\d+, hw job count:\d+",
+    "drm_sched_process_job": rf"fence={PTR} signaled",
+    "dma_fence_emit": r"driver=\S+ timeline=\S+ context=\d+ seqno=\d+",
+    "dma_fence_signaled": r"driver=\S+ timeline=\S+ context=\d+ seqno=\d+",
+}
+
+
+def tracing(dev, *path):
+    """The (read, write) entry at tracing/<path>."""
+    entry = dev.tracing_files()
+    for name in path:
+        entry = entry[name]
+    return entry
+
+
+def enable_all(dev, value=b"1\n"):
+    tracing(dev, "events", "enable")[1](value)
+
+
+def parse(text: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        m = LINE.match(line)
+        assert m, f"not an ftrace line: {line!r}"
+        out.append(m.groupdict())
+    return out
+
+
+def copy_and_wait(s, nbytes=4096) -> int:
+    seq = s.submit(SdmaIb().copy_linear(VA_B, VA_A, nbytes))
+    assert s.wait(seq) == 0
+    return seq
+
+
+def test_every_event_in_ftrace_format_in_time_order(dev, client):
+    assert set(FIELDS) == {e for events in EVENTS.values() for e in events}
+    pipe = dev.trace.open_pipe()
+    enable_all(dev)
+    s = Setup(dev, client)
+    seq = copy_and_wait(s)
+    dev.close_file(client)  # unmaps: amdgpu_vm_bo_unmap
+    events = parse(pipe.read(1 << 20).decode())
+    assert {e["event"] for e in events} == set(FIELDS)
+    for e in events:
+        assert re.fullmatch(FIELDS[e["event"]], e["fields"]), e
+    stamps = [float(e["ts"]) for e in events]
+    assert stamps == sorted(stamps)
+    cs = next(e for e in events if e["event"] == "amdgpu_cs_ioctl")
+    assert (cs["comm"].strip(), cs["pid"]) == ("test", "1000")  # charged to the client, as in its ioctl
+    assert f"seqno={seq}, ring_name=sdma0, num_ibs=1" in cs["fields"]
+    sched_ctx = re.search(r"context=(\d+)", cs["fields"])[1]
+    # the finished fence of that job signals with the CS's seqno on the same context
+    assert any(e["event"] == "dma_fence_signaled" and
+               e["fields"] == f"driver=drm_sched timeline=sdma0 context={sched_ctx} seqno={seq}" for e in events)
+    order = [e["event"] for e in events if e["event"] in ("amdgpu_cs_ioctl", "drm_run_job", "dma_fence_emit",
+                                                         "drm_sched_process_job")]
+    assert order[-4:] == ["amdgpu_cs_ioctl", "drm_run_job", "dma_fence_emit", "drm_sched_process_job"]
+    maps = [e for e in events if e["event"] == "amdgpu_vm_bo_map"]
+    assert any(f"start={VA_A >> 12:x}, last={(VA_A + 65536 >> 12) - 1:x}, offset=0000000000, flags=60"
+               == e["fields"].split(", ", 1)[1] for e in maps)
+
+
+def test_enable_files_read_back_and_refuse_garbage(dev, client):
+    read_all = tracing(dev, "events", "enable")[0]
+    amdgpu_read, amdgpu_write = tracing(dev, "events", "amdgpu", "enable")
+    cs_read, cs_write = tracing(dev, "events", "amdgpu", "amdgpu_cs_ioctl", "enable")
+    assert (read_all(), amdgpu_read(), cs_read()) == ("0\n", "0\n", "0\n")
+    assert not dev.trace.on
+    cs_write(b"1\n")
+    assert (read_all(), amdgpu_read(), cs_read()) == ("X\n", "X\n", "1\n")
+    assert dev.trace.on
+    for bad in (b"2\n", b"yes", b""):
+        with pytest.raises(KmdError) as e:
+            cs_write(bad)
+        assert e.value.errno == errno.EINVAL
+    pipe = dev.trace.open_pipe()
+    s = Setup(dev, client)
+    copy_and_wait(s)
+    assert {e["event"] for e in parse(pipe.read(1 << 20).decode())} == {"amdgpu_cs_ioctl"}
+    amdgpu_write(b"0")
+    assert (read_all(), cs_read()) == ("0\n", "0\n")
+    assert not dev.trace.on
+    enable_all(dev)
+    tracing(dev, "tracing_on")[1](b"0\n")
+    assert not dev.trace.on  # ftrace's tracing_on stops recording into the buffer
+    copy_and_wait(s)
+    assert pipe.read(1 << 20) == b""
+
+
+def test_a_full_buffer_drops_the_oldest_and_says_so(dev, client):
+    dev.trace.pipe.capacity = 12
+    enable_all(dev)
+    s = Setup(dev, client)
+    for _ in range(6):  # nobody reads: the submissions go on regardless
+        copy_and_wait(s)
+    lines = dev.trace.open_pipe().read(1 << 20).decode().splitlines()
+    lost = re.fullmatch(r"CPU:(\d+) \[LOST (\d+) EVENTS\]", lines[0])
+    assert lost, lines[0]
+    assert len(lines) == 1 + 12
+    assert int(lost[2]) == dev.trace.pipe.written - 12
+    parse("\n".join(lines[1:]))
+
+
+def test_trace_file_is_a_snapshot_and_a_write_clears_it(dev, client):
+    enable_all(dev)
+    copy_and_wait(Setup(dev, client))
+    read, write = tracing(dev, "trace")
+    text = read()
+    assert text.startswith("# tracer: nop\n")
+    n = int(re.search(r"entries-in-buffer/entries-written: (\d+)/(\d+)", text)[1])
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    assert len(body) == n > 0 and read() == text  # not consumed
+    parse("\n".join(body))
+    write(b"")
+    assert re.search(r"entries-in-buffer/entries-written: 0/0", read())
+
+
+def test_a_recording_gets_ioctls_jobs_fences_and_memory(dev, client):
+    rec = dev.open_timeline()
+    assert dev.trace.on
+    s = Setup(dev, client)
+    seq = copy_and_wait(s)
+    records = [json.loads(line) for line in rec.read(1 << 22).decode().splitlines()]
+    head = records[0]
+    assert head["type"] == "header" and head["clock"] == "CLOCK_MONOTONIC" and "sdma0" in head["rings"]
+    ioctls = [r for r in records if r["type"] == "ioctl"]
+    assert [r["name"] for r in ioctls].count("AMDGPU_GEM_CREATE") == 3
+    cs = next(r for r in ioctls if r["name"] == "AMDGPU_CS")
+    assert cs["pid"] == 1000 and cs["error"] == 0 and cs["ts"] <= cs["end"]
+    job = next(r for r in records if r["type"] == "job_queued")
+    assert (job["seq"], job["ring"], job["pid"], job["ctx"]) == (seq, "sdma0", 1000, s.ctx)
+    kinds = [r["type"] for r in records if r.get("job") == job["job"]]
+    assert kinds == ["job_queued", "job_run", "job_done", "job_signaled"]
+    signaled = next(r for r in records if r["type"] == "job_signaled")
+    wait = next(r for r in ioctls if r["name"] == "AMDGPU_WAIT_CS")
+    (ring, fseq, at), = wait["fences"]
+    assert (ring, fseq) == ("sdma0", seq) and at <= wait["end"] and signaled["ts"] <= at
+    mem = [r for r in records if r["type"] == "memory"]
+    assert mem[-1]["vram_used"] == dev.memory.vram_allocator.used
+    rec.close()
+    assert not dev.trace.on
+
+
+def test_a_failed_ioctl_is_recorded_with_its_errno(dev, client):
+    rec = dev.open_timeline()
+    s = Setup(dev, client)
+    with pytest.raises(KmdError):
+        s.wait(99)
+    records = [json.loads(line) for line in rec.read(1 << 22).decode().splitlines()]
+    assert records[-1]["name"] == "AMDGPU_WAIT_CS" and records[-1]["error"] == errno.EINVAL

@@ -1,0 +1,251 @@
+"""The optimisation passes (docs/umd-compiler.md 1): each does what it says on a known
+kernel, and the optimised kernels compute bit for bit what the kernels compiled with
+folding and dead code only (level 1) compute, on the reference executor, including
+ragged sizes, divergent control flow and loops that must not be unrolled."""
+import re
+
+import numpy as np
+import pytest
+
+import umd
+from umd import Ptr, f32, i32
+from umd.compiler import build
+
+from . import kernels as K
+from . import numba_kernels as N
+from .refrun import run
+
+RNG = np.random.default_rng(14)
+
+
+def mnemonics(compiled) -> list[str]:
+    return [ln.split()[0] for ln in compiled.asm_text.splitlines()
+            if ln.startswith("    ") and not ln.strip().startswith(".")]
+
+
+def loop_body(asm: str, n: int = 0) -> list[str]:
+    """The instructions of the n-th loop (from its label to its back branch)."""
+    labels = re.findall(r"^(\.L\d+_loop):", asm, re.M)
+    top = labels[n]
+    text = asm.split(top + ":\n", 1)[1].split(f"s_branch {top}\n", 1)[0]
+    return [ln.split()[0] for ln in text.splitlines() if ln.startswith("    ") and ln.strip()]
+
+
+def per_multiply_add(compiled) -> float:
+    """Instructions per v_mul_f32 in the innermost loop that multiplies."""
+    asm = compiled.asm_text
+    bodies = [loop_body(asm, k) for k in range(asm.count("_loop:"))]
+    body = min((b for b in bodies if "v_mul_f32" in b), key=len)
+    return (len(body) + 1) / body.count("v_mul_f32")        # + the back branch
+
+
+# -- each pass on a known kernel ---------------------------------------------------------
+def test_cse_one_shift_for_three_accesses_of_saxpy():
+    # y[i] = a * x[i] + y[i]: the index's << 2 once, not per access; no copy of i
+    plain, opt = build(K.saxpy, level=1), build(K.saxpy)
+    assert mnemonics(plain).count("v_lshl_b32") == 3
+    assert mnemonics(opt).count("v_lshl_b32") == 1
+    assert "v_mov_b32" in mnemonics(plain) and "v_mov_b32" not in mnemonics(opt)
+    assert len(mnemonics(opt)) < len(mnemonics(plain))
+
+
+@umd.kernel
+def repeated(n: i32, x: Ptr[f32], out: Ptr[f32]):
+    i = umd.block_idx.x * umd.block_dim.x + umd.thread_idx.x
+    if i < n:
+        out[i] = x[i] * f32(i * 3 + 1) + f32(i * 3 + 1)
+
+
+def test_cse_expression_computed_once():
+    c = build(repeated)
+    plain = build(repeated, level=1)
+    for op in ("v_mul_lo_u32", "v_add_u32", "v_cvt_f32_i32"):      # i * 3 + 1, f32(...)
+        assert mnemonics(plain).count(op) - mnemonics(c).count(op) == 1, op
+    n = 70
+    x = RNG.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    run(c, 2, 64, n, x, out)
+    k = (np.arange(n) * 3 + 1).astype(np.float32)
+    np.testing.assert_array_equal(out, x * k + k)
+
+
+@umd.kernel
+def row_sums(n: i32, m: i32, a: Ptr[f32], out: Ptr[f32]):
+    i = umd.block_idx.x * umd.block_dim.x + umd.thread_idx.x
+    if i < n:
+        s = 0.0
+        for j in range(m):
+            s += a[i * m + j]
+        out[i] = s
+
+
+def test_licm_moves_the_row_offset_out_of_the_loop():
+    c = build(row_sums)
+    assert "v_mul_lo_u32" not in loop_body(c.asm_text)
+    assert "v_mul_lo_u32" in loop_body(build(row_sums, level=1).asm_text)
+    n, m = 37, 13
+    a = RNG.standard_normal((n, m)).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    run(c, 1, 64, n, m, a, out)
+    want = np.zeros(n, np.float32)
+    for j in range(m):
+        want = want + a[:, j]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_unroll_and_lds_offsets_in_the_tiled_matmul():
+    c, plain = build(K.matmul), build(K.matmul, level=1)
+    assert c.ir_text.count("loop") == 1 and plain.ir_text.count("loop") == 2
+    reads = re.findall(r"ds_read_b32 v\d+, v\d+, (\d+)", c.asm_text)
+    assert sorted(map(int, reads)) == sorted([4 * k for k in range(16)] +
+                                             [1024 + 64 * k for k in range(16)])
+    # 2 LDS reads, the multiply and the add per multiply-add, plus the tile loads
+    assert per_multiply_add(plain) == 15
+    assert per_multiply_add(c) < 7
+
+
+@umd.kernel
+def not_unrolled(n: i32, x: Ptr[f32], out: Ptr[f32]):
+    i = umd.thread_idx.x
+    s = 0.0
+    for k in range(n):                 # variable trip count
+        s += x[k]
+    for k in range(100):               # too many trips
+        s += f32(k)
+    for k in range(4):                 # a break
+        if x[k] > 1.0:
+            break
+        s += x[k]
+    out[i] = s
+
+
+def test_unroll_leaves_variable_long_and_breaking_loops():
+    c = build(not_unrolled)
+    assert c.ir_text.count("loop") == 3
+    x = np.array([0.5, -0.25, 2.0, 0.125, 1.0], np.float32)
+    out = np.zeros(1, np.float32)
+    run(c, 1, 1, 5, x, out)
+    want = np.float32(0)
+    for v in x:
+        want = np.float32(want + v)
+    for k in range(100):
+        want = np.float32(want + np.float32(k))
+    for v in x[:4]:
+        if v > 1:
+            break
+        want = np.float32(want + v)
+    assert out[0] == want
+
+
+def test_stencil_reads_the_halo_with_negative_offsets():
+    c = build(N.stencil_1d)
+    offsets = sorted(int(o) for o in re.findall(r"ds_read_b32 v\d+, v\d+, (-?\d+)", c.asm_text))
+    assert offsets == [4 * k for k in range(-N.RADIUS, N.RADIUS + 1)]
+
+
+@umd.kernel
+def two_sided_store(n: i32, x: Ptr[f32], out: Ptr[f32]):
+    i = umd.thread_idx.x
+    if i < n:
+        if x[i] > 0.0:
+            out[i] = x[i] * 2.0
+        else:
+            out[i] = x[i] - 1.0
+
+
+def test_sinking_one_store_after_if_else():
+    c, plain = build(two_sided_store), build(two_sided_store, level=1)
+    assert mnemonics(plain).count("global_store_dword") == 2
+    assert mnemonics(c).count("global_store_dword") == 1
+    x = RNG.standard_normal(40).astype(np.float32)
+    (_, got) = same_as_level1(two_sided_store, 1, 64, 37, x, np.zeros(40, np.float32))
+    np.testing.assert_array_equal(got[:37], np.where(x[:37] > 0, x[:37] * np.float32(2),
+                                                      x[:37] - np.float32(1)))
+    assert not got[37:].any()
+    # the matmul's tile loads: `t[ty, tx] = a[...] if inside else 0.0` as one ds_write
+    # after an if without else
+    m = build(K.matmul)
+    assert mnemonics(m).count("ds_write_b32") == 2 and "_else" not in m.asm_text
+
+
+def test_adjacent_arguments_share_one_scalar_load():
+    # n, a, x (offsets 0, 4, 8..15) in s6..s9: one s_load_dwordx4; y one x2; block_dim one
+    loads = [m for m in mnemonics(build(K.saxpy)) if m.startswith("s_load")]
+    assert loads == ["s_load_dwordx4", "s_load_dwordx2", "s_load_dword"]
+
+
+def test_and_of_compares_is_built_in_vcc():
+    # `if row < m and k0 + tx < k`: lane masks ANDed in VCC, no 0/1 values in VGPRs
+    body = loop_body(build(K.matmul).asm_text)
+    assert "v_cndmask_b32" not in body and "s_and_b32" in body
+
+
+@umd.kernel
+def bit_and_condition(n: i32, v: i32, out: Ptr[i32]):
+    i = umd.thread_idx.x
+    if (i < n) & v:                    # an integer &: true where v's low bit is set
+        out[i] = 1
+
+
+def test_integer_and_is_not_fused_as_a_logical_and():
+    for v in (1, 2, 3):
+        (got,) = same_as_level1(bit_and_condition, 1, 32, 20, v, np.zeros(32, np.int32))
+        np.testing.assert_array_equal(got, [(i < 20) & v for i in range(32)])
+
+
+# -- optimised == level 1, bit for bit ------------------------------------------------------
+def same_as_level1(kernel, grid, block, *args):
+    outs = []
+    for level in (1, 2):
+        copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        run(build(kernel, level=level), grid, block, *copies)
+        outs.append([a for a in copies if isinstance(a, np.ndarray)])
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a.view(np.uint32) if a.dtype == np.float32 else a,
+                                      b.view(np.uint32) if b.dtype == np.float32 else b)
+    return outs[1]
+
+
+@pytest.mark.parametrize("m,n,k", [(32, 16, 48), (20, 19, 37)])
+def test_matmul_whole_and_ragged(m, n, k):
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    c = np.zeros((m, n), np.float32)
+    grid = ((n + 15) // 16, (m + 15) // 16)
+    (_, _, got) = same_as_level1(K.matmul, grid, (16, 16), m, n, k, a, b, c)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_saxpy_ragged():
+    n = 1000
+    x, y = (RNG.standard_normal(n).astype(np.float32) for _ in range(2))
+    (_, got) = same_as_level1(K.saxpy, (n + 255) // 256, 256, n, np.float32(0.75), x, y)
+    np.testing.assert_array_equal(got, np.float32(0.75) * x + y)
+
+
+def test_stencil_ragged():
+    n = 150
+    x = RNG.standard_normal(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    (_, got) = same_as_level1(N.stencil_1d, (n + N.STENCIL_BLOCK - 1) // N.STENCIL_BLOCK,
+                              N.STENCIL_BLOCK, x, out)
+    pad = np.concatenate([np.zeros(N.RADIUS, np.float32), x, np.zeros(N.RADIUS, np.float32)])
+    want = np.zeros(n, np.float32)
+    for k in range(2 * N.RADIUS + 1):
+        want = want + pad[k:k + n]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_divergent_kernels_unchanged():
+    n = 50
+    x = np.array([-2.0, -0.5, 0.0, 1.0, 3.0] * 10, np.float32)
+    same_as_level1(K.classify, 1, 64, n, x, np.zeros(64, np.int32))
+    same_as_level1(K.loops, 1, 64, 40, np.zeros(64, np.int32))
+    xs = RNG.standard_normal(12).astype(np.float32)
+    same_as_level1(K.uniform_loop, 1, 40, 12, xs, np.zeros(40, np.float32))
+    xr = RNG.standard_normal(300).astype(np.float32)
+    same_as_level1(K.reduce_sum, 5, 64, 300, xr, np.zeros(1, np.float32))
+    xl = RNG.standard_normal(8 * 40).astype(np.float32)
+    same_as_level1(N.local_sort, 1, 64, xl, np.zeros_like(xl))
+    same_as_level1(not_unrolled, 1, 3, 5, np.array([0.5, -0.25, 2.0, 0.125, 1.0], np.float32),
+                   np.zeros(3, np.float32))

@@ -1,0 +1,259 @@
+"""`vgpu smi` and `vgpu smi dmon`: the device, its engines and the processes using it,
+as nvidia-smi prints them (docs/observability.md, "vgpu smi").
+
+Everything is read from the mount's files, never through the device node (opening it
+would make smi a client of the GPU it reports on):
+
+- sysfs, readable by everyone: product_name, mem_info_{vram,gtt}_{used,total},
+  gpu_busy_percent and vgpu_engines/<ring>/{busy_percent,counters};
+- proc/<pid>/fdinfo/<client-id>, each readable by its client's uid and root: the
+  process table. A non-root user sees their own processes, root sees all, as
+  /proc/<pid>/fdinfo allows; smi says how many it could not read.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from vgpu.paths import mount_point
+
+SYSFS = ("sys", "class", "drm", "card0", "device")
+MiB = 1 << 20
+
+
+class SmiError(Exception):
+    pass
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _counters(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if value.strip().lstrip("-").isdigit():
+            out[name] = int(value)
+    return out
+
+
+def _fdinfo(text: str) -> dict[str, str]:
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines()) if k}
+
+
+def sample(mount: str) -> dict:
+    """One reading of the mount: {"device", "engines", "processes", "hidden"} (hidden:
+    fdinfo files this user may not read). Raises SmiError if it is no vgpu mount."""
+    root = mount_point(mount)
+    sysfs = os.path.join(root, *SYSFS)
+    try:
+        device = {
+            "name": _read(os.path.join(sysfs, "product_name")).strip(),
+            "pci_id": f"{_read(os.path.join(sysfs, 'vendor')).strip()}:{_read(os.path.join(sysfs, 'device')).strip()}",
+            "mount": os.path.realpath(root),
+            "vram_total_bytes": int(_read(os.path.join(sysfs, "mem_info_vram_total"))),
+            "vram_used_bytes": int(_read(os.path.join(sysfs, "mem_info_vram_used"))),
+            "gtt_total_bytes": int(_read(os.path.join(sysfs, "mem_info_gtt_total"))),
+            "gtt_used_bytes": int(_read(os.path.join(sysfs, "mem_info_gtt_used"))),
+            "busy_percent": int(_read(os.path.join(sysfs, "gpu_busy_percent"))),
+        }
+        engines = []
+        engines_dir = os.path.join(sysfs, "vgpu_engines")
+        for name in os.listdir(engines_dir):
+            d = os.path.join(engines_dir, name)
+            counters = _counters(_read(os.path.join(d, "counters")))
+            engines.append({"name": name, "busy_percent": int(_read(os.path.join(d, "busy_percent"))),
+                            "jobs": counters.get("jobs", 0), "busy_ns": counters.get("busy_ns", 0),
+                            "counters": counters})
+    except (OSError, ValueError) as e:
+        raise SmiError(f"{root} is not a live vgpu mount ({sysfs}: "
+                       f"{getattr(e, 'strerror', None) or e})") from None
+    engines.sort(key=lambda e: (not e["name"].startswith("sdma"), e["name"]))
+    processes, hidden = _processes(os.path.join(root, "proc"))
+    return {"device": device, "engines": engines, "processes": processes, "hidden": hidden}
+
+
+def _processes(proc: str) -> tuple[list[dict], int]:
+    """One row per process: its DRM files' fdinfo summed."""
+    by_pid: dict[int, dict] = {}
+    hidden = 0
+    try:
+        pids = os.listdir(proc)
+    except OSError:
+        return [], 0
+    for pid in pids:
+        try:
+            clients = os.listdir(os.path.join(proc, pid, "fdinfo"))
+        except OSError:
+            continue        # the process closed its last file meanwhile
+        for client in clients:
+            try:
+                info = _fdinfo(_read(os.path.join(proc, pid, "fdinfo", client)))
+            except PermissionError:
+                hidden += 1
+                continue
+            except OSError:
+                continue
+            row = by_pid.setdefault(int(pid), {
+                "pid": int(pid), "name": info.get("vgpu-comm", "?"), "uid": int(info.get("vgpu-uid", -1)),
+                "vram_bytes": 0, "gtt_bytes": 0, "contexts": 0, "jobs_submitted": 0, "jobs_in_flight": 0,
+                "faults": 0, "hangs": 0, "clients": [], "engine_ns": {}})
+            row["clients"].append(int(info.get("drm-client-id", client)))
+            for key, field in (("drm-memory-vram", "vram_bytes"), ("drm-memory-gtt", "gtt_bytes"),
+                               ("vgpu-contexts", "contexts"), ("vgpu-jobs-submitted", "jobs_submitted"),
+                               ("vgpu-jobs-in-flight", "jobs_in_flight"), ("vgpu-faults", "faults"),
+                               ("vgpu-hangs", "hangs")):
+                row[field] += int(info.get(key, "0").split()[0])
+            for key, value in info.items():
+                if key.startswith("drm-engine-"):
+                    engine = key.removeprefix("drm-engine-")
+                    row["engine_ns"][engine] = row["engine_ns"].get(engine, 0) + int(value.split()[0])
+    rows = sorted(by_pid.values(), key=lambda r: r["pid"])
+    for r in rows:
+        r["clients"].sort()
+    return rows, hidden
+
+
+def as_json(s: dict) -> str:
+    return json.dumps({"device": s["device"], "engines": s["engines"], "processes": s["processes"]},
+                      indent=2)
+
+
+def _size(n: int) -> str:
+    if n >= MiB or n == 0:
+        return f"{n // MiB}MiB"
+    return f"{(n + 1023) // 1024}KiB"
+
+
+def _usage(used: int, total: int) -> str:
+    return f"{_size(used)} / {_size(total)}"
+
+
+def screen(s: dict) -> str:
+    """The nvidia-smi style screen: device header, engines, process table."""
+    d = s["device"]
+    w = 79
+    bar = "+" + "-" * (w - 2) + "+"
+
+    def row(text: str) -> str:
+        return f"| {text[:w - 4]:<{w - 4}} |"
+
+    out = [time.strftime("%a %b %d %H:%M:%S %Y"), bar,
+           row(f"vgpu smi          Driver: amdgpu          Mount: {d['mount']}"),
+           "|" + "=" * (w - 2) + "|",
+           row("GPU  Name                PCI ID         VRAM-Usage        GTT-Usage"),
+           row(f"  0  {d['name'][:18]:<18}  {d['pci_id']:<13}  "
+               f"{_usage(d['vram_used_bytes'], d['vram_total_bytes']):<16}  "
+               f"{_usage(d['gtt_used_bytes'], d['gtt_total_bytes']):<16}"),
+           row(f"     GPU-Util {d['busy_percent']:3d} % (busiest engine, last second)"),
+           bar, row("Engine      Util      Jobs     Busy-Time"), "|" + "-" * (w - 2) + "|"]
+    for e in s["engines"]:
+        out.append(row(f"{e['name']:<10} {e['busy_percent']:3d} % {e['jobs']:>9} {e['busy_ns'] / 1e9:>12.3f} s"))
+    out += [bar, "", bar, row("Processes:"),
+            row(f"{'PID':>6}  {'Process name':<16}{'UID':>6}{'VRAM':>9}{'GTT':>9}{'Ctx':>4}{'Jobs':>7}"
+                f"{'Run':>4}{'Flt':>4}{'Hang':>5}"),
+            "|" + "=" * (w - 2) + "|"]
+    if not s["processes"]:
+        out.append(row("  No running processes found"))
+    for p in s["processes"]:
+        out.append(row(f"{p['pid']:>6}  {p['name'][:16]:<16}{p['uid']:>6}{_size(p['vram_bytes']):>9}"
+                       f"{_size(p['gtt_bytes']):>9}{p['contexts']:>4}{p['jobs_submitted']:>7}"
+                       f"{p['jobs_in_flight']:>4}{p['faults']:>4}{p['hangs']:>5}"))
+    if s["hidden"]:
+        out.append(row(f"  ({s['hidden']} DRM file(s) of other users not shown: run as root)"))
+    out.append(bar)
+    return "\n".join(out) + "\n"
+
+
+# -- dmon ----------------------------------------------------------------------------------
+def _totals(s: dict) -> dict:
+    """What dmon differentiates: per engine busy_ns; SDMA bytes, compute lanes, jobs
+    submitted and page faults over every engine."""
+    t = {"busy": {e["name"]: e["counters"].get("busy_ns", 0) for e in s["engines"]},
+         "rd": 0, "wr": 0, "lanes": 0, "sub": 0, "faults": 0}
+    for e in s["engines"]:
+        c = e["counters"]
+        if e["name"].startswith("sdma"):
+            t["rd"] += c.get("bytes_read", 0)
+            t["wr"] += c.get("bytes_written", 0)
+        t["lanes"] += c.get("lane_instructions", 0)
+        t["sub"] += c.get("submitted", 0)
+        t["faults"] += c.get("page_faults", 0)
+    return t
+
+
+def dmon_header(engines: list[str]) -> str:
+    names = "".join(f" {n[:8]:>8}" for n in engines)
+    units = "".join(f" {'%':>8}" for _ in engines)
+    return (f"# gpu{names}  sdmaRd  sdmaWr   lanes    subm  vramUsed  fault\n"
+            f"# Idx{units}    MB/s    MB/s     M/s     1/s       MiB      #")
+
+
+def dmon_line(before: dict, after: dict, dt: float, vram_used: int) -> str:
+    busy = "".join(f" {min(100, round(100 * (after['busy'][n] - before['busy'].get(n, 0)) / 1e9 / dt)):>8}"
+                   for n in after["busy"])
+    return (f"    0{busy} {(after['rd'] - before['rd']) / MiB / dt:7.1f} {(after['wr'] - before['wr']) / MiB / dt:7.1f}"
+            f" {(after['lanes'] - before['lanes']) / 1e6 / dt:7.1f} {(after['sub'] - before['sub']) / dt:7.0f}"
+            f" {vram_used / MiB:9.1f} {after['faults'] - before['faults']:6d}")
+
+
+def dmon(mount: str, delay: float, count: int | None, out=sys.stdout) -> None:
+    """One line per `delay` seconds (`count` lines, or until interrupted): each engine's
+    busy share of the interval and the device's rates over it."""
+    s = sample(mount)
+    print(dmon_header([e["name"] for e in s["engines"]]), file=out, flush=True)
+    before, t0 = _totals(s), time.monotonic()
+    n = 0
+    while count is None or n < count:
+        time.sleep(max(0.0, t0 + delay - time.monotonic()))
+        s = sample(mount)
+        t1 = time.monotonic()
+        after = _totals(s)
+        print(dmon_line(before, after, t1 - t0, s["device"]["vram_used_bytes"]), file=out, flush=True)
+        before, t0 = after, t1
+        n += 1
+
+
+def cmd_smi(args) -> int:
+    try:
+        if args.what == "dmon":
+            if args.delay <= 0 or (args.count is not None and args.count < 1):
+                print("vgpu smi dmon: -d must be > 0 and -c >= 1", file=sys.stderr)
+                return 2
+            dmon(args.mount, args.delay, args.count)
+            return 0
+        if args.what is not None:
+            print(f"vgpu smi: unknown subcommand {args.what!r} (only dmon)", file=sys.stderr)
+            return 2
+        while True:
+            s = sample(args.mount)
+            sys.stdout.write(as_json(s) + "\n" if args.json else screen(s))
+            sys.stdout.flush()
+            if not args.loop:
+                return 0
+            time.sleep(args.loop)
+    except SmiError as e:
+        print(f"vgpu smi: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+def add_parsers(sub, default_mount: str) -> None:
+    p = sub.add_parser("smi", help="device, engines and processes, as nvidia-smi shows them",
+                       description="Print the device (VRAM, GTT, utilization per engine) and the "
+                                   "processes using it; `vgpu smi dmon` prints one line per "
+                                   "interval. Non-root users see their own processes only. "
+                                   "See docs/observability.md.")
+    p.add_argument("what", nargs="?", metavar="dmon", help="dmon: one line per interval")
+    p.add_argument("--mount", default=default_mount)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("-l", "--loop", type=float, metavar="SECONDS", help="repeat every SECONDS")
+    p.add_argument("-d", "--delay", type=float, default=1.0, metavar="SECONDS",
+                   help="dmon: interval (default 1)")
+    p.add_argument("-c", "--count", type=int, metavar="COUNT", help="dmon: print COUNT lines and exit")
+    p.set_defaults(func=cmd_smi)
