@@ -76,6 +76,9 @@ def test_a_killed_daemon_fails_its_clients_at_once_and_the_next_mount_cleans_up(
         pid = int(state_paths(mount_dir)[1].read_text())
         stores = [n for n in os.listdir(shm_base) if n.startswith("vgpu-")]
         assert len(stores) == 1
+        dead_files = os.path.join(shm_base, stores[0], "bo")
+        # As root the BO files sit on a private huge-page tmpfs (docs/memory.md).
+        assert os.path.ismount(dead_files) == (os.geteuid() == 0)
         holders = [start_client(HOLDER, mount_dir, mode, stamp) for mode in ("loop", "wait")]
         for h in holders:
             assert h.stdout.readline().split() == ["ready"]
@@ -95,8 +98,15 @@ def test_a_killed_daemon_fails_its_clients_at_once_and_the_next_mount_cleans_up(
         assert r.returncode == 0, r.stderr
         assert "stale mount" in r.stderr and "removed the BO files of a dead daemon" in r.stderr
         assert not os.path.exists(os.path.join(shm_base, stores[0]))
+        assert dead_files not in _mount_points()     # its tmpfs detached, not just hidden
         assert len([n for n in os.listdir(shm_base) if n.startswith("vgpu-")]) == 1   # the new one
         assert read_text(f"{mount_dir}/sys/class/drm/card0/device/mem_info_vram_used") == "0\n"
     finally:
         unmount(mount_dir)
         os.rmdir(mount_dir)
+    assert not [m for m in _mount_points() if m.startswith(shm_base)]
+
+
+def _mount_points() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f]
