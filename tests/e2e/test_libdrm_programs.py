@@ -22,10 +22,12 @@ COPIED = re.compile(r"Submitted (\d+) IBs to copy from \d+\(\w+\) to \d+\(\w+\) 
 
 @pytest.fixture(scope="module")
 def big_mount():
-    """One mount with room for amdgpu_stress's 256 MiB buffers in both domains."""
+    """One mount with room for amdgpu_stress's 256 MiB buffers in both domains. The ring
+    timeout is amdgpu's default lockup timeout (10 s), not vgpu's 2 s: a 256 MiB copy
+    on a loaded 2-core machine can take longer than 2 s, and no job here hangs."""
     path = make_mount_dir()
     try:
-        mount(path, "--vram", "1G", "--gtt", "1G")
+        mount(path, "--vram", "1G", "--gtt", "1G", "--timeout", "10")
         yield path
     finally:
         unmount(path)
