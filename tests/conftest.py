@@ -1,9 +1,26 @@
 """Shared fixtures. Helpers to import live in tests/helpers.py."""
 import os
+import shutil
+import tempfile
 
 import pytest
 
 from tests.helpers import daemon_log, make_mount_dir, mount, unmount
+
+# `vgpu mount` keeps each mountpoint's daemon log and pid under $VGPU_STATE_DIR (/tmp by
+# default) after the unmount, as a user wants. Every test mount is a new directory, so
+# the suite keeps its own state directory (sticky and world-writable like /tmp: some
+# tests run the CLI as another uid) and removes it at the end.
+_STATE_DIR = None
+if "VGPU_STATE_DIR" not in os.environ:
+    _STATE_DIR = tempfile.mkdtemp(prefix="vgpu-test-state-")
+    os.chmod(_STATE_DIR, 0o1777)
+    os.environ["VGPU_STATE_DIR"] = _STATE_DIR
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _STATE_DIR is not None:
+        shutil.rmtree(_STATE_DIR, ignore_errors=True)
 
 
 def _mounted(*args):
