@@ -25,6 +25,7 @@ SAMPLES = {
     "umd_matmul": [],
     "umd_softmax": ["--rows", "2", "--cols", "200"],
     "umd_mlp": [],
+    "sync_bug_ib_reuse": [],
 }
 UMD_SAMPLES = [name for name in SAMPLES if name.startswith("umd_")]
 DEVICE_PATHS = {"mount": "", "render-node": "dev/dri/renderD128"}   # --device, relative to the mount

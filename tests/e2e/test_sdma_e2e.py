@@ -17,6 +17,18 @@ def test_sample_passes_with_1_mib(vgpu_mount, sample):
     assert "MISMATCH" not in out
 
 
+def test_ib_reuse_sample_shows_the_bug_then_the_fix(vgpu_mount):
+    """samples/sync_bug_ib_reuse.py: an IB slot rewritten while its job is still queued
+    behind a blocker runs the new packets (buffer A never filled); waiting for the
+    job's fence first fills both buffers. Deterministic: the blocker holds the ring."""
+    out = passed(run_sample("sync_bug_ib_reuse", vgpu_mount))
+    bug, fix = out.split("fix: wait for job 1's fence")
+    assert "buffer A NOT filled: job 1 ran job 2 packets, buffer B filled with 0xBBBBBBBB" in bug
+    assert "buffer A filled with 0xAAAAAAAA, buffer B filled with 0xBBBBBBBB" in fix
+    assert bug.index("job 2 from slot X, rewritten") < bug.index("CPU sets the flag")
+    assert fix.index("CPU sets the flag") < fix.index("waited for job 1's fence") < fix.index("job 2 from slot X")
+
+
 # A client that maps a BO, lets the GPU write to an unmapped VA, and reports.
 FAULTING_CLIENT = r"""
 import errno, sys, libvgpu
