@@ -164,11 +164,9 @@ class GuardedPool(MemoryPool):
         return alloc
 
     def free(self, allocation: Allocation) -> None:
-        block, allocation.block = allocation.block, None
-        if block is None or self._live.pop(block.ptr, None) is None:
+        block = self._detach(allocation)
+        if block is None:
             return
-        self.frees += 1
-        self.in_use -= block.size
         for s in list(self.device.streams):       # the GPU may still use it (as cudaFree)
             mark = s.busy_mark()
             if mark is not None:
@@ -194,21 +192,19 @@ class GuardedPool(MemoryPool):
     def _record_of(self, allocation: Allocation) -> Record | None:
         return next((r for r in self.freed if r.ptr == allocation.ptr), None)
 
-    def freed_again(self, allocation: Allocation, owner) -> None:
+    def _lifetime_error(self, allocation: Allocation, owner, what: str, now: str, freed: str):
         rec = self._record_of(allocation)
-        raise MemcheckError(_report([
-            f"Double free of {owner!r}" + (f" ({rec.what})" if rec else ""),
-            f"    freed again at {_user_site()}",
-            f"    first freed at {rec.freed_at if rec else '<unknown>'}",
+        return MemcheckError(_report([
+            f"{what} of {owner!r}" + (f" ({rec.what})" if rec else ""),
+            f"    {now} at {_user_site()}",
+            f"    {freed} at {rec.freed_at if rec else '<unknown>'}",
             f"    allocated at {rec.allocated_at if rec else '<unknown>'}"]))
 
+    def freed_again(self, allocation: Allocation, owner) -> None:
+        raise self._lifetime_error(allocation, owner, "Double free", "freed again", "first freed")
+
     def used_after_free(self, allocation: Allocation, owner) -> None:
-        rec = self._record_of(allocation)
-        raise MemcheckError(_report([
-            f"Use after free of {owner!r}" + (f" ({rec.what})" if rec else ""),
-            f"    used at {_user_site()}",
-            f"    freed at {rec.freed_at if rec else '<unknown>'}",
-            f"    allocated at {rec.allocated_at if rec else '<unknown>'}"]))
+        raise self._lifetime_error(allocation, owner, "Use after free", "used", "freed")
 
     def leaks(self) -> list[Record]:
         return list(self.records.values())

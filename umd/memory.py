@@ -208,13 +208,21 @@ class MemoryPool:
                            f"holds {self.in_use} bytes{device}. Free arrays you no longer need, or mount "
                            f"with a larger --vram")
 
-    def free(self, allocation: Allocation) -> None:
-        """Return an allocation's block to the cache."""
+    def _detach(self, allocation: Allocation) -> Block | None:
+        """Take a live allocation's block out of use and count the free; None when the
+        allocation was already freed (a second free does nothing)."""
         block, allocation.block = allocation.block, None
         if block is None or self._live.pop(block.ptr, None) is None:
-            return
+            return None
         self.frees += 1
         self.in_use -= block.size
+        return block
+
+    def free(self, allocation: Allocation) -> None:
+        """Return an allocation's block to the cache."""
+        block = self._detach(allocation)
+        if block is None:
+            return
         block.release_marks = [(s, m) for s in list(self.device.streams) if (m := s.busy_mark()) is not None]
         self._free.setdefault(block.size, []).append(block)
         self.cached += block.size

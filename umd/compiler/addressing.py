@@ -49,15 +49,9 @@ def lower_addresses(fn: ir.Function) -> bool:
                 out.append(ir.Inst("shl", byte, [base, ir.Const(2, u32)], st.line))
                 st.args[0], st.scaled, st.offset = byte, True, 4 * const
                 state["changed"] = True
-            elif isinstance(st, ir.If):
-                st.then[:] = visit(st.then)
-                st.else_[:] = visit(st.else_)
-            elif isinstance(st, ir.Loop):
-                st.header[:] = visit(st.header)
-                st.body[:] = visit(st.body)
-                st.latch[:] = visit(st.latch)
-            elif isinstance(st, ir.Region):
-                st.body[:] = visit(st.body)
+            else:
+                for sub in ir.sub_blocks(st):
+                    sub[:] = visit(sub)
             out.append(st)
         return out
 

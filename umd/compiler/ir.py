@@ -252,19 +252,24 @@ class Function:
     lds_bytes: int = 0
 
 
+def sub_blocks(st) -> tuple:
+    """The statement lists nested in ``st``, in program order (none for a plain
+    statement): what a pass that only recurses visits."""
+    if isinstance(st, If):
+        return st.then, st.else_
+    if isinstance(st, Loop):
+        return st.header, st.body, st.latch
+    if isinstance(st, Region):
+        return (st.body,)
+    return ()
+
+
 def walk(block: list):
     """Every statement, depth first, in program order."""
     for st in block:
         yield st
-        if isinstance(st, If):
-            yield from walk(st.then)
-            yield from walk(st.else_)
-        elif isinstance(st, Loop):
-            yield from walk(st.header)
-            yield from walk(st.body)
-            yield from walk(st.latch)
-        elif isinstance(st, Region):
-            yield from walk(st.body)
+        for sub in sub_blocks(st):
+            yield from walk(sub)
 
 
 def def_counts(block: list) -> dict:

@@ -227,15 +227,8 @@ def coalesce_moves(fn: ir.Function) -> bool:
                 prev.dst = st.dst
                 changed = True
                 continue
-            if isinstance(st, ir.If):
-                visit(st.then)
-                visit(st.else_)
-            elif isinstance(st, ir.Loop):
-                visit(st.header)
-                visit(st.body)
-                visit(st.latch)
-            elif isinstance(st, ir.Region):
-                visit(st.body)
+            for sub in ir.sub_blocks(st):
+                visit(sub)
             out.append(st)
         block[:] = out
 
@@ -378,9 +371,8 @@ def eliminate_dead_code(fn: ir.Function) -> bool:
                     changed = True
                     continue
             elif isinstance(st, ir.Loop):
-                visit(st.header)
-                visit(st.body)
-                visit(st.latch)
+                for sub in ir.sub_blocks(st):
+                    visit(sub)
             elif isinstance(st, ir.Region):
                 visit(st.body)
                 if not st.body:

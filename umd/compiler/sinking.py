@@ -42,12 +42,9 @@ def sink_stores(fn: ir.Function) -> bool:
                     out.append(after)
                     state["changed"] = True
                     continue
-            elif isinstance(st, ir.Loop):
-                visit(st.header)
-                visit(st.body)
-                visit(st.latch)
-            elif isinstance(st, ir.Region):
-                visit(st.body)
+            else:
+                for sub in ir.sub_blocks(st):
+                    visit(sub)
             out.append(st)
         block[:] = out
 
