@@ -52,7 +52,8 @@ demo: build
 	echo "== C: samples/c/sdma_exercise on libdrm_amdgpu, through vgpu run (mounted at $$mnt)"; \
 	$(PYTHON) -m vgpu_tools mount $$mnt --vram 256M || exit 1; \
 	$(PYTHON) -m vgpu_tools run --mount $$mnt -- samples/c/sdma_exercise; c=$$?; \
-	$(PYTHON) -m vgpu_tools umount $$mnt; [ -n "$(DEMO_MOUNT)" ] || rmdir $$mnt; \
+	$(PYTHON) -m vgpu_tools umount $$mnt; \
+	[ -n "$(DEMO_MOUNT)" ] || $(PYTHON) -c "import sys; from vgpu_tools.demo import forget_mount; forget_mount(sys.argv[1])" $$mnt; \
 	echo "== demo: Python $$( [ $$py = 0 ] && echo PASS || echo FAIL), C $$( [ $$c = 0 ] && echo PASS || echo FAIL)"; \
 	[ $$py = 0 ] && [ $$c = 0 ]
 

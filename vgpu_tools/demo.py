@@ -58,8 +58,20 @@ def memory_exercise(mount: str) -> bool:
     return ok
 
 
+def forget_mount(mount: str) -> None:
+    """Remove a temporary mountpoint and the daemon log `vgpu mount` kept for it."""
+    from vgpu_tools.cli import state_paths
+    for path in state_paths(mount):
+        path.unlink(missing_ok=True)
+    try:
+        os.rmdir(mount)
+    except OSError:
+        pass
+
+
 def main() -> int:
-    mount = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="vgpu-demo-")
+    temporary = len(sys.argv) <= 1
+    mount = sys.argv[1] if not temporary else tempfile.mkdtemp(prefix="vgpu-demo-")
     print(f"== mounting vgpu at {mount}")
     vgpu("mount", mount, "--vram", "256M")
     results = {}
@@ -74,6 +86,8 @@ def main() -> int:
     finally:
         print(f"== unmounting {mount}")
         vgpu("umount", mount)
+        if temporary:
+            forget_mount(mount)
     print("== summary: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in results.items()))
     return 0 if results and all(results.values()) else 1
 
