@@ -95,7 +95,8 @@ def cs(dev, file, args, extra):
     a syncobj (point) without a fence, a bad SYNCOBJ_OUT / TIMELINE_SIGNAL handle or
     a second such chunk, unknown syncobj chunk flags, two BO lists, nonzero CS flags.
     ENOENT: bad BO list handle, BO handle (BO_HANDLES) or SYNCOBJ_IN / TIMELINE_WAIT
-    handle. ECANCELED: the context is guilty of a hang or fault (also in read(),
+    handle. ENOMEM: the job's BOs cannot all be placed where the engines reach them
+    (job_bos, kmd/residency.py; BOs moved before the failure stay moved). ECANCELED: the context is guilty of a hang or fault (also in read(),
     see above)."""
     a = args.in_
     check(a.num_chunks > 0, errno.EINVAL, "no chunks")
@@ -167,7 +168,8 @@ def cs(dev, file, args, extra):
         else:
             raise KmdError(errno.EINVAL, f"unknown or unsupported chunk id {chunk_id}")
     check(ring is not None, errno.EINVAL, "no IB chunk")
-    job = Job(file, ctx, ibs, bos if bos is not None else file.mapped_bos(), deps, user_fence=user_fence)
+    job = Job(file, ctx, ibs, job_bos(file, bos, user_fence), deps, user_fence=user_fence)
+    dev.validate(job)
     seq = dev.queue_job(ring, job, signals or ())
     if seq is not None:
         args.out.handle = seq
@@ -180,6 +182,26 @@ def cs(dev, file, args, extra):
 
     return PendingReply(ready=lambda: job.queued.signaled, subscribe=lambda wake: subscribe([job.queued], wake),
                         finish=finish)
+
+
+def job_bos(file, listed: list | None, user_fence) -> list:
+    """The BOs a job holds while queued and running (busy: never evicted) and that are
+    validated at submission (kmd/residency.py). With a BO list: its BOs, the file's
+    per-VM (VM_ALWAYS_VALID) BOs and the user-fence BO, as amdgpu_cs_parser_bos
+    validates the list, amdgpu_vm_validate the per-VM BOs and the user fence BO
+    joins the list. Without one: every BO mapped in the file's VM, which vgpu treats
+    as amdgpu treats per-VM BOs (a job without a list may touch any of them)."""
+    bos = file.mapped_bos() if listed is None else listed + list(file.per_vm_bos.values())
+    if user_fence is not None:
+        bos.append(user_fence[0])
+    if listed is None and user_fence is None:
+        return bos
+    seen, out = set(), []
+    for bo in bos:
+        if id(bo) not in seen:
+            seen.add(id(bo))
+            out.append(bo)
+    return out
 
 
 def chunk_entries(struct, data: bytes) -> list:

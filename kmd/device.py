@@ -29,6 +29,7 @@ from .job import Job
 from .kmsg import KernelLog
 from .limits import Limiter, Limits
 from .memory import DeviceMemory
+from .residency import Residency
 from .ring import Ring
 from .trace import Stream, Tracer
 
@@ -66,6 +67,7 @@ class Device:
         self.kmsg = KernelLog()
         self.trace = Tracer()  # tracepoints and timeline recordings (kmd/trace.py)
         self.memory = DeviceMemory(vram_size, gtt_size, shm_dir, huge_pages)
+        self.residency = Residency(self)  # LRU, eviction, validation, move counters
         self.timeout = timeout
         self.files: dict[int, DrmFile] = {}
         self.bos_by_offset: dict[int, BufferObject] = {}
@@ -208,37 +210,40 @@ class Device:
 
     # -- GEM -----------------------------------------------------------------
     def create_bo(self, f: DrmFile, size: int, align: int, domains: int, flags: int) -> BufferObject:
-        """Place a BO: VRAM first when allowed, then GTT. ENOMEM when neither fits
-        (or the device's BO limit is reached, or its file cannot be made); logged.
-        ENOSPC: the file holds its limit of handles (kmd/limits.py)."""
+        """Place a BO as TTM does (kmd/residency.py): VRAM first when allowed, then GTT,
+        evicting idle BOs when neither has room; a VRAM-only BO falls back to GTT.
+        ENOMEM when nothing fits (or the device's BO limit is reached, or its file
+        cannot be made); logged. ENOSPC: the file holds its limit of handles
+        (kmd/limits.py)."""
         self.limiter.check(f, "bos")
-        placement = None
-        why = "no domain"
-        for domain in (uapi.AMDGPU_GEM_DOMAIN_VRAM, uapi.AMDGPU_GEM_DOMAIN_GTT):
-            if not domains & domain:
-                continue
-            try:
-                placement = self.memory.alloc(domain, size, align, f.uid)
-                break
-            except (MemoryError, OSError) as e:
-                why = str(e)
-        if placement is None:
+        try:
+            placement = self.residency.place_new(size, align, domains, f.uid)
+        except (MemoryError, OSError) as e:
             self.kmsg.log(f"out of memory: cannot allocate {size} bytes in "
                           f"{'|'.join(n for d, n in DOMAIN_NAMES.items() if d & domains)} "
-                          f"for client {f.id} (pid {f.pid}): {why}")
-            raise KmdError(errno.ENOMEM, f"out of memory ({size} bytes)")
+                          f"for client {f.id} (pid {f.pid}): {e}")
+            raise KmdError(errno.ENOMEM, f"out of memory ({size} bytes)") from None
         bo = BufferObject(size, align, domains, flags, placement, self.memory.storage(placement),
                           f.uid, f.pid)
         self.bos_by_offset[bo.mmap_offset] = bo
+        self.residency.added(bo)
+        if flags & uapi.AMDGPU_GEM_CREATE_VM_ALWAYS_VALID:
+            f.per_vm_bos[id(bo)] = bo
         if self.trace.on:
             self.trace.bo_create(f, bo, self.memory)
         return bo
+
+    def validate(self, job: Job) -> None:
+        """Make the job's BOs reachable, each in a domain it prefers where it can
+        (kmd/residency.py, amdgpu_cs_bo_validate). ENOMEM: they do not all fit."""
+        self.residency.validate(job.bos)
 
     def close_handle(self, f: DrmFile, handle: int, waiting: "_Waiting | None" = None) -> None:
         """Drop one GEM handle of `f`; the BO goes with its last handle (free_bo).
         `waiting`: the group a closing file's BOs share (see _teardown)."""
         bo, last_here = f.remove_bo(handle)
         if last_here:
+            f.per_vm_bos.pop(id(bo), None)
             f.vm.unmap_bo(bo)  # amdgpu_gem_object_close: the file's bo_va goes
             _prime.handle_closed(self, f, bo)
         if bo.handle_count == 0 and bo.export is None:  # an export holds the BO too
@@ -256,6 +261,7 @@ class Device:
         if bo.freed or id(bo) in self.zombie_bos:
             return
         self.bos_by_offset.pop(bo.mmap_offset, None)
+        self.residency.forget(bo)
         if not (bo.busy_jobs or vm_jobs):
             self._release_bo(bo)
             return
@@ -486,8 +492,8 @@ class Device:
         for job in done:
             if job.user_fence is not None and not job.error:
                 bo, off = job.user_fence
-                if not bo.freed:
-                    bo.storage[off: off + 8] = memoryview(job.fence.seq.to_bytes(8, "little"))
+                if not bo.freed:   # one of the job's BOs: busy, so not moved under us
+                    bo.write(off, job.fence.seq.to_bytes(8, "little"))
             with self.lock:
                 self._job_done(job)
             if self._ready_zombies:
@@ -584,7 +590,10 @@ class Device:
                 assert used == heap.used, f"{heap.name} used {heap.used} != BOs {used}"
             live = [bo for bo in live if not bo.on_chip]
             vram = sum(bo.size for bo in live if bo.vram)
-            gtt = sum(bo.size for bo in live if not bo.vram)
+            gtt = sum(bo.size for bo in live if bo.domain == uapi.AMDGPU_GEM_DOMAIN_GTT)
+            for domain, lru in self.residency.lru.items():
+                want = {id(bo) for bo in live if bo.domain == domain and id(bo) not in self.zombie_bos}
+                assert set(lru) == want, f"the LRU list of domain {domain} is not its live BOs"
             assert len(live) == self.memory.bo_count, f"{self.memory.bo_count} BO files for {len(live)} BOs"
             assert vram == self.memory.vram_allocator.used, f"VRAM used {self.memory.vram_allocator.used} != BOs {vram}"
             assert gtt == self.memory.gtt_used, f"GTT used {self.memory.gtt_used} != BOs {gtt}"

@@ -27,6 +27,9 @@ class DrmFile:
         self.master = self.authenticated = not render
         self.bos: dict = CountedDict(tally, "bos")  # GEM handle -> BufferObject
         self.handles_of: dict[int, int] = {}  # id(BufferObject) -> handles to it here
+        # The BOs it created VM_ALWAYS_VALID (amdgpu's per-VM BOs): part of every job
+        # of this file, listed or not (kmd/cs.py). id(BufferObject) -> BufferObject
+        self.per_vm_bos: dict[int, object] = {}
         self.contexts: dict[int, Context] = CountedDict(tally, "contexts")
         self.vm = VirtualMemory()
         self.bo_lists: dict[int, list] = CountedDict(tally, "bo_lists")

@@ -9,6 +9,7 @@ symlink to that file, so CPU mappings and the engines share the same pages.
 """
 import ctypes
 import errno
+import os
 import secrets
 import threading
 
@@ -20,11 +21,12 @@ from vgpu.timeout import amdgpu_seconds_left
 from .errors import KmdError, check
 from .fence import deadline, subscribe
 from .ioctl import PendingReply
-from .memory import Placement
+from .memory import SYSTEM, Placement
 from .onchip import NAMES as ON_CHIP_NAMES, ON_CHIP_DOMAINS, units as on_chip_units
 from .vram import PAGE_SIZE, VramAllocation
 
-DOMAIN_NAMES = {uapi.AMDGPU_GEM_DOMAIN_VRAM: "VRAM", uapi.AMDGPU_GEM_DOMAIN_GTT: "GTT", **ON_CHIP_NAMES}
+DOMAIN_NAMES = {uapi.AMDGPU_GEM_DOMAIN_VRAM: "VRAM", uapi.AMDGPU_GEM_DOMAIN_GTT: "GTT", SYSTEM: "CPU",
+                **ON_CHIP_NAMES}
 SUPPORTED_DOMAINS = uapi.AMDGPU_GEM_DOMAIN_VRAM | uapi.AMDGPU_GEM_DOMAIN_GTT
 # What GEM_CREATE takes: VRAM and GTT, and the on-chip GDS, GWS and OA (kmd/onchip.py).
 CREATE_DOMAINS = SUPPORTED_DOMAINS | ON_CHIP_DOMAINS
@@ -50,7 +52,7 @@ class BufferObject:
                  placement: Placement, storage: np.ndarray, uid: int, owner_pid: int):
         self.size = size
         self.alignment = alignment
-        self.domain = placement.domain  # where it was placed
+        self.domain = placement.domain  # where it lives now (kmd/residency.py moves it)
         self.preferred_domains = preferred
         self.flags = flags
         # GEM_METADATA (amdgpu_bo_user: tiling_flags, metadata, metadata_flags).
@@ -71,6 +73,12 @@ class BufferObject:
         self.uids = {uid}              # who may map it: the creator, and importers (kmd/prime.py)
         self.export = None             # its kmd.prime.PrimeExport while exported
         self.userptr = None            # kmd.userptr.UserPages for a GEM_USERPTR BO
+        self.pin_count = 0             # > 0: never moved (amdgpu_bo_pin); userptr BOs are pinned
+
+    def relocate(self, placement: Placement, storage: np.ndarray | None) -> None:
+        """Its file now lives at `placement` (kmd/residency.py): the domain, the
+        physical address and the view the MMU maps change; the file does not."""
+        self.placement, self.storage, self.domain = placement, storage, placement.domain
 
     def may_access(self, uid: int) -> bool:
         """True if `uid` may follow bo/<hex> and open the BO's file: root, its creator,
@@ -89,12 +97,13 @@ class BufferObject:
 
     @property
     def where(self) -> str:
-        """Its placement for debugfs and crash dumps: vram@0x.., gtt, gds@0x.."""
-        if self.vram:
-            return f"vram@{self.vram.offset:#x}"
+        """Its placement now, for debugfs and crash dumps: vram@0x.., gtt@0x..,
+        cpu (evicted out of both apertures), gds@0x.."""
         if self.on_chip:
             return f"{ON_CHIP_NAMES[self.domain].lower()}@{self.gpu_offset:#x}"
-        return "gtt"
+        if self.domain == SYSTEM:
+            return "cpu"
+        return f"{DOMAIN_NAMES[self.domain].lower()}@{self.gpu_offset:#x}"
 
     @property
     def path(self) -> str:
@@ -110,7 +119,11 @@ class BufferObject:
         if self.freed:
             raise KmdError(errno.ENOENT, "BO freed")
         offset = min(max(offset, 0), self.size)
-        return self.storage[offset: offset + max(size, 0)].tobytes()
+        size = min(max(size, 0), self.size - offset)
+        if self.storage is None:   # in SYSTEM: the file itself
+            with open(self.path, "rb", buffering=0) as f:
+                return os.pread(f.fileno(), size, offset).ljust(size, b"\0")
+        return self.storage[offset: offset + size].tobytes()
 
     def write(self, offset: int, data: bytes) -> int:
         """Store into the BO's pages (seen at once by mappings and engines); bytes
@@ -119,6 +132,9 @@ class BufferObject:
             raise KmdError(errno.ENOENT, "BO freed")
         offset = min(max(offset, 0), self.size)
         n = min(len(data), self.size - offset)
+        if self.storage is None:   # in SYSTEM: the file itself
+            with open(self.path, "r+b", buffering=0) as f:
+                return os.pwrite(f.fileno(), memoryview(data)[:n], offset)
         self.storage[offset: offset + n] = np.frombuffer(data, np.uint8, n)
         return n
 

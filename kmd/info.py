@@ -299,6 +299,10 @@ def _answer(dev, file, a) -> bytes:
         m.cpu_accessible_vram = heap(va.size, va.used, va.largest_free_block())
         m.gtt = heap(mem.gtt_size, mem.gtt_used, mem.gtt_size - mem.gtt_used)
         return bytes(m)
+    if q == uapi.AMDGPU_INFO_NUM_EVICTIONS:
+        return dev.residency.evictions.to_bytes(8, "little")
+    if q == uapi.AMDGPU_INFO_NUM_BYTES_MOVED:
+        return dev.residency.bytes_moved.to_bytes(8, "little")
     if q == uapi.AMDGPU_INFO_TIMESTAMP:
         return dev.gpu_timestamp().to_bytes(8, "little")
     if q in (uapi.AMDGPU_INFO_HW_IP_INFO, uapi.AMDGPU_INFO_HW_IP_COUNT):
@@ -357,7 +361,8 @@ def info(dev, file, args, extra):
     EFAULT: READ_MMR_REG of a register off soc15's whitelist (see read_mmr_reg).
 
     Queries: ACCEL_WORKING, DEV_INFO, VRAM_USAGE, VIS_VRAM_USAGE, GTT_USAGE,
-    VRAM_GTT, MEMORY, TIMESTAMP, HW_IP_INFO, HW_IP_COUNT, FW_VERSION, READ_MMR_REG
+    VRAM_GTT, MEMORY, NUM_EVICTIONS and NUM_BYTES_MOVED (u64 counters since the
+    device came up, kmd/residency.py), TIMESTAMP, HW_IP_INFO, HW_IP_COUNT, FW_VERSION, READ_MMR_REG
     (soc15.c's register whitelist), GDS_CONFIG; GPUVM_FAULT
     (Linux 6.x, amdgpu 3.55: drm_amdgpu_info_gpuvm_fault, the last page fault of the
     file's VM, zeros if none; answered although VERSION says 3.49); and vgpu's own

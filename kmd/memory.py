@@ -24,17 +24,23 @@ from .shmem import ShmemStore
 from .vram import PAGE_SIZE, VramAllocation, VramAllocator
 
 
+# Where an evicted BO goes when GTT has no room: its file only, reachable by the CPU
+# (every mapping of the file) but by no engine (TTM_PL_SYSTEM, amdgpu's CPU domain).
+SYSTEM = uapi.AMDGPU_GEM_DOMAIN_CPU
+
+
 @dataclass
 class Placement:
-    """Where one BO lives: its domain, its block of that domain's aperture, its file."""
+    """Where one BO lives: its domain, its block of that domain's aperture (None in
+    SYSTEM), its file."""
 
     domain: int
-    block: VramAllocation
+    block: VramAllocation | None
     path: str
 
     @property
     def offset(self) -> int:
-        return self.block.offset
+        return self.block.offset if self.block is not None else 0
 
 
 class Heap:
@@ -106,9 +112,41 @@ class DeviceMemory:
         self.bo_count += 1
         return Placement(domain, block, path)
 
-    def storage(self, p: Placement) -> np.ndarray:
-        """The uint8 view of a placement's bytes in its aperture (what the MMU maps)."""
+    def storage(self, p: Placement) -> np.ndarray | None:
+        """The uint8 view of a placement's bytes in its aperture (what the MMU maps);
+        None in SYSTEM, where no engine reaches them."""
+        if p.domain == SYSTEM:
+            return None
         return self.heaps[p.domain].window[p.offset: p.offset + p.block.size]
+
+    def move(self, p: Placement, domain: int, size: int, alignment: int) -> Placement:
+        """The same file (`size` bytes) placed in `domain` instead: mapped over a new
+        block (aligned to `alignment`) of that aperture (VRAM, GTT) or in no aperture (SYSTEM); the old range
+        gets zero pages back and its block is freed. No byte is copied: the file is
+        the BO's only copy, so every CPU mapping of it sees the same pages before and
+        after. Raises MemoryError when `domain` has no room, OSError when the file
+        cannot be mapped; `p` is untouched then."""
+        block = None
+        if domain != SYSTEM:
+            heap = self.heaps[domain]
+            block = heap.allocator.alloc(size, max(alignment, PAGE_SIZE))
+            try:
+                fd = os.open(p.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    heap.aperture.map_file(block.offset, size, fd)
+                finally:
+                    os.close(fd)
+            except BaseException:
+                heap.allocator.free(block)
+                raise
+        self._release_range(p)
+        return Placement(domain, block, p.path)
+
+    def _release_range(self, p: Placement) -> None:
+        if p.domain != SYSTEM:
+            heap = self.heaps[p.domain]
+            heap.aperture.zero(p.offset, p.block.size)
+            heap.allocator.free(p.block)
 
     def free(self, p: Placement) -> None:
         """Zero pages back over the range, the file unlinked, the block freed (an
@@ -116,10 +154,8 @@ class DeviceMemory:
         if p.domain in self.onchip.heaps:
             self.onchip.free(p.domain, p.block)
             return
-        heap = self.heaps[p.domain]
-        heap.aperture.zero(p.offset, p.block.size)
+        self._release_range(p)
         self.store.remove(p.path)
-        heap.allocator.free(p.block)
         self.bo_count -= 1
 
     def check(self) -> None:

@@ -88,13 +88,15 @@ class PrimeExport:
         """The BO's bytes (read() of the prime file). ENOENT once the export is dead."""
         if self.dead:
             raise KmdError(errno.ENOENT, f"prime/{self.token:x} is no longer exported")
-        return self.bo.read(offset, size)
+        with self.dev.lock:   # not while an eviction moves the BO
+            return self.bo.read(offset, size)
 
     def write(self, offset: int, data: bytes) -> int:
         """Store into the BO (write() of the prime file); ENOSPC past its end."""
         if self.dead:
             raise KmdError(errno.ENOENT, f"prime/{self.token:x} is no longer exported")
-        n = self.bo.write(offset, data)
+        with self.dev.lock:   # not while an eviction moves the BO
+            n = self.bo.write(offset, data)
         if data and n == 0:
             raise KmdError(errno.ENOSPC, f"write past the end of prime/{self.token:x}")
         return n

@@ -114,6 +114,9 @@ def files(dev) -> dict:
         "mem_info_vram_used": lambda: f"{m.vram_allocator.used}\n",
         "mem_info_gtt_total": lambda: f"{m.gtt_size}\n",
         "mem_info_gtt_used": lambda: f"{m.gtt_used}\n",
+        # vgpu's own: what AMDGPU_INFO_NUM_EVICTIONS / NUM_BYTES_MOVED answer (kmd/residency.py)
+        "vgpu_num_evictions": lambda: f"{dev.residency.evictions}\n",
+        "vgpu_num_bytes_moved": lambda: f"{dev.residency.bytes_moved}\n",
         "gpu_busy_percent": lambda: f"{meter.percent()}\n",
         "vgpu_engines": engine_files(dev),
     }

@@ -325,6 +325,7 @@ def gem_userptr(dev, file, args, extra):
         check(not err, err, f"range {addr:#x}+{size:#x}: {why}")
     bo = dev.create_bo(file, size, PAGE_SIZE, uapi.AMDGPU_GEM_DOMAIN_GTT, 0)
     bo.userptr = UserPages(owner, addr, size, flags)
+    bo.pin_count = 1   # its aperture pages are the copy begin()/end() fill: never moved
     args.handle = file.add_bo(bo)
     for gone in [fid for fid, bos in _file_bos.items() if not bos]:
         del _file_bos[gone]  # files whose userptr BOs are all freed

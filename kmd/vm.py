@@ -124,7 +124,8 @@ class VirtualMemory:
         self._starts.insert(i, m.va)
         self._maps.insert(i, m)
         self._by_bo.setdefault(id(m.bo), {})[m.va] = m
-        self.page_table.map(m.va, m.bo.storage, m.offset, m.size, pte_flags(m.flags))
+        if m.bo.storage is not None:   # a BO evicted to SYSTEM has no valid PTEs
+            self.page_table.map(m.va, m.bo.storage, m.offset, m.size, pte_flags(m.flags))
         if self.trace.on:
             self.trace.vm_mapping(self.owner, m, True)
 
@@ -141,6 +142,16 @@ class VirtualMemory:
         self.page_table.unmap(m.va, m.size)
         if self.trace.on:
             self.trace.vm_mapping(self.owner, m, False)
+
+    def rebind(self, bo) -> None:
+        """Point the PTEs of every mapping of `bo` at its current storage, or make them
+        invalid when it has none (evicted to SYSTEM): after a move (kmd/residency.py),
+        as amdgpu_vm_bo_update does for a moved BO."""
+        for m in self._by_bo.get(id(bo), {}).values():
+            if bo.storage is None:
+                self.page_table.unmap(m.va, m.size)
+            else:
+                self.page_table.map(m.va, bo.storage, m.offset, m.size, pte_flags(m.flags))
 
     def unmap(self, bo, va: int) -> None:
         m = self._by_bo.get(id(bo), {}).get(va)

@@ -24,15 +24,15 @@ FOREVER = (1 << 64) - 1
 class Setup:
     """A client with a context, an IB BO and two 64 KiB data BOs mapped."""
 
-    def __init__(self, dev, f, size=65536):
+    def __init__(self, dev, f, size=65536, domain=None):
         self.dev, self.f = dev, f
         a = uapi.drm_amdgpu_ctx()
         a.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
         self.ctx = call(dev, f, "AMDGPU_CTX", a)[0].out.alloc.ctx_id
         self.ib = gem_create(dev, f, 65536, uapi.AMDGPU_GEM_DOMAIN_GTT)
         self.slot = 0  # each submission gets its own 512-byte IB slot
-        self.a = gem_create(dev, f, size)
-        self.b = gem_create(dev, f, size)
+        self.a = gem_create(dev, f, size, domain)
+        self.b = gem_create(dev, f, size, domain)
         call(dev, f, "AMDGPU_GEM_VA", gem_va(dev, f, self.ib, VA_IB, 65536, flags=uapi.AMDGPU_VM_PAGE_READABLE))
         call(dev, f, "AMDGPU_GEM_VA", gem_va(dev, f, self.a, VA_A, size))
         call(dev, f, "AMDGPU_GEM_VA", gem_va(dev, f, self.b, VA_B, size))
