@@ -217,7 +217,7 @@ class Device:
         (kmd/limits.py)."""
         self.limiter.check(f, "bos")
         try:
-            placement = self.residency.place_new(size, align, domains, f.uid)
+            placement = self.residency.place_new(size, align, domains, f)
         except (MemoryError, OSError) as e:
             self.kmsg.log(f"out of memory: cannot allocate {size} bytes in "
                           f"{'|'.join(n for d, n in DOMAIN_NAMES.items() if d & domains)} "
@@ -235,8 +235,12 @@ class Device:
 
     def validate(self, job: Job) -> None:
         """Make the job's BOs reachable, each in a domain it prefers where it can
-        (kmd/residency.py, amdgpu_cs_bo_validate). ENOMEM: they do not all fit."""
-        self.residency.validate(job.bos)
+        (kmd/residency.py, amdgpu_cs_bo_validate). ENOMEM: they do not all fit, or
+        a BO file could not be mapped at its new place (vm.max_map_count)."""
+        try:
+            self.residency.validate(job.bos, job.file)
+        except OSError as e:
+            raise KmdError(errno.ENOMEM, f"moving a BO of the job failed: {e}") from None
 
     def close_handle(self, f: DrmFile, handle: int, waiting: "_Waiting | None" = None) -> None:
         """Drop one GEM handle of `f`; the BO goes with its last handle (free_bo).

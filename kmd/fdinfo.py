@@ -46,6 +46,7 @@ def usage(dev, f) -> dict[str, object]:
     return {"client_id": f.id, "pid": f.pid, "name": f.comm, "uid": f.uid,
             "vram_bytes": mem.get(uapi.AMDGPU_GEM_DOMAIN_VRAM, 0),
             "gtt_bytes": mem.get(uapi.AMDGPU_GEM_DOMAIN_GTT, 0),
+            "cpu_bytes": mem.get(uapi.AMDGPU_GEM_DOMAIN_CPU, 0),   # evicted out of both apertures
             "contexts": contexts, "jobs_submitted": u.jobs_submitted, "jobs_in_flight": inflight,
             "faults": u.faults, "hangs": u.hangs,
             "engine_ns": {ENGINE_KEYS[k]: v for k, v in u.engine_ns.items()}}
@@ -55,6 +56,7 @@ def text(dev, f) -> str:
     u = usage(dev, f)
     lines = [("drm-driver", "amdgpu"), ("drm-pdev", PCI_SLOT_NAME), ("drm-client-id", u["client_id"]),
              ("drm-memory-vram", u["vram_bytes"]), ("drm-memory-gtt", u["gtt_bytes"]),
+             ("drm-memory-cpu", u["cpu_bytes"]),
              *((f"drm-engine-{k}", f"{v} ns") for k, v in u["engine_ns"].items()),
              ("vgpu-pid", u["pid"]), ("vgpu-comm", u["name"]), ("vgpu-uid", u["uid"]),
              ("vgpu-contexts", u["contexts"]), ("vgpu-jobs-submitted", u["jobs_submitted"]),

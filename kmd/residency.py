@@ -44,9 +44,10 @@ class Residency:
         self.lru: dict[int, collections.OrderedDict] = {d: collections.OrderedDict() for d in TIERS}
         self.evictions = 0     # BOs pushed out of their domain to make room
         self.bytes_moved = 0   # bytes of every move: evictions and moves back
+        self.cause = None      # the DrmFile whose GEM_CREATE or CS is placing BOs (tracing)
 
     # -- new BOs ---------------------------------------------------------------
-    def place_new(self, size: int, align: int, domains: int, uid: int) -> Placement:
+    def place_new(self, size: int, align: int, domains: int, f) -> Placement:
         """A placement for a new BO that may live in `domains` (VRAM and/or GTT), as
         TTM places it: each domain in order (VRAM first) where it fits, then each
         again evicting idle BOs; a BO asking for VRAM alone then gets GTT as well
@@ -63,7 +64,7 @@ class Residency:
         why = None
         for domain, evict in passes:
             try:
-                return self._room(domain, lambda: self.memory.alloc(domain, size, align, uid), evict, set())
+                return self._room(domain, lambda: self.memory.alloc(domain, size, align, f.uid), evict, set())
             except MemoryError as e:
                 why = e
         raise why
@@ -79,7 +80,7 @@ class Residency:
             lru.pop(id(bo), None)
 
     # -- submission ------------------------------------------------------------
-    def validate(self, bos) -> int:
+    def validate(self, bos, f=None) -> int:
         """Make every BO of a job reachable by the engines, in a domain it prefers if it
         can (amdgpu_cs_bo_validate): a BO already in one of its preferred domains stays
         (TTM's compatible placement); one elsewhere is moved to the first preferred
@@ -90,12 +91,14 @@ class Residency:
 
         ENOMEM: a BO of the job cannot be placed in any domain it may live in (its
         BOs do not all fit next to the pinned and busy ones). BOs moved before the
-        failure stay moved, as in amdgpu."""
+        failure stay moved, as in amdgpu. `f`: the submitting file (tracing)."""
         keep = {id(bo) for bo in bos}
         moved = self.bytes_moved
+        self.cause = f
+        zombies = self.dev.zombie_bos
         for bo in bos:
-            if bo.on_chip or bo.pin_count or bo.freed:
-                continue
+            if bo.on_chip or bo.pin_count or bo.freed or id(bo) in zombies:
+                continue   # a closed BO a BO list still names is not moved any more
             if not bo.domain & bo.preferred_domains:
                 self._validate_one(bo, keep)
             lru = self.lru.get(bo.domain)
@@ -162,6 +165,7 @@ class Residency:
         """Place `bo`'s file in `domain` (kmd.memory.DeviceMemory.move), then point its
         domain, storage and every VM's PTEs at the new place. MemoryError: no room."""
         new = self.memory.move(bo.placement, domain, bo.size, bo.alignment)
+        old = bo.domain
         self.forget(bo)
         bo.relocate(new, self.memory.storage(new))
         if domain in self.lru:
@@ -171,6 +175,7 @@ class Residency:
             if f.vm.maps_bo(bo):
                 f.vm.rebind(bo)
         if self.dev.trace.on:
+            self.dev.trace.bo_move(self.cause, bo, old)
             self.dev.trace.memory_changed(self.memory, bo.owner_pid)
 
 

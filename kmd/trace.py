@@ -39,6 +39,7 @@ from .errors import KmdError
 EVENTS: dict[str, dict[str, str]] = {
     "amdgpu": {
         "amdgpu_bo_create": "bo=%s, pages=%d, type=%d, preferred=%d, allowed=%d, visible=%d",
+        "amdgpu_bo_move": "bo=%s, from=%d, to=%d, size=%d",
         "amdgpu_cs_ioctl": "sched_job=%d, timeline=%s, context=%d, seqno=%d, ring_name=%s, num_ibs=%d",
         "amdgpu_sched_run_job": "sched_job=%d, timeline=%s, context=%d, seqno=%d, ring_name=%s, num_ibs=%d",
         "amdgpu_vm_bo_map": "bo=%s, start=%x, last=%x, offset=%010x, flags=%x",
@@ -70,7 +71,9 @@ HW_FENCE_CONTEXT = 1
 SCHED_FENCE_CONTEXT = 1 + 64
 
 # TTM placements (ttm_placement.h, amdgpu_ttm.h), amdgpu_bo_create's `type` field.
-TTM_PL_TT, TTM_PL_VRAM = 1, 2
+TTM_PL_SYSTEM, TTM_PL_TT, TTM_PL_VRAM = 0, 1, 2
+TTM_PL = {uapi.AMDGPU_GEM_DOMAIN_CPU: TTM_PL_SYSTEM, uapi.AMDGPU_GEM_DOMAIN_GTT: TTM_PL_TT,
+          uapi.AMDGPU_GEM_DOMAIN_VRAM: TTM_PL_VRAM}
 # amdgpu_vm.h PTE bits, what amdgpu_gem_va_map_flags makes of AMDGPU_VM_PAGE_*.
 AMDGPU_PTE_EXECUTABLE, AMDGPU_PTE_READABLE, AMDGPU_PTE_WRITEABLE = 1 << 4, 1 << 5, 1 << 6
 AMDGPU_GPU_PAGE_SHIFT = 12
@@ -375,6 +378,12 @@ class Tracer:
         self.event("amdgpu_bo_create", (f.comm, f.pid), ptr(id(bo)), (bo.size + 4095) >> 12, mem_type,
                    bo.preferred_domains, allowed, bo.flags)
         self.memory_changed(memory, f.pid)
+
+    def bo_move(self, f, bo, old_domain: int) -> None:
+        """amdgpu_bo_move (amdgpu_ttm.c): `bo` was evicted or moved back (kmd/residency.py),
+        charged to the client `f` whose GEM_CREATE or CS caused it."""
+        self.event("amdgpu_bo_move", (f.comm, f.pid) if f is not None else None, ptr(id(bo)),
+                   TTM_PL[old_domain], TTM_PL[bo.domain], bo.size)
 
     def memory_changed(self, memory, pid: int = 0) -> None:
         self.record({"type": "memory", "ts": time.monotonic(), "pid": pid,

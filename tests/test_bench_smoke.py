@@ -38,6 +38,8 @@ def test_bench_quick_mode_prints_every_section():
                  "compile saxpy + matmul, cached", "memcpy H2D, umd", "memcpy D2H, umd",
                  "memcpy, numpy copyto", "(h) tracing: off, tracepoints on, timeline recording",
                  "NOP submissions/s, tracing off", "NOP submissions/s, all tracepoints on",
-                 "SDMA copy 16 MiB, vgpu timeline recording"):
+                 "SDMA copy 16 MiB, vgpu timeline recording",
+                 "(i) VRAM oversubscription: 2x VRAM against VRAM to spare",
+                 "oversubscription slowdown (2x VRAM / fits)"):
         assert line in r.stdout, r.stdout
     assert _bench_mounts() <= before   # every mount of this run is gone again

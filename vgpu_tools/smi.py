@@ -5,7 +5,8 @@ Everything is read from the mount's files, never through the device node (openin
 would make smi a client of the GPU it reports on):
 
 - sysfs, readable by everyone: product_name, mem_info_{vram,gtt}_{used,total},
-  gpu_busy_percent and vgpu_engines/<ring>/{busy_percent,counters};
+  gpu_busy_percent, vgpu_num_evictions, vgpu_num_bytes_moved and
+  vgpu_engines/<ring>/{busy_percent,counters};
 - proc/<pid>/fdinfo/<client-id>, each readable by its client's uid and root: the
   process table. A non-root user sees their own processes, root sees all, as
   /proc/<pid>/fdinfo allows; smi says how many it could not read.
@@ -60,6 +61,8 @@ def sample(mount: str) -> dict:
             "gtt_total_bytes": int(_read(os.path.join(sysfs, "mem_info_gtt_total"))),
             "gtt_used_bytes": int(_read(os.path.join(sysfs, "mem_info_gtt_used"))),
             "busy_percent": int(_read(os.path.join(sysfs, "gpu_busy_percent"))),
+            "evictions": int(_read(os.path.join(sysfs, "vgpu_num_evictions"))),
+            "bytes_moved": int(_read(os.path.join(sysfs, "vgpu_num_bytes_moved"))),
         }
         engines = []
         engines_dir = os.path.join(sysfs, "vgpu_engines")
@@ -150,6 +153,7 @@ def screen(s: dict) -> str:
                f"{_usage(d['vram_used_bytes'], d['vram_total_bytes']):<16}  "
                f"{_usage(d['gtt_used_bytes'], d['gtt_total_bytes']):<16}"),
            row(f"     GPU-Util {d['busy_percent']:3d} % (busiest engine, last second)"),
+           row(f"     Evictions {d['evictions']}, {_size(d['bytes_moved'])} moved (since the device came up)"),
            bar, row("Engine      Util      Jobs     Busy-Time"), "|" + "-" * (w - 2) + "|"]
     for e in s["engines"]:
         out.append(row(f"{e['name']:<10} {e['busy_percent']:3d} % {e['jobs']:>9} {e['busy_ns'] / 1e9:>12.3f} s"))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_samples import passed, run_sample
-from tests.helpers import read_text, start_client
+from tests.helpers import read_text, start_client, vgpu_cli
 
 from ..conftest import _mounted
 
@@ -101,6 +101,8 @@ def test_concurrent_clients_oversubscribing_vram_lose_nothing(small_vram_mount):
     sysfs = Path(mount, SYSFS)
     assert int(read_text(sysfs / "vgpu_num_evictions")) > 0
     assert int(read_text(sysfs / "vgpu_num_bytes_moved")) >= int(read_text(sysfs / "vgpu_num_evictions")) * (mib << 20)
+    smi = vgpu_cli("smi", "--mount", mount, check=True).stdout
+    assert f"Evictions {read_text(sysfs / 'vgpu_num_evictions').strip()}, " in smi
     kmsg = read_text(Path(mount, "dev/kmsg"))
     assert "GPU fault" not in kmsg and "out of memory" not in kmsg
 

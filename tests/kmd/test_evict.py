@@ -227,6 +227,8 @@ def test_enomem_when_a_jobs_bos_cannot_all_be_placed(make_dev):
     digests = [fill(f.bos[h], 20 + i) for i, h in enumerate(hs)]
     assert [f.bos[h].domain for h in hs] == [GTT, SYSTEM, VRAM]
     assert f.bos[hs[1]].where == "cpu"
+    fdinfo = dev.client_files()[str(f.pid)]["fdinfo"][str(f.id)].read()
+    assert f"drm-memory-cpu:\t{BIG}\n" in fdinfo and f"drm-memory-vram:\t{BIG}\n" in fdinfo
     assert [digest(f.bos[h]) for h in hs] == digests    # read from the file in SYSTEM
     s.list = s.bo_list([s.ib, *hs])
     fails(errno.ENOMEM, dev, f, "AMDGPU_CS", cs_of(s, SdmaIb().constant_fill(Big.VA_BIG, 1, 4096)),
@@ -309,3 +311,16 @@ def test_a_gtt_bo_that_prefers_both_is_not_moved_back(make_dev):
     moved = info_u64(dev, f, uapi.AMDGPU_INFO_NUM_BYTES_MOVED)
     s.use([s.big[2]], SdmaIb().constant_fill(s.va(2), 1, 4))
     assert f.bos[s.big[2]].domain == GTT and info_u64(dev, f, uapi.AMDGPU_INFO_NUM_BYTES_MOVED) == moved
+
+
+def test_a_bo_list_naming_a_closed_bo_still_submits(make_dev):
+    # A BO list keeps naming a BO whose last handle was closed while a job held it.
+    dev, f = make_dev(64 * MiB, 64 * MiB)
+    s = Setup(dev, f)
+    seq = s.submit(SdmaIb().poll_regmem(VA_A_, 1))
+    gem_close(dev, f, s.b)                      # held by the job: waits to be freed
+    assert id(s.bo(s.a)) not in dev.zombie_bos and len(dev.zombie_bos) == 1
+    seq2 = s.submit(SdmaIb().constant_fill(VA_A_ + 64, 5, 4))
+    s.bo(s.a).write(0, struct.pack("<I", 1))
+    assert s.wait(seq) == 0 and s.wait(seq2) == 0
+    assert s.bo(s.a).read(64, 4) == struct.pack("<I", 5)

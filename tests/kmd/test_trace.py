@@ -10,7 +10,9 @@ import pytest
 from kmd.errors import KmdError
 from kmd.hw import SdmaIb
 from kmd.trace import EVENTS
+from vgpu import uapi
 
+from .conftest import call
 from .test_cs import VA_A, VA_B, Setup
 
 # trace_print_context() + trace_print_lat_fmt() + the time, then "event: fields"
@@ -19,6 +21,7 @@ LINE = re.compile(r"^ {0,15}(?P<comm>.{1,16})-(?P<pid>\d+) +\[(?P<cpu>\d{3})\] (
 PTR = r"[0-9a-f]{16}"
 FIELDS = {  # the TP_printk output of each event (Linux 6.6)
     "amdgpu_bo_create": rf"bo={PTR}, pages=\d+, type=\d+, preferred=\d+, allowed=\d+, visible=\d+",
+    "amdgpu_bo_move": rf"bo={PTR}, from=\d, to=\d, size=\d+",
     "amdgpu_cs_ioctl": r"sched_job=\d+, timeline=\S+, context=\d+, seqno=\d+, ring_name=\S+, num_ibs=\d+",
     "amdgpu_sched_run_job": r"sched_job=\d+, timeline=\S+, context=\d+, seqno=\d+, ring_name=\S+, num_ibs=\d+",
     "amdgpu_vm_bo_map": rf"bo={PTR}, start=[0-9a-f]+, last=[0-9a-f]+, offset=[0-9a-f]{{10}}, flags=[0-9a-f]+",
@@ -63,6 +66,8 @@ def test_every_event_in_ftrace_format_in_time_order(dev, client):
     pipe = dev.trace.open_pipe()
     enable_all(dev)
     s = Setup(dev, client)
+    op = uapi.drm_amdgpu_gem_op(handle=s.a, op=uapi.AMDGPU_GEM_OP_SET_PLACEMENT, value=uapi.AMDGPU_GEM_DOMAIN_GTT)
+    call(dev, client, "AMDGPU_GEM_OP", op)   # the CS moves A to GTT: amdgpu_bo_move
     seq = copy_and_wait(s)
     dev.close_file(client)  # unmaps: amdgpu_vm_bo_unmap
     events = parse(pipe.read(1 << 20).decode())
@@ -74,6 +79,8 @@ def test_every_event_in_ftrace_format_in_time_order(dev, client):
     cs = next(e for e in events if e["event"] == "amdgpu_cs_ioctl")
     assert (cs["comm"].strip(), cs["pid"]) == ("test", "1000")  # charged to the client, as in its ioctl
     assert f"seqno={seq}, ring_name=sdma0, num_ibs=1" in cs["fields"]
+    move = next(e for e in events if e["event"] == "amdgpu_bo_move")
+    assert move["fields"].endswith("from=2, to=1, size=65536") and move["comm"].strip() == "test"
     sched_ctx = re.search(r"context=(\d+)", cs["fields"])[1]
     # the finished fence of that job signals with the CS's seqno on the same context
     assert any(e["event"] == "dma_fence_signaled" and
