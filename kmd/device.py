@@ -103,11 +103,10 @@ class Device:
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
         self.irq = InterruptHandler(self)
         self.busy_meter = _sysfs.BusyMeter(self)
-        self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
-                      f"ring timeout {timeout:g} s")
         o = self.sched_opts
-        self.kmsg.log(f"vgpu: scheduling: {o.describe()}; heartbeat "
-                      + (f"every {o.heartbeat * 1e3:g} ms, hung after {o.heartbeat_misses} missed pulses"
+        self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
+                      f"ring timeout {timeout:g} s, {o.describe()}, heartbeat "
+                      + (f"every {o.heartbeat * 1e3:g} ms (hung after {o.heartbeat_misses} missed pulses)"
                          if o.heartbeat else "off"))
         self.heartbeat = Heartbeat(self.rings.values(), o.heartbeat, o.heartbeat_misses)
         self.limiter = Limiter(limits or Limits(), self.kmsg, bo_count=lambda: self.memory.bo_count,

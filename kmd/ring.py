@@ -253,7 +253,10 @@ class Ring:
         if self.kind != "compute":
             return None
         from . import csa  # the context save areas (kmd/csa.py)
-        return csa.csa_for(self.dev, job.ctx)
+        try:
+            return csa.csa_for(self.dev, job.ctx)
+        except MemoryError:  # logged by csa_for; the engine keeps the state in host memory
+            return None
 
     def _account(self, job: Job) -> None:
         """The job's counters into the ring's and its file's, before its fence signals
