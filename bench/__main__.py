@@ -7,8 +7,8 @@ from __future__ import annotations
 import platform
 import time
 
-from . import (compute, cs_latency, null_ioctl, oversubscription, reset_time, sdma_bandwidth, sync_latency, tracing,
-               umd, util)
+from . import (compute, cs_latency, null_ioctl, oversubscription, preemption, reset_time, sdma_bandwidth,
+               sync_latency, tracing, umd, util)
 
 SECTIONS = (
     ("(a) null ioctl round trip", null_ioctl),
@@ -19,7 +19,8 @@ SECTIONS = (
     ("(f) compute", compute),
     ("(g) umd: kernels, compiler, copies", umd),
     ("(h) tracing: off, tracepoints on, timeline recording", tracing),
-    ("(i) VRAM oversubscription: 2x VRAM against VRAM to spare", oversubscription),
+    ("(i) preemption: HIGH arrival -> start, cost when nothing preempts", preemption),
+    ("(j) VRAM oversubscription: 2x VRAM against VRAM to spare", oversubscription),
 )
 
 

@@ -1,4 +1,4 @@
-"""(i) VRAM oversubscription: the same jobs with 2x VRAM worth of BOs and with VRAM to
+"""(j) VRAM oversubscription: the same jobs with 2x VRAM worth of BOs and with VRAM to
 spare, in one run.
 
 Mounts two vgpus of its own: 64 MiB of VRAM (oversubscribed 2x) and 256 MiB (the
