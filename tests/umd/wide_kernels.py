@@ -293,6 +293,7 @@ def more_math64(x: f64[:], y: f64[:], out: f64[:, :]):
         out[12, i] = math.log1p(v)
         out[13, i] = math.radians(v)
         out[14, i] = math.degrees(v)
+        out[15, i] = math.erf(v)
 
 
 @umd.jit
@@ -315,3 +316,4 @@ def more_math32(x: f32[:], y: f32[:], out: f32[:, :]):
         out[12, i] = math.log1p(v)
         out[13, i] = math.radians(v)
         out[14, i] = math.degrees(v)
+        out[15, i] = math.erf(v)
