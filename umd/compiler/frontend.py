@@ -60,7 +60,7 @@ _PY_MATH = {getattr(pymath, n): r for n, r in (
     ("isfinite", "isfinite"), ("tan", "tan"), ("atan", "atan"), ("atan2", "atan2"),
     ("asin", "asin"), ("acos", "acos"), ("sinh", "sinh"), ("cosh", "cosh"), ("asinh", "asinh"),
     ("acosh", "acosh"), ("atanh", "atanh"), ("hypot", "hypot"), ("expm1", "expm1"),
-    ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"))}
+    ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"), ("erf", "erf"))}
 _NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32, np.float64: f64, np.int64: i64,
                 np.uint64: u64}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
@@ -1496,10 +1496,10 @@ class FunctionLowering:
                     "pow": "pow64", "tan": "tan64", "atan": "atan64", "atan2": "atan2_64",
                     "asin": "asin64", "acos": "acos64", "sinh": "sinh64", "cosh": "cosh64",
                     "asinh": "asinh64", "acosh": "acosh64", "atanh": "atanh64",
-                    "hypot": "hypot64", "expm1": "expm1_64", "log1p": "log1p64"}
+                    "hypot": "hypot64", "expm1": "expm1_64", "log1p": "log1p64", "erf": "erf64"}
     # the functions the vISA has no float32 instruction for
     _VIA_F64 = {"tan", "atan", "atan2", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
-                "atanh", "hypot", "expm1", "log1p"}
+                "atanh", "hypot", "expm1", "log1p", "erf"}
 
     def math_f64(self, mname, node, args):
         """A math function with a 64-bit operand: the result is f64."""
