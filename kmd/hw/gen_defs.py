@@ -83,8 +83,14 @@ def sdma_defs() -> str:
 def cu_defs() -> str:
     """The text of _cu_defs.pxi: wave geometry, operand codes and vISA opcodes."""
     *_, isa = _modules()
-    out = _header("vgpu/isa.py")
+    from kmd.hw import compute
+    out = _header("vgpu/isa.py and kmd/hw/compute.py")
     out += ["", f"DEF CU_WAVE = {isa.WAVE_SIZE}", f"DEF CU_MAX_SGPRS = {isa.MAX_SGPRS}", "",
+            "# Context save area layout (kmd/hw/compute.py, docs/preemption.md).",
+            f"DEF CU_CSA_MAGIC = {compute.CSA_MAGIC:#x}",
+            f"DEF CU_CSA_SLOT_BYTES = {compute.CSA_SLOT_BYTES}",
+            f"DEF CU_CSA_SLOT_HEADER = {compute.CSA_SLOT_HEADER.size}",
+            f"DEF CU_CSA_WAVE_HEADER = {compute.CSA_WAVE_HEADER.size}", "",
             "# Operand codes and fixed registers (docs/isa.md 2, 3).", "cdef enum:"]
     for name in ("OPR_VCC", "OPR_EXEC", "OPR_SCC", "OPR_OFF", "OPR_LIT", "OPR_VGPR", "CANONICAL_NAN",
                  "SGPR_WORKGROUP_ID", "USER_SGPRS"):
