@@ -10,6 +10,7 @@ import pytest
 from kmd.hw import _core, compute, cu_ref, ref
 
 from .isa_gen import MEM_VA, Rig
+from .preempting import SUMMED, WAVE_FIELDS, Preempting
 from .test_cu_differential import SAMPLE_RUNS
 
 UD = [0, 0, MEM_VA & 0xFFFFFFFF, MEM_VA >> 32]
@@ -54,37 +55,6 @@ def rig(kind: str) -> Rig:
 @pytest.fixture(params=sorted(ENGINES))
 def kind(request):
     return request.param
-
-
-class Preempting:
-    """Stands in for rig.engine in Rig.run: each dispatch is preempted by the test
-    trigger at `points` (one part each) and resumed until it ends; `parts` keeps
-    every part's result."""
-
-    def __init__(self, engine, points, csa):
-        self.engine, self.points, self.csa = engine, list(points), csa
-        self.parts = []
-
-    def dispatch(self, pt, code_va, **kw):
-        resume = None
-        for n in self.points + [None]:
-            self.engine.preempt_after(n)
-            r = self.engine.dispatch(pt, code_va, resume=resume, csa=self.csa, **kw)
-            self.parts.append(r)
-            if r.status != "preempted":
-                break
-            assert r.resume is not None
-            resume = r.resume
-        self.engine.preempt_after(None)
-        while r.status == "preempted":
-            r = self.engine.dispatch(pt, code_va, resume=r.resume, csa=self.csa, **kw)
-            self.parts.append(r)
-        return r
-
-
-WAVE_FIELDS = ("status", "pc", "workgroup", "wave", "exec", "vcc", "scc", "sgprs", "vgprs")
-SUMMED = ("dispatches", "waves", "instructions", "lane_instructions", "valu", "salu", "smem",
-          "vmem", "lds", "bytes_loaded", "bytes_stored", "atomics", "barriers")
 
 
 def assert_same_as_unpreempted(kind, run, points):
