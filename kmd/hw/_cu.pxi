@@ -179,7 +179,9 @@ cdef struct CuShared:
     shared_mutex* lock
     atomic[uint64_t]* generation
     atomic[int]* stop       # 0, STOP_ABORT or STOP_PREEMPT
-    atomic[uint64_t]* next_wg
+    atomic[uint64_t]* next_wg       # the next plan position of the chunks
+    atomic[uint64_t]* next_saved    # the next saved workgroup to take (one at a time)
+    uint64_t nsaved                 # plan positions [0, nsaved) are saved workgroups
     atomic[uint64_t]* fault_wg
     uint64_t code_va
     DInst* win
@@ -1549,12 +1551,20 @@ cdef void* cu_worker(void* arg) noexcept nogil:
     while True:
         if sh.stop.load() == STOP_PREEMPT:
             return NULL             # waves not yet launched stay unlaunched
-        start = sh.next_wg.fetch_add(sh.chunk)
-        if start >= sh.nwork or plan_wg(sh, start, &slot) > sh.fault_wg.load():
+        # Saved workgroups first, one per claim: a worker then holds at most one
+        # workgroup of the CSA, so a preemption always finds a free slot (csa_claim).
+        start = sh.next_saved.fetch_add(1) if sh.next_saved.load() < sh.nsaved else sh.nsaved
+        if start < sh.nsaved:
+            end = start + 1
+        else:
+            start = sh.next_wg.fetch_add(sh.chunk)
+            if start >= sh.nwork:
+                return NULL
+            end = start + sh.chunk
+            if end > sh.nwork or end < start:
+                end = sh.nwork
+        if plan_wg(sh, start, &slot) > sh.fault_wg.load():
             return NULL
-        end = start + sh.chunk
-        if end > sh.nwork or end < start:
-            end = sh.nwork
         T.inst = 0
         T.lane = 0
         T.limit = T.trigger_left
@@ -1610,6 +1620,7 @@ cdef class ComputeEngine:
     cdef readonly int threads
     cdef atomic[int] _stop
     cdef atomic[uint64_t] _next_wg
+    cdef atomic[uint64_t] _next_saved
     cdef atomic[uint64_t] _fault_wg
     cdef atomic[uint32_t] _csa_used
     cdef bint _running
@@ -1699,6 +1710,8 @@ cdef class ComputeEngine:
         layout = _cu_py.wave_layout(block)
         sh.ptes, sh.lock, sh.generation = &pt.ptes, &pt.lock, &pt.generation
         sh.stop, sh.next_wg, sh.fault_wg = &self._stop, &self._next_wg, &self._fault_wg
+        sh.next_saved = &self._next_saved
+        sh.nsaved = len(resume.saved) if resume is not None else 0
         sh.code_va, sh.sgprs, sh.vgprs, sh.lds_bytes = code_va, sgprs, vgprs, lds_bytes
         sh.gx, sh.gy, sh.gz, sh.total, sh.nwork = grid[0], grid[1], grid[2], total, nwork
         sh.nwaves = len(layout)
@@ -1715,7 +1728,8 @@ cdef class ComputeEngine:
         nthreads = self.threads if <uint64_t>self.threads < nwork else nwork
         # Small grids: one workgroup at a time; big ones: chunks that keep the log short.
         sh.chunk = 1 if nwork <= 1024 else min(64, nwork // (nthreads * 16))
-        self._next_wg.store(0)
+        self._next_wg.store(sh.nsaved)
+        self._next_saved.store(0)
         self._fault_wg.store(0xFFFFFFFFFFFFFFFFULL)
         threads.resize(nthreads)
         tids.resize(nthreads)
@@ -1830,6 +1844,7 @@ cdef class ComputeEngine:
                     left.append((T.rest_from, T.rest_to))
                     if T.saved_slot >= 0 and T.stop_wg < best:
                         best, pick = T.stop_wg, T
+            left.append((min(sh.next_saved.load(), sh.nsaved), sh.nsaved))
             left.append((min(sh.next_wg.load(), sh.nwork), sh.nwork))
             saved, pending = _cu_py.plan_left(plan, left)
             for i in range(threads.size()):

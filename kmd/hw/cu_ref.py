@@ -16,6 +16,7 @@ from kmd.hw import compute as C
 from kmd.hw import wide_ref
 from kmd.hw.ih import InterruptRing
 from kmd.hw.mmu import PTE_EXEC, GpuFault
+from kmd.hw.run_control import RunControl
 from vgpu import isa as I
 
 _M32 = 0xFFFFFFFF
@@ -60,42 +61,15 @@ def _lanes(mask: int):
     return [l for l in range(_W) if mask >> l & 1]
 
 
-class ComputeEngine:
+class ComputeEngine(RunControl):
     """One compute unit (comp_0.0 ...): dispatch() runs one grid to completion, or
-    until preempt() (docs/preemption.md)."""
+    until preempt(): abort() and preempt() stop it before the next instruction
+    (docs/preemption.md)."""
 
     def __init__(self, name: str, ih: InterruptRing, threads: int = 2) -> None:
         self.name = name
         self.ih = ih
         self.threads = threads          # the reference always runs on one thread
-        self._running = False
-        self._stop: str | None = None   # None, "abort" or "preempt"
-        self._trigger: int | None = None
-
-    def abort(self) -> bool:
-        """Stop the dispatch in progress before its next instruction (from another thread).
-
-        Returns False (and does nothing) when no dispatch is running.
-        """
-        if not self._running:
-            return False
-        self._stop = "abort"
-        return True
-
-    def preempt(self) -> bool:
-        """Preempt the dispatch in progress before its next instruction: its running
-        workgroup is saved to the CSA and the result is 'preempted'. False (nothing
-        done) when no dispatch is running."""
-        if not self._running:
-            return False
-        if self._stop is None:
-            self._stop = "preempt"
-        return True
-
-    def preempt_after(self, n: int | None) -> None:
-        """Test trigger: the next dispatch that reaches n instructions (in one worker)
-        is preempted there; it stays armed until it fires. None disarms it."""
-        self._trigger = n
 
     def dispatch(self, pt, code_va: int, *, sgprs: int, vgprs: int, lds_bytes: int,
                  grid: tuple[int, int, int], block: tuple[int, int, int],

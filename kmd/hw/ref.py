@@ -17,6 +17,7 @@ from kmd.hw.ih import (IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT
 from kmd.hw.mmu import (ACCESS_FLAG, PAGE_MASK, PAGE_SHIFT, PAGE_SIZE, PTE_EXEC, PTE_READ,
                         PTE_WRITE, GpuFault, PinnedBuffers, check_map_args, check_unmap_args)
 from kmd.hw import sdma as S
+from kmd.hw.run_control import RunControl
 
 _VA_MASK = (1 << 64) - 1
 
@@ -161,40 +162,14 @@ class _Preempted(Exception):
     pass
 
 
-class SdmaEngine:
+class SdmaEngine(RunControl):
     """One SDMA engine (sdma0, sdma1...).  run() executes one IB to completion, or
-    until preempt() (docs/preemption.md)."""
+    until preempt(): abort() and preempt() stop it at a packet or chunk boundary or a
+    poll step (docs/preemption.md)."""
 
     def __init__(self, name: str, ih: InterruptRing) -> None:
         self.name = name
         self.ih = ih
-        self._running = False
-        self._stop: str | None = None   # None, "abort" or "preempt"
-        self._trigger: int | None = None
-
-    def abort(self) -> bool:
-        """Stop the run in progress at its next packet boundary or poll step.
-
-        Returns False (and does nothing) when no run is in progress.
-        """
-        if not self._running:
-            return False
-        self._stop = "abort"
-        return True
-
-    def preempt(self) -> bool:
-        """Preempt the run in progress at its next packet or chunk boundary, or poll
-        step. False (nothing done) when no run is in progress."""
-        if not self._running:
-            return False
-        if self._stop is None:
-            self._stop = "preempt"
-        return True
-
-    def preempt_after(self, n: int | None) -> None:
-        """Test trigger: the next run that has passed n boundaries (packet starts and
-        chunk starts) is preempted at the next one; fires once. None disarms it."""
-        self._trigger = n
 
     def run(self, pt: PageTable, ib_va: int, ib_size_dw: int, ctx_id: int = 0,
             ring_id: int = 0, resume: S.SdmaResume | None = None, csa=None) -> S.SdmaResult:

@@ -177,3 +177,97 @@ def test_resume_checks(kind):
     with pytest.raises(ValueError, match="csa"):
         r.run(SPIN, (2, 1, 1), (64, 1, 1), user_data=UD, sgprs=24, vgprs=8,
               csa=np.zeros(SLOT - 4096, np.uint8))
+
+
+# out[i] = out[i] * 3 + lid + wg, 100 times over, for i = wg * 64 + lid: a long
+# workgroup (about 1,200 instructions), so a preempted worker is almost always inside one.
+LOOP = """
+    s_lshl_b32 s5, s16, 6
+    v_add_u32 v1, v0, s5
+    v_lshl_b32 v1, v1, 2
+    global_load_dword v2, v1, s[2:3]
+    s_mov_b32 s6, 0
+loop:
+    v_mul_lo_u32 v2, v2, 3
+    v_add_u32 v2, v2, v0
+    v_add_u32 v2, v2, s16
+    s_add_u32 s6, s6, 1
+    s_cmp_lt_u32 s6, 100
+    s_cbranch_scc1 loop
+    global_store_dword v1, v2, s[2:3]
+    s_endpgm
+"""
+
+
+@pytest.mark.parametrize("kind", ["core1", "core2"])
+def test_big_grid_preempted_many_times(kind):
+    """1100 workgroups: the core hands them out in chunks; preempted with both workers
+    inside a workgroup, two workgroups wait in the CSA and must come back one per
+    worker (a chunk holding both would leave no slot for the next save)."""
+    def run(r):
+        r.put(0, np.arange(1100 * 64, dtype=np.uint32))
+        return r.run(LOOP, (1100, 1, 1), (64, 1, 1), user_data=UD, sgprs=24, vgprs=4)
+    parts = assert_same_as_unpreempted(kind, run, [20000, 5000, 5000, 5000, 5000])
+    assert len(parts) == 6
+    assert all(1 <= len(p.resume.saved) <= (2 if kind == "core2" else 1) for p in parts[:-1])
+
+
+# SPIN with a counter per workgroup (at 0x80000), bumped on every turn of the spin.
+SPIN_COUNTING = SPIN.replace("""spin:
+""", """    s_lshl_b32 s7, s16, 2
+    v_mov_b32 v6, s7
+    global_atomic_add_u32 off, v2, v1, s[2:3], 0x104
+spin:
+    global_atomic_add_u32 off, v6, v1, s[2:3], 0x80000
+""")
+
+
+def test_two_saved_workgroups_come_back_one_per_worker():
+    """Two workers each spinning in a workgroup of a chunked grid are preempted: both
+    workgroups go to the CSA; on resume each worker takes one (their spin counters move
+    again), a second preemption saves both again, and the end result is that of a run
+    that never spun."""
+    def launch(r, **kw):
+        return r.run(SPIN_COUNTING, (1100, 1, 1), (64, 1, 1), user_data=UD, sgprs=24,
+                     vgprs=8, **kw)
+
+    def in_thread(fn):
+        out = []
+        t = threading.Thread(target=lambda: out.append(fn()))
+        t.start()
+        return t, out
+
+    def turns(r, wg):
+        return int(r.mem[0x80000 + 4 * wg:0x80004 + 4 * wg].view(np.uint32)[0])
+
+    def preempt(r, t):
+        while not r.engine.preempt():
+            threading.Event().wait(0.001)
+        t.join()
+
+    plain = rig("core2")
+    plain.mem[0x200] = 1
+    assert launch(plain).status == "ok"
+    r = rig("core2")
+    csa = np.zeros(compute.csa_bytes(2), np.uint8)
+    t, out = in_thread(lambda: launch(r, csa=csa))
+    while r.mem[0x104:0x108].view(np.uint32)[0] < 64:    # two workgroups' first waves
+        threading.Event().wait(0.001)
+    preempt(r, t)
+    first = out[0]
+    assert first.status == "preempted" and len(first.resume.saved) == 2
+    before = {wg: turns(r, wg) for wg, _ in first.resume.saved}
+    t, out = in_thread(lambda: launch(r, csa=csa, resume=first.resume))
+    while any(turns(r, wg) == n for wg, n in before.items()):
+        threading.Event().wait(0.001)
+    preempt(r, t)
+    second = out[0]
+    assert second.status == "preempted"
+    assert sorted(wg for wg, _ in second.resume.saved) == sorted(before)
+    assert second.counters["waves"] == 0        # nothing new was launched
+    r.mem[0x200] = 1
+    assert launch(r, csa=csa, resume=second.resume).status == "ok"
+    for m in (r.mem, plain.mem):
+        m[0x100:0x108] = 0
+        m[0x80000:0x80000 + 4 * 1100] = 0
+    assert r.mem.tobytes() == plain.mem.tobytes()

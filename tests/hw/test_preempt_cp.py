@@ -15,25 +15,12 @@ from vgpu import pm4 as P
 from vgpu.asm import assemble
 from vgpu.pm4 import Pm4Ib
 
+from .test_preempt_compute import LOOP
+
 IB, DATA, CODE = 0x100000, 0x200000, 0x300000
 
-# out[i] = out[i] * 3 + lid + wg, 9 times over, for i = wg * 64 + lid (at s[2:3]).
-KERNEL = assemble("""
-    s_lshl_b32 s5, s16, 6
-    v_add_u32 v1, v0, s5
-    v_lshl_b32 v1, v1, 2
-    global_load_dword v2, v1, s[2:3]
-    s_mov_b32 s6, 0
-loop:
-    v_mul_lo_u32 v2, v2, 3
-    v_add_u32 v2, v2, v0
-    v_add_u32 v2, v2, s16
-    s_add_u32 s6, s6, 1
-    s_cmp_lt_u32 s6, 9
-    s_cbranch_scc1 loop
-    global_store_dword v1, v2, s[2:3]
-    s_endpgm
-""")
+# test_preempt_compute's LOOP, 9 turns: out[i] = out[i] * 3 + lid + wg, 9 times over.
+KERNEL = assemble(LOOP.replace("s_cmp_lt_u32 s6, 100", "s_cmp_lt_u32 s6, 9"))
 
 IMPLS = {"core": (_core.PageTable, lambda ih: _core.ComputeEngine("comp", ih, threads=2)),
          "ref": (ref.PageTable, lambda ih: cu_ref.ComputeEngine("comp", ih))}
