@@ -5,8 +5,8 @@ the waves of a preempted dispatch (layout: docs/preemption.md, kmd/hw/compute.py
 Made the first time one of the context's jobs runs on a compute ring (csa_for), kept
 while the context lives, freed with it (free_csa): freeing waits, as for any BO, for
 the file's jobs in flight, so a preempted job never resumes from freed memory. The BO
-has no handle and no mmap offset: no client can map or read it. debugfs gem_info
-lists it under its client, as `ctx N csa`.
+has no handle and is not in the device's mmap table: no client can map or read it.
+debugfs gem_info lists it under its client, as `ctx N csa`.
 """
 from __future__ import annotations
 
