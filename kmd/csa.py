@@ -30,11 +30,14 @@ def csa_for(dev, ctx):
     a CSA: the engine then keeps the state in host memory)."""
     with dev.lock:
         if ctx.csa is None:
-            ctx.csa = _create(dev)
+            ctx.csa = _create(dev, ctx)
         return ctx.csa.storage
 
 
-def _create(dev) -> BufferObject:
+def _create(dev, ctx) -> BufferObject:
+    """The BO, counted to the process whose context it serves (as amdgpu counts a
+    context's CSA to the process's VM): its pid in trace and timeline records."""
+    owner = next((f for f in dev.files.values() if f.contexts.get(ctx.id) is ctx), None)
     why = "no domain"
     for domain in (uapi.AMDGPU_GEM_DOMAIN_VRAM, uapi.AMDGPU_GEM_DOMAIN_GTT):
         try:
@@ -45,8 +48,11 @@ def _create(dev) -> BufferObject:
     else:
         dev.kmsg.log(f"out of memory: cannot allocate a {CSA_BYTES}-byte context save area: {why}")
         raise MemoryError(why)
-    return BufferObject(CSA_BYTES, PAGE_SIZE, uapi.AMDGPU_GEM_DOMAIN_VRAM, 0, placement,
-                        dev.memory.storage(placement), os.getuid(), 0)
+    bo = BufferObject(CSA_BYTES, PAGE_SIZE, uapi.AMDGPU_GEM_DOMAIN_VRAM, 0, placement,
+                      dev.memory.storage(placement), os.getuid(), owner.pid if owner else 0)
+    if dev.trace.on and owner is not None:
+        dev.trace.bo_create(owner, bo, dev.memory)
+    return bo
 
 
 def free_csa(dev, f, ctx) -> None:

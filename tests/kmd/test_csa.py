@@ -36,3 +36,9 @@ def test_csa_freed_when_the_file_closes(dev, client):
     dev.close_file(client)
     assert dev.memory.vram_allocator.used == used
     dev.check_invariants()
+
+
+def test_csa_counted_to_its_client(dev, client):
+    ctx = client.contexts[alloc(dev, client)]
+    csa.csa_for(dev, ctx)
+    assert ctx.csa.owner_pid == client.pid
