@@ -341,3 +341,29 @@ def test_random_monte_carlo_pi():
     run(build(K.pi_darts), 4, 64, states, per_thread, hits, engine="cython")
     pi = 4.0 * hits[0] / (threads * per_thread)
     assert abs(pi - math.pi) < 0.06, pi           # 10,240 darts: sigma ~0.016
+
+
+@pytest.mark.parametrize("executor", ["reference", "cython"])
+def test_bitwise_and_wrapping_atomics(executor):
+    # umd.atomic.and_/or_/xor/inc/dec were "not supported" compile errors before
+    flags = np.array([0, 0xFFFFFFFF, 0, 0], np.uint32)
+    masks = np.zeros(2, np.int64)
+    counters = np.array([0, 500, 0], np.uint32)
+    wide = np.array([0xFF], np.uint64)
+    olds = np.zeros(96, np.uint32)
+    run(build(K.bit_atomics), 3, 32, flags, masks, counters, wide, olds, engine=executor)
+    x = 0
+    for i in range(96):
+        x ^= i
+    assert flags.tolist() == [0xFFFFFFFF, 0, x, 0xFFFFFFFF]
+    even = odd = 0
+    for i in range(96):
+        (even, odd) = (even | (1 << (i % 64)), odd) if i % 2 == 0 else (even, odd | (1 << (i % 64)))
+    assert masks.view(np.uint64).tolist() == [even, odd]
+    assert sorted(olds.tolist()) == sorted([k % 10 for k in range(96)])    # inc wraps past 9
+    assert counters[0] == 96 % 10 and counters[1] == 500 - 96
+    w = 0xFF
+    for i in range(96):
+        w ^= i << 40
+    assert int(wide[0]) == w
+    assert counters[2] == 96 and flags[3] == 0xFFFFFFFF

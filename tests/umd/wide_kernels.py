@@ -346,3 +346,28 @@ def pi_darts(states: umd.random.xoroshiro128p_type, per_thread: i32, hits: int32
             if x * x + y * y <= 1.0:
                 inside += 1
         umd.atomic.add(hits, 0, inside)
+
+
+@umd.jit
+def bit_atomics(flags: u32[:], masks: int64[:], counters: u32[:], wide: uint64[:], olds: u32[:]):
+    # Numba's atomic.and_/or_/xor/inc/dec, on global and shared arrays, 32 and 64 bits
+    i = umd.grid(1)
+    t = umd.threadIdx.x
+    sh = umd.shared.array(4, u32)
+    if t < 4:
+        sh[t] = 0
+    umd.syncthreads()
+    if i < 96:
+        umd.atomic.or_(flags, 0, u32(1) << u32(i % 32))
+        umd.atomic.and_(flags, 1, ~(u32(1) << u32(i % 32)))
+        umd.atomic.xor(flags, 2, u32(i))
+        umd.atomic.or_(masks, i % 2, int64(1) << int64(i % 64))
+        olds[i] = umd.atomic.inc(counters, 0, u32(9))
+        umd.atomic.dec(counters, 1, u32(1000))
+        umd.atomic.xor(wide, 0, uint64(i) << uint64(40))
+        umd.atomic.inc(sh, 0, u32(1 << 30))
+        umd.atomic.or_(sh, 1, u32(1) << u32(t % 32))
+    umd.syncthreads()
+    if t == 0:
+        umd.atomic.add(counters, 2, sh[0])
+        umd.atomic.or_(flags, 3, sh[1])

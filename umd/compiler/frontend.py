@@ -83,7 +83,12 @@ _CONSTRUCTS = {ast.ListComp: "a list comprehension", ast.SetComp: "a set compreh
 _ALL = (i32, u32, f32, i64, u64, f64)
 ATOMIC_TYPES = {"add": _ALL, "sub": _ALL, "min": _ALL, "max": _ALL, "nanmin": _ALL, "nanmax": _ALL,
                 "exch": _ALL, "cas": (i32, u32, i64, u64),
-                "compare_and_swap": (i32, u32, i64, u64)}
+                "compare_and_swap": (i32, u32, i64, u64), "and_": (i32, u32, i64, u64),
+                "or_": (i32, u32, i64, u64), "xor": (i32, u32, i64, u64), "inc": (u32, u64),
+                "dec": (u32, u64)}
+# The atomics the vISA has no instruction for: compare-and-swap loops in libdevice.py,
+# as CUDA compilers build the ones their hardware lacks.
+_CAS_LOOP_ATOMICS = {"and_": 0, "or_": 1, "xor": 2, "inc": 3, "dec": 4}   # libdevice.atomic_update
 WAVE_SIZE = K.warpsize            # lanes per wave (vgpu.isa.WAVE_SIZE)
 _ISA_ATOMIC = {"add": "add", "sub": "add", "min": "min", "max": "max", "nanmin": "min",
                "nanmax": "max", "exch": "xchg", "cas": "cas", "compare_and_swap": "cas"}
@@ -1132,8 +1137,8 @@ class FunctionLowering:
             raise self.error(node, f"bitwise operator on a float ({op})")
         if op in ("shl", "shr"):
             t = a.type if a.type != bool_ else i32
-            if isinstance(a, ir.Const) and not isinstance(b, ir.Const):
-                t = i32
+            if isinstance(a, ir.Const) and not isinstance(b, ir.Const) and not a.type.wide:
+                t = i32         # (an explicit int64(1) << n stays 64-bit)
         a, b = self.convert(a, t, node), self.convert(b, t, node)
         if op in ("floordiv", "mod"):
             if t.is_float:
@@ -1585,6 +1590,11 @@ class FunctionLowering:
         if lds and elem.wide:
             raise self.error(node, f"{qualname} on a shared array of {elem!r}: the vISA has no 64-bit "
                              "LDS atomics; use a global array")
+        if kind in _CAS_LOOP_ATOMICS:
+            self.check_value(args[2], node)
+            value = self.convert(args[2], elem, node)
+            return self.library("atomic_update", [arr, args[1], value,
+                                                  ir.Const(_CAS_LOOP_ATOMICS[kind], i32)], node)
         if kind == "compare_and_swap":
             idx, vals = ir.Const(0, i32), args[1:]
         else:
