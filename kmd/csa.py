@@ -50,6 +50,8 @@ def _create(dev, ctx) -> BufferObject:
         raise MemoryError(why)
     bo = BufferObject(CSA_BYTES, PAGE_SIZE, uapi.AMDGPU_GEM_DOMAIN_VRAM, 0, placement,
                       dev.memory.storage(placement), os.getuid(), owner.pid if owner else 0)
+    bo.pin_count = 1          # a kernel BO the engines save into: never evicted (amdgpu_bo_create_kernel pins)
+    dev.residency.added(bo)
     if dev.trace.on and owner is not None:
         dev.trace.bo_create(owner, bo, dev.memory)
     return bo
