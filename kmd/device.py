@@ -56,12 +56,15 @@ class Device:
     """The KMD of one virtual GPU."""
 
     def __init__(self, vram_size: int = 512 * MiB, gtt_size: int = 1024 * MiB, timeout: float = 2.0,
-                 shm_dir: str | None = None, limits: Limits | None = None, huge_pages: bool = False):
+                 shm_dir: str | None = None, limits: Limits | None = None, huge_pages: bool = False,
+                 cache_model: bool = False):
         """Raises kmd.shmem.StoreError when the BO store (a tmpfs under ``shm_dir``,
         default /dev/shm) cannot hold VRAM + GTT. ``limits``: the object caps per
         file and per device (kmd/limits.py; the defaults when None). ``huge_pages``:
         BO files on a private huge-page tmpfs when root (kmd/shmem.py; the daemon's
-        default)."""
+        default). ``cache_model``: the compute engines share a write-back L2 that
+        RELEASE_MEM / ACQUIRE_MEM must flush and invalidate (docs/cache.md); off,
+        compute memory is coherent with the CPU and SDMA."""
         self.lock = threading.RLock()
         self.kmsg = KernelLog()
         self.trace = Tracer()  # tracepoints and timeline recordings (kmd/trace.py)
@@ -91,16 +94,18 @@ class Device:
             ring = Ring(self, f"sdma{i}", uapi.AMDGPU_HW_IP_DMA, i, len(self.rings),
                         hw.SdmaEngine(f"sdma{i}", self.ih))
             self.rings[(ring.ip_type, i)] = ring
+        self.l2 = hw.L2Cache() if cache_model else None
         for i in range(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE]):
             ring = Ring(self, f"comp_0.{i}", uapi.AMDGPU_HW_IP_COMPUTE, i, len(self.rings),
-                        CommandProcessor(f"comp_0.{i}", self.ih))
+                        CommandProcessor(f"comp_0.{i}", self.ih, l2=self.l2))
             self.rings[(ring.ip_type, i)] = ring
         self.coredumps = _devcoredump.CoredumpStore()  # MOUNT/sys/class/devcoredump/
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
         self.irq = InterruptHandler(self)
         self.busy_meter = _sysfs.BusyMeter(self)
         self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
-                      f"ring timeout {timeout:g} s")
+                      f"ring timeout {timeout:g} s"
+                      + (f", L2 cache model {self.l2.size // MiB} MiB" if self.l2 is not None else ""))
         self.limiter = Limiter(limits or Limits(), self.kmsg, bo_count=lambda: self.memory.bo_count,
                                bo_bound=lambda: self.memory.store.max_bos)
         if self.limiter.limits.changes():

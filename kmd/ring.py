@@ -13,7 +13,7 @@ import errno
 import threading
 import time
 
-from vgpu import uapi
+from vgpu import pm4, uapi
 
 from . import hw, perf, userptr
 from .fence import Fence
@@ -149,7 +149,14 @@ class Ring:
         with self._cv:
             self._deadline = job.started_at + self.dev.timeout
             self._cv.notify_all()  # arm the watchdog
+        # With an L2 model, the job runs in amdgpu's frame of cache actions: the
+        # ACQUIRE_MEM gfx_v9_0_emit_mem_sync puts before the IBs, and the write-back
+        # and invalidate of the fence's RELEASE_MEM (gfx_v9_0_ring_emit_fence), even
+        # after a fault, so a waiter on the fence sees what the job wrote (docs/cache.md).
+        l2_frame = getattr(self.engine, "l2", None) is not None
         try:
+            if l2_frame:
+                perf.add(job.counters, self.engine.cache_sync(pm4.acquire_mem_l2_actions(pm4.ACQUIRE_WB_INV)))
             for va, size_dw in job.ibs:
                 job.result = self.engine.run(job.file.vm.page_table, va, size_dw, job.ctx.id, self.ring_id)
                 perf.add(job.counters, perf.ib_counters(self.kind, job.result))
@@ -159,6 +166,8 @@ class Ring:
             job.error = errno.EIO
             self.dev.kmsg.log(f"ring {self.name}: engine error {e!r} in job {job.id}")
         finally:
+            if l2_frame:
+                perf.add(job.counters, self.engine.cache_sync(pm4.release_mem_l2_actions(pm4.RELEASE_WB_INV)))
             job.ended_at = time.monotonic()
             self.busy_time += job.ended_at - job.started_at
             self.jobs_done += 1

@@ -97,6 +97,16 @@ def engine_files(dev) -> dict:
             for r in dev.rings.values()}
 
 
+def cache_file(dev) -> str:
+    """vgpu_cache: `model none` without the L2 model (vgpu mount --cache-model), else
+    `model l2`, its size and line in bytes and its counters since the device started
+    (docs/cache.md), one `name value` a line."""
+    if dev.l2 is None:
+        return "model none\n"
+    lines = {"model": "l2", "size": dev.l2.size, "line": 128, **dev.l2.counters()}
+    return "".join(f"{k} {v}\n" for k, v in lines.items())
+
+
 def files(dev) -> dict:
     m = dev.memory
     meter = dev.busy_meter
@@ -116,4 +126,5 @@ def files(dev) -> dict:
         "mem_info_gtt_used": lambda: f"{m.gtt_used}\n",
         "gpu_busy_percent": lambda: f"{meter.percent()}\n",
         "vgpu_engines": engine_files(dev),
+        "vgpu_cache": lambda: cache_file(dev),
     }

@@ -1,7 +1,8 @@
 """The device options of `vgpu mount` and `python3 -m vdev.daemon`, defined once
 (docs/vdev.md, "Mounting and the daemon"): who may open the device nodes
-(`--mode`, `--render-mode`, `--group`) and the object limits (`--max-bos`,
-`--max-bos-per-file`, ..., kmd/limits.py). `vgpu mount` passes what it was given
+(`--mode`, `--render-mode`, `--group`), the object limits (`--max-bos`,
+`--max-bos-per-file`, ..., kmd/limits.py) and the hardware models (`--cache-model`,
+docs/cache.md). `vgpu mount` passes what it was given
 on to the daemon (`device_argv`). Light: no FUSE, no trio.
 """
 from __future__ import annotations
@@ -64,6 +65,10 @@ def add_device_options(p: argparse.ArgumentParser) -> None:
     nodes.add_argument("--group", default=DEFAULT_GROUP, metavar="GROUP",
                        help="group of both nodes, a name or a number (default video; "
                             "root if there is no group video)")
+    hardware = p.add_argument_group("hardware models")
+    hardware.add_argument("--cache-model", action="store_true",
+                          help="give the compute engines a write-back L2 cache that RELEASE_MEM / "
+                               "ACQUIRE_MEM must write back and invalidate (docs/cache.md; off by default)")
     limits = p.add_argument_group("object limits (docs/kmd.md, \"Limits\")")
     defaults = Limits()
     for name in Limits.names():
@@ -100,6 +105,8 @@ def device_argv(args) -> list[str]:
         argv += ["--render-mode", f"{args.render_mode:04o}"]
     if args.group != DEFAULT_GROUP:
         argv += ["--group", args.group]
+    if getattr(args, "cache_model", False):
+        argv.append("--cache-model")
     for name in Limits.names():
         value = getattr(args, name, None)
         if value is not None:
