@@ -207,3 +207,67 @@ def control64(n: i64, x: f64[:], out: f64[:], cnt: i64[:]):
         old = umd.atomic.add(cnt, 0, i64(1))
         if old < 0:
             out[i] = 1e300
+
+
+@umd.jit
+def transcendentals64(x: f64[:], y: f64[:], out: f64[:, :]):
+    # Numba-style float64 math: each result is float64 and must be float64-accurate
+    i = umd.grid(1)
+    if i < x.size:
+        v = x[i]
+        out[0, i] = math.exp(v)
+        out[1, i] = math.exp2(v)
+        out[2, i] = math.log(v)
+        out[3, i] = math.log2(v)
+        out[4, i] = math.log10(v)
+        out[5, i] = math.sin(v)
+        out[6, i] = math.cos(v)
+        out[7, i] = math.tanh(v)
+        out[8, i] = math.pow(v, y[i])
+        out[9, i] = v ** y[i]
+
+
+@umd.jit
+def int_powers64(a: int64[:], b: int64[:], x: f64[:], out_i: int64[:], out_f: f64[:]):
+    i = umd.grid(1)
+    if i < a.size:
+        out_i[i] = a[i] ** b[i]
+        out_f[i] = x[i] ** b[i]
+
+
+@umd.jit
+def minmax_exch_cas64(x: f64[:], k: int64[:], u: uint64[:], fo: f64[:], io: int64[:], uo: uint64[:],
+              olds: int64[:]):
+    # Numba's atomics on 64-bit arrays: min/max (and the nan- forms) on float64, int64
+    # and uint64, exch, and a compare-and-swap loop that builds a 64-bit maximum
+    i = umd.grid(1)
+    if i < x.size:
+        umd.atomic.max(fo, 0, x[i])
+        umd.atomic.min(fo, 1, x[i])
+        umd.atomic.nanmax(fo, 2, x[i])
+        umd.atomic.max(io, 0, k[i])
+        umd.atomic.min(io, 1, k[i])
+        umd.atomic.max(uo, 0, u[i])
+        umd.atomic.min(uo, 1, u[i])
+        olds[i] = umd.atomic.exch(io, 2, k[i])
+        # CAS loop: io[3] = max over i of k[i] ^ 0x5555 (as Numba programs do it)
+        want = k[i] ^ 0x5555
+        old = io[3]
+        while old < want:
+            seen = umd.atomic.cas(io, 3, old, want)
+            if seen == old:
+                break
+            old = seen
+
+
+@umd.jit
+def cas_counter64(counter: uint64[:], n: int64):
+    # every thread adds its index with compare_and_swap on counter[0] (a 64-bit sum)
+    i = umd.grid(1)
+    if i < n:
+        old = counter[0]
+        while True:
+            seen = umd.atomic.compare_and_swap(counter, old, old + uint64(i) * uint64(4294967296))
+            if seen == old:
+                break
+            old = seen
