@@ -20,6 +20,7 @@ from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _s
 from .drm_file import DrmFile
 from .errors import KmdError
 from .fence import Fence
+from .heartbeat import Heartbeat
 from .gem import DOMAIN_NAMES, BufferObject
 from .hw.cp import CommandProcessor
 from .ioctl import PendingReply, dispatch, request_name
@@ -57,19 +58,22 @@ class Device:
 
     def __init__(self, vram_size: int = 512 * MiB, gtt_size: int = 1024 * MiB, timeout: float = 2.0,
                  shm_dir: str | None = None, limits: Limits | None = None, huge_pages: bool = False,
-                 cache_model: bool = False):
+                 sched: _sched.SchedOptions | None = None, cache_model: bool = False):
         """Raises kmd.shmem.StoreError when the BO store (a tmpfs under ``shm_dir``,
         default /dev/shm) cannot hold VRAM + GTT. ``limits``: the object caps per
         file and per device (kmd/limits.py; the defaults when None). ``huge_pages``:
         BO files on a private huge-page tmpfs when root (kmd/shmem.py; the daemon's
-        default). ``cache_model``: the compute engines share a write-back L2 that
-        RELEASE_MEM / ACQUIRE_MEM must flush and invalidate (docs/cache.md); off,
-        compute memory is coherent with the CPU and SDMA."""
+        default). ``sched``: preemption, time slicing and the heartbeat
+        (kmd.sched.SchedOptions; the defaults when None, docs/preemption.md).
+        ``cache_model``: the compute engines share a write-back L2 that RELEASE_MEM /
+        ACQUIRE_MEM must write back and invalidate (docs/cache.md); off, compute
+        memory is coherent with the CPU and SDMA."""
         self.lock = threading.RLock()
         self.kmsg = KernelLog()
         self.trace = Tracer()  # tracepoints and timeline recordings (kmd/trace.py)
         self.memory = DeviceMemory(vram_size, gtt_size, shm_dir, huge_pages)
         self.timeout = timeout
+        self.sched_opts = sched or _sched.SchedOptions()
         self.files: dict[int, DrmFile] = {}
         self.bos_by_offset: dict[int, BufferObject] = {}
         self.sync_tokens = _syncobj.SyncTokens()  # MOUNT/sync/<token-hex>
@@ -92,20 +96,24 @@ class Device:
         self.rings: dict[tuple[int, int], Ring] = {}
         for i in range(2):
             ring = Ring(self, f"sdma{i}", uapi.AMDGPU_HW_IP_DMA, i, len(self.rings),
-                        hw.SdmaEngine(f"sdma{i}", self.ih))
+                        hw.SdmaEngine(f"sdma{i}", self.ih), self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring
         self.l2 = hw.L2Cache() if cache_model else None
         for i in range(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE]):
             ring = Ring(self, f"comp_0.{i}", uapi.AMDGPU_HW_IP_COMPUTE, i, len(self.rings),
-                        CommandProcessor(f"comp_0.{i}", self.ih, l2=self.l2))
+                        CommandProcessor(f"comp_0.{i}", self.ih, l2=self.l2), self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring
         self.coredumps = _devcoredump.CoredumpStore()  # MOUNT/sys/class/devcoredump/
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
         self.irq = InterruptHandler(self)
         self.busy_meter = _sysfs.BusyMeter(self)
+        o = self.sched_opts
         self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
-                      f"ring timeout {timeout:g} s"
+                      f"ring timeout {timeout:g} s, {o.describe()}, heartbeat "
+                      + (f"every {o.heartbeat * 1e3:g} ms (hung after {o.heartbeat_misses} missed pulses)"
+                         if o.heartbeat else "off")
                       + (f", L2 cache model {self.l2.size // MiB} MiB" if self.l2 is not None else ""))
+        self.heartbeat = Heartbeat(self.rings.values(), o.heartbeat, o.heartbeat_misses)
         self.limiter = Limiter(limits or Limits(), self.kmsg, bo_count=lambda: self.memory.bo_count,
                                bo_bound=lambda: self.memory.store.max_bos)
         if self.limiter.limits.changes():
@@ -419,8 +427,12 @@ class Device:
             if r.status == "aborted":
                 job.error = errno.ETIME
                 ctx.hangs += 1
-                self.kmsg.log(f"ring {ring.name} timeout, signaled seq={ring.signaled_seq}, "
-                              f"emitted seq={ring.hw_emitted}")
+                if job.hung_by == "heartbeat":
+                    self.kmsg.log(f"ring {ring.name} hung (stopped heartbeat), signaled seq={ring.signaled_seq}, "
+                                  f"emitted seq={ring.hw_emitted}")
+                else:
+                    self.kmsg.log(f"ring {ring.name} timeout, signaled seq={ring.signaled_seq}, "
+                                  f"emitted seq={ring.hw_emitted}")
                 self.kmsg.log(f"Process information: process {f.comm} pid {f.pid} thread {f.comm} "
                               f"pid {f.pid}, job {job.id} {who}")
                 n = self._crash_dump(ring, job, who)
@@ -514,6 +526,7 @@ class Device:
 
     def shutdown(self) -> None:
         """Stop the rings and the interrupt handler, remove the BO files (daemon exit, tests)."""
+        self.heartbeat.stop()
         for ring in self.rings.values():
             ring.stop()
         self.irq.stop()

@@ -22,7 +22,7 @@ import sys
 import pyfuse3
 import trio
 
-from .options import add_device_options, limits_from, permissions_from
+from .options import add_device_options, limits_from, permissions_from, sched_from
 
 log = logging.getLogger("vgpu.daemon")
 
@@ -74,12 +74,13 @@ async def _stop_on_signal() -> None:
 
 
 def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | None = None,
-          limits=None, perms=None, huge_pages: bool = True, cache_model: bool = False) -> int:
+          limits=None, perms=None, huge_pages: bool = True, sched=None, cache_model: bool = False) -> int:
     """Mount the device tree at ``mountpoint`` and serve it until unmounted or signalled.
     ``limits``: kmd.limits.Limits; ``perms``: vdev.options.NodePermissions, the modes
     and group of the device nodes (the defaults when None); ``huge_pages``: BO files
-    on a private huge-page tmpfs when root (kmd/shmem.py); ``cache_model``: the L2
-    cache model (docs/cache.md).
+    on a private huge-page tmpfs when root (kmd/shmem.py); ``sched``: kmd.sched.SchedOptions
+    (preemption, time slicing, heartbeat; the defaults when None); ``cache_model``: the
+    L2 cache model (docs/cache.md).
     Returns 1 without mounting when the BO store cannot be set up (logged)."""
     from kmd.device import Device  # imported here so `vgpu --help` stays light
     from kmd.shmem import StoreError
@@ -88,7 +89,7 @@ def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | N
 
     try:
         dev = Device(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir, limits=limits,
-                     huge_pages=huge_pages, cache_model=cache_model)
+                     huge_pages=huge_pages, sched=sched, cache_model=cache_model)
     except StoreError as e:
         log.error("cannot start: %s", e.strerror)
         return 1
@@ -124,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         perms = permissions_from(args)
     except ValueError as e:
         p.error(f"--group: {e}")
+    try:
+        sched = sched_from(args)
+    except ValueError as e:
+        p.error(f"scheduling options: {e}")
     return serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout, args.shm_dir,
-                 limits=limits_from(args), perms=perms, huge_pages=not args.no_huge_pages,
+                 limits=limits_from(args), perms=perms, huge_pages=not args.no_huge_pages, sched=sched,
                  cache_model=args.cache_model)
 
 
