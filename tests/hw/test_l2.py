@@ -444,3 +444,23 @@ def test_two_worker_threads_share_the_l2(name):
     plain = Rig(cu_ref.ComputeEngine, ref.PageTable)
     SAMPLE_RUNS[name](plain)
     assert rig.mem.tobytes() == plain.mem.tobytes()
+
+
+@pytest.mark.parametrize("name", ["vector_add", "matmul_tiled"])
+def test_preempted_dispatch_through_the_l2(impl, name):
+    """A dispatch preempted (docs/preemption.md) and resumed keeps going through the
+    same L2: once written back, memory is the unpreempted run's, and the parts'
+    counters add up to the same requests."""
+    from kmd.hw import compute
+    from .preempting import Preempting
+    whole = CachedRig(impl)
+    r0 = SAMPLE_RUNS[name](whole)
+    cut = CachedRig(impl)
+    cut.engine = Preempting(cut.engine, [5, 60, 0, 333], np.zeros(compute.csa_bytes(2), np.uint8))
+    r1 = SAMPLE_RUNS[name](cut)
+    assert r0.status == r1.status == "ok" and len(cut.engine.parts) >= 3
+    for name_ in ("l2_hits", "l2_misses"):
+        assert sum(p.counters[name_] for p in cut.engine.parts) == r0.counters[name_]
+    for rig in (whole, cut):
+        rig.l2.sync(WB_INV)
+    assert cut.mem.tobytes() == whole.mem.tobytes()
