@@ -5,6 +5,8 @@ The jobs that keep a ring busy poll a dword the test writes (SDMA POLL_REGMEM), 
 what runs when is decided by the test, never by a sleep being long enough; the
 checks are orders and results, never durations."""
 import errno
+import json
+import re
 import struct
 import time
 
@@ -277,3 +279,42 @@ def test_invalid_options():
     for bad in ({"timeslice": -1}, {"heartbeat": -0.5}, {"heartbeat_misses": 0}):
         with pytest.raises(ValueError):
             sched.SchedOptions(**bad)
+
+
+# -- what shows a preemption: tracepoints and the timeline ---------------------------------
+@needs_preempt
+def test_tracepoints_and_timeline_show_the_preemption(devs):
+    from vgpu_tools import timeline
+    from .test_trace import FIELDS, enable_all, parse
+    dev = devs()
+    s = Setup(dev, root(dev))
+    pipe = dev.trace.open_pipe()
+    enable_all(dev)
+    rec = dev.open_timeline()
+    low, high = new_ctx(s, LOW), new_ctx(s, HIGH)
+    lo = spin_then_fill(s, 0, 1, low)
+    until(lambda: running(dev, lo), "the LOW job runs")
+    hi = s.submit(SdmaIb().write_linear(VA_B + 4, [2]), ctx=high)
+    assert s.wait(hi) == 0
+    set_flag(s, 0)
+    assert s.wait(lo) == 0
+    job_lo = ring(dev).history[0][0]
+    events = parse(pipe.read(1 << 20).decode())
+    mine = [e for e in events if e["event"] in ("vgpu_job_preempt", "vgpu_job_resume")]
+    assert [e["event"] for e in mine] == ["vgpu_job_preempt", "vgpu_job_resume"]
+    for e in mine:
+        assert re.fullmatch(FIELDS[e["event"]], e["fields"]), e
+    assert mine[0]["fields"].startswith(f"sched_job={job_lo}, ring_name=sdma0, seqno={lo}, reason=priority")
+    assert mine[1]["fields"] == f"sched_job={job_lo}, ring_name=sdma0, seqno={lo}, preemptions=1"
+    runs = [e for e in events if e["event"] == "drm_run_job" and f"id={job_lo}," in e["fields"]]
+    assert len(runs) == 1                      # a resumed run is not a new drm_run_job
+    records = [json.loads(line) for line in rec.read(1 << 22).decode().splitlines()]
+    rec.close()
+    trace = timeline.build(records)["traceEvents"]
+    spans = [e for e in trace if e.get("cat") == "job" and e["args"]["job"] == job_lo]
+    assert [e["name"].endswith("(resumed)") for e in spans] == [False, True]
+    assert spans[0]["args"]["preempted_by"] == "priority" and spans[1]["args"]["run"] == "2 of 2"
+    assert spans[0]["ts"] + spans[0]["dur"] <= spans[1]["ts"]
+    hi_span = next(e for e in trace if e.get("cat") == "job" and e["args"]["seq"] == hi)
+    assert spans[0]["ts"] + spans[0]["dur"] <= hi_span["ts"] <= spans[1]["ts"]  # HIGH ran in the gap
+    assert any(e.get("ph") == "i" and e["name"] == "preempted (priority)" for e in trace)
