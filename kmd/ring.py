@@ -194,8 +194,10 @@ class Ring:
             failed_dep = next((d for d in job.deps if d.error), None)
             if failed_dep is not None and not job.error:
                 job.error = errno.ECANCELED  # drm_sched skips jobs whose dependency failed
-            if job.error:
-                return False
+        if job.error:  # cancelled (a reset, its file closed), maybe while it waited preempted
+            if job.result is not None and job.result.status == "preempted":
+                job.result = None  # its saved state is dropped: it never resumes
+            return False
         err = userptr.begin_job(self.dev, job)  # copy in its userptr BOs' pages (kmd/userptr.py)
         if err:
             job.error = err

@@ -119,6 +119,24 @@ def test_a_high_job_preempts_a_running_low_job_which_resumes_and_completes(devs)
     assert "preemptions:  1 (priority 1)" in text and f"last preempted: job {job_lo}" in text
 
 
+@needs_preempt
+def test_a_preempted_job_whose_file_closes_is_dropped_not_resumed(devs):
+    dev = devs()
+    s1, s2 = Setup(dev, root(dev)), Setup(dev, root(dev))
+    lo = spin_then_fill(s1, 0, 1, new_ctx(s1, LOW))
+    until(lambda: running(dev, lo), "the LOW job runs")
+    hi = spin_then_fill(s2, 0, 2, new_ctx(s2, HIGH))      # preempts it, and holds the ring
+    until(lambda: running(dev, hi), "the HIGH job runs")
+    low_fence = fence_of(dev, lo)
+    dev.close_file(s1.f)
+    set_flag(s2, 0)
+    assert s2.wait(hi) == 0
+    until(lambda: low_fence.signaled, "the dropped job's fence signals")
+    assert low_fence.error != 0
+    job_lo = ring(dev).history[0][0]
+    assert [j for j, _ in ring(dev).history].count(job_lo) == 1   # never resumed
+
+
 def test_a_normal_job_does_not_preempt_a_low_one(devs):
     """Only HIGH (or the KERNEL pulse) preempts; a NORMAL job waits for the job boundary."""
     dev = devs(timeslice=0)
