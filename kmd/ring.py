@@ -239,6 +239,7 @@ class Ring:
             job.run_time += end - start
             job.segment_start = None
             self.busy_time += end - start
+            self.perf.ran(start, end)
             if not preempted:
                 job.ended_at = end
                 self.jobs_done += 1
