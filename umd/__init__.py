@@ -11,7 +11,7 @@
 Runtime: Device, memory pool, SDMA copies, streams, events, kernel launch, debug
 switches (this half). Kernel compiler: umd.kernel, umd.types, umd.compiler.
 """
-from . import debug, memcheck
+from . import debug, memcheck, random
 from .array import DeviceArray, empty, empty_like, full, to_device, zeros
 from .copy import memcpy_dtod, memcpy_dtoh, memcpy_htod, memset, memset_d32
 from .device import Device, get_device, set_device, synchronize

@@ -76,7 +76,8 @@ class MathNamespace(Namespace):
     FUNCTIONS = ("exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tanh",
                  "fabs", "fmin", "fmax", "floor", "ceil", "trunc", "pow", "copysign", "isnan",
                  "isinf", "isfinite", "tan", "atan", "atan2", "asin", "acos", "sinh", "cosh",
-                 "asinh", "acosh", "atanh", "hypot", "expm1", "log1p", "radians", "degrees")
+                 "asinh", "acosh", "atanh", "hypot", "expm1", "log1p", "radians", "degrees",
+                 "erf")
 
     def __init__(self) -> None:
         super().__init__("umd.math", "math", self.FUNCTIONS)
@@ -96,7 +97,8 @@ local = Namespace("umd.local", "local", ("array",))             # local.array(sh
 syncthreads = Intrinsic("syncthreads", "umd.syncthreads")
 fma = Intrinsic("math.fma", "umd.fma")                          # fma(a, b, c): v_fma_f32
 atomic = Namespace("umd.atomic", "atomic", ("add", "sub", "min", "max", "nanmin", "nanmax",
-                                             "exch", "cas", "compare_and_swap"))
+                                             "exch", "cas", "compare_and_swap", "and_", "or_",
+                                             "xor", "inc", "dec"))
 atomic_add = Intrinsic("atomic.add", "umd.atomic_add")          # (array, index, value) -> old
 atomic_max = Intrinsic("atomic.max", "umd.atomic_max")          # (array, index, value) -> old
 atomic_cas = Intrinsic("atomic.cas", "umd.atomic_cas")          # (array, index, cmp, value) -> old

@@ -545,3 +545,24 @@ def test_device_array_views_as_numpy_and_numba_have_them(vgpu_mount):
     assert "views ok" in r.stdout
     assert "reshape: reshape of a view that is not C-contiguous" in r.stdout
     assert "fancy: DeviceArray indexes with integers, slices" in r.stdout
+
+
+def test_random_states_on_a_device(vgpu_mount):
+    # umd.random as numba.cuda.random is used: states made on the host, copied to the
+    # device, advanced by each launch (a second launch continues the sequences)
+    r = ok(client("""
+        from tests.umd import wide_kernels as K
+        from umd.random import create_xoroshiro128p_states
+        states = create_xoroshiro128p_states(512, seed=3)
+        assert states.shape == (512, 2) and states.dtype == np.uint64
+        first = states.copy_to_host()
+        hits = umd.to_device(np.zeros(1, np.int32))
+        K.pi_darts[8, 64](states, 100, hits)
+        after_one = states.copy_to_host()
+        K.pi_darts[8, 64](states, 100, hits)
+        assert (after_one != first).all() and (states.copy_to_host() != after_one).all()
+        pi = 4.0 * hits.copy_to_host()[0] / (2 * 512 * 100)
+        print(f"pi {pi:.4f}")
+        assert abs(pi - np.pi) < 0.03, pi
+    """, vgpu_mount))
+    assert "pi 3.1" in r.stdout

@@ -60,7 +60,7 @@ _PY_MATH = {getattr(pymath, n): r for n, r in (
     ("isfinite", "isfinite"), ("tan", "tan"), ("atan", "atan"), ("atan2", "atan2"),
     ("asin", "asin"), ("acos", "acos"), ("sinh", "sinh"), ("cosh", "cosh"), ("asinh", "asinh"),
     ("acosh", "acosh"), ("atanh", "atanh"), ("hypot", "hypot"), ("expm1", "expm1"),
-    ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"))}
+    ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"), ("erf", "erf"))}
 _NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32, np.float64: f64, np.int64: i64,
                 np.uint64: u64}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
@@ -83,7 +83,12 @@ _CONSTRUCTS = {ast.ListComp: "a list comprehension", ast.SetComp: "a set compreh
 _ALL = (i32, u32, f32, i64, u64, f64)
 ATOMIC_TYPES = {"add": _ALL, "sub": _ALL, "min": _ALL, "max": _ALL, "nanmin": _ALL, "nanmax": _ALL,
                 "exch": _ALL, "cas": (i32, u32, i64, u64),
-                "compare_and_swap": (i32, u32, i64, u64)}
+                "compare_and_swap": (i32, u32, i64, u64), "and_": (i32, u32, i64, u64),
+                "or_": (i32, u32, i64, u64), "xor": (i32, u32, i64, u64), "inc": (u32, u64),
+                "dec": (u32, u64)}
+# The atomics the vISA has no instruction for: compare-and-swap loops in libdevice.py,
+# as CUDA compilers build the ones their hardware lacks.
+_CAS_LOOP_ATOMICS = {"and_": 0, "or_": 1, "xor": 2, "inc": 3, "dec": 4}   # libdevice.atomic_update
 WAVE_SIZE = K.warpsize            # lanes per wave (vgpu.isa.WAVE_SIZE)
 _ISA_ATOMIC = {"add": "add", "sub": "add", "min": "min", "max": "max", "nanmin": "min",
                "nanmax": "max", "exch": "xchg", "cas": "cas", "compare_and_swap": "cas"}
@@ -1132,8 +1137,8 @@ class FunctionLowering:
             raise self.error(node, f"bitwise operator on a float ({op})")
         if op in ("shl", "shr"):
             t = a.type if a.type != bool_ else i32
-            if isinstance(a, ir.Const) and not isinstance(b, ir.Const):
-                t = i32
+            if isinstance(a, ir.Const) and not isinstance(b, ir.Const) and not a.type.wide:
+                t = i32         # (an explicit int64(1) << n stays 64-bit)
         a, b = self.convert(a, t, node), self.convert(b, t, node)
         if op in ("floordiv", "mod"):
             if t.is_float:
@@ -1496,10 +1501,10 @@ class FunctionLowering:
                     "pow": "pow64", "tan": "tan64", "atan": "atan64", "atan2": "atan2_64",
                     "asin": "asin64", "acos": "acos64", "sinh": "sinh64", "cosh": "cosh64",
                     "asinh": "asinh64", "acosh": "acosh64", "atanh": "atanh64",
-                    "hypot": "hypot64", "expm1": "expm1_64", "log1p": "log1p64"}
+                    "hypot": "hypot64", "expm1": "expm1_64", "log1p": "log1p64", "erf": "erf64"}
     # the functions the vISA has no float32 instruction for
     _VIA_F64 = {"tan", "atan", "atan2", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
-                "atanh", "hypot", "expm1", "log1p"}
+                "atanh", "hypot", "expm1", "log1p", "erf"}
 
     def math_f64(self, mname, node, args):
         """A math function with a 64-bit operand: the result is f64."""
@@ -1585,6 +1590,11 @@ class FunctionLowering:
         if lds and elem.wide:
             raise self.error(node, f"{qualname} on a shared array of {elem!r}: the vISA has no 64-bit "
                              "LDS atomics; use a global array")
+        if kind in _CAS_LOOP_ATOMICS:
+            self.check_value(args[2], node)
+            value = self.convert(args[2], elem, node)
+            return self.library("atomic_update", [arr, args[1], value,
+                                                  ir.Const(_CAS_LOOP_ATOMICS[kind], i32)], node)
         if kind == "compare_and_swap":
             idx, vals = ir.Const(0, i32), args[1:]
         else:

@@ -1,6 +1,7 @@
 """Library functions of the kernel language, written in the kernel language itself.
 
-The frontend inlines them like device functions where a kernel needs them:
+The frontend inlines them like device functions where a kernel needs them (the
+atomics the vISA lacks, as compare-and-swap loops, are here too):
 `x ** y` and `math.pow` with a float exponent (powf), a float to an integer power
 that is not a constant (fpowi), an integer to an integer power (ipow). They are not
 part of the language (kernels call `**`, `pow`, `math.pow`).
@@ -173,6 +174,8 @@ with decimal.localcontext(decimal.Context(prec=80)):
     TWO_OVER_PI = float(2 / _pi())
     SQRT2_64 = float(_D(2).sqrt())
     PI_HI, PI_LO = _parts(_pi())
+    TWO_OVER_SQRTPI = float(2 / _pi().sqrt())
+    INV_SQRTPI = float(1 / _pi().sqrt())
     # atan's breakpoints c = 1/4, 1/2, 1, 2, 4 (exact, so that a - c and a c are exact):
     # atan(c) as hi + lo
     ATAN_Q, ATAN_QL = _parts(_atan_series(_D("0.25")))
@@ -599,3 +602,57 @@ def hypot64(x: f64, y: f64) -> f64:
     r = hi if lo == 0.0 else r
     r = NAN if (x != x) | (y != y) else r
     return math.inf if (abs(x) == math.inf) | (abs(y) == math.inf) else r
+
+
+def erf64(x: f64) -> f64:
+    # |x| < 2: 2/sqrt(pi) e^(-x^2) sum 2^n x^(2n+1) / (2n+1)!! (every term positive: no
+    # cancellation), e^(-x^2) with x^2 split exactly; 2 <= |x| < 6: 1 - erfc(|x|), erfc
+    # by its continued fraction (60 terms reach 2^-53 from 2 up); past 6 erf is 1
+    a = abs(x)
+    hi = a * a
+    lo = gpu.fma(a, a, -hi)
+    e = exp64(-hi) * (1.0 - lo)
+    r = f64(1.0)
+    if a < 2.0:
+        s = f64(0.0)
+        t = a
+        n = 0
+        while (t > s * 1e-17) & (n < 60):
+            s = s + t
+            t = t * (2.0 * hi) / f64(2 * n + 3)
+            n = n + 1
+        r = TWO_OVER_SQRTPI * e * s
+    elif a < 6.0:
+        f = a
+        k = 60
+        while k > 0:
+            f = a + (0.5 * f64(k)) / f
+            k = k - 1
+        r = 1.0 - INV_SQRTPI * e / f
+    r = -r if x < 0.0 else r
+    return x if x != x else r
+
+
+# -- atomics by compare-and-swap (umd.atomic.and_/or_/xor/inc/dec, Numba's) -----------------
+# Each returns the old value; the loop retries while another lane or wave changed the
+# element between the read and the swap. The element type is the array's (the frontend
+# converts the value to it).
+
+def atomic_update(ary, idx, v, op):
+    # op (a constant where the frontend calls it): 0 and, 1 or, 2 xor, 3 CUDA's atomicInc
+    # (old >= v wraps to 0, else old + 1), 4 atomicDec (0 or above v becomes v, else old - 1)
+    old = ary[idx]
+    while True:
+        new = old & v
+        if op == 1:
+            new = old | v
+        elif op == 2:
+            new = old ^ v
+        elif op == 3:
+            new = old * 0 if old >= v else old + 1
+        elif op == 4:
+            new = v if (old == 0) | (old > v) else old - 1
+        seen = gpu.atomic.cas(ary, idx, old, new)
+        if seen == old:
+            return old
+        old = seen
