@@ -14,8 +14,7 @@ import pytest
 
 from kmd import sched
 from kmd.device import Device
-from kmd.hw import SdmaEngine, SdmaIb
-from kmd.hw.cp import CommandProcessor
+from kmd.hw import SdmaIb
 from vgpu import uapi
 
 from .conftest import MiB
@@ -24,11 +23,6 @@ from .test_sched import new_ctx
 
 DMA = uapi.AMDGPU_HW_IP_DMA
 LOW, HIGH = uapi.AMDGPU_CTX_PRIORITY_LOW, uapi.AMDGPU_CTX_PRIORITY_HIGH
-
-
-#: the engines' side of preemption (engine.preempt, run(resume=)) is built apart (#15)
-ENGINES_PREEMPT = all(hasattr(cls, "preempt") for cls in (SdmaEngine, CommandProcessor))
-needs_preempt = pytest.mark.skipif(not ENGINES_PREEMPT, reason="the engines cannot preempt yet")
 
 
 def make_dev(timeout=1.0, **opts):
@@ -95,7 +89,6 @@ def b_dword(s, index):
 
 
 # -- preemption by priority -------------------------------------------------------------
-@needs_preempt
 def test_a_high_job_preempts_a_running_low_job_which_resumes_and_completes(devs):
     dev = devs()
     s = Setup(dev, root(dev))
@@ -119,7 +112,6 @@ def test_a_high_job_preempts_a_running_low_job_which_resumes_and_completes(devs)
     assert "preemptions:  1 (priority 1)" in text and f"last preempted: job {job_lo}" in text
 
 
-@needs_preempt
 def test_a_preempted_job_whose_file_closes_is_dropped_not_resumed(devs):
     dev = devs()
     s1, s2 = Setup(dev, root(dev)), Setup(dev, root(dev))
@@ -171,7 +163,6 @@ def test_no_preempt_keeps_the_job_boundary_order(devs):
 
 
 # -- time slicing -------------------------------------------------------------------------
-@needs_preempt
 def test_two_entities_of_one_priority_share_the_ring_in_time_slices(devs):
     dev = devs(timeslice=0.002)
     s = Setup(dev, root(dev))
@@ -204,7 +195,6 @@ def test_without_time_slicing_a_job_keeps_the_ring(devs):
 
 
 # -- the timeout counts a job's own run time ----------------------------------------------
-@needs_preempt
 def test_the_timeout_counts_only_the_time_a_job_ran(devs):
     """A LOW job preempted by HIGH jobs for longer than the timeout does not time out:
     it has run for less than the timeout. (Before preemption, it timed out at 1 s.)"""
@@ -261,7 +251,6 @@ def test_heartbeat_declares_a_non_preemptible_stuck_engine_hung(devs):
     until(lambda: not ring(dev).hb.pending, "the outstanding pulse is served")
 
 
-@needs_preempt
 def test_a_preemptible_long_job_answers_the_heartbeat(devs):
     """With preemption on, the pulse preempts the long job, runs, and the job resumes:
     no miss, no reset, the job's result is right."""
@@ -301,7 +290,6 @@ def test_invalid_options():
 
 
 # -- what shows a preemption: tracepoints and the timeline ---------------------------------
-@needs_preempt
 def test_tracepoints_and_timeline_show_the_preemption(devs):
     from vgpu_tools import timeline
     from .test_trace import FIELDS, enable_all, parse
