@@ -566,3 +566,24 @@ def test_random_states_on_a_device(vgpu_mount):
         assert abs(pi - np.pi) < 0.03, pi
     """, vgpu_mount))
     assert "pi 3.1" in r.stdout
+
+
+def test_constant_arrays_on_a_device_and_from_the_cache(vgpu_mount, tmp_path):
+    # the second process finds the kernel in the disk cache: its constant arrays with it
+    code = """
+        from tests.umd import wide_kernels as K
+        x = np.linspace(-1, 1, 300, dtype=np.float32)
+        out, lut = umd.zeros(300, np.float32), umd.zeros(300, np.int64)
+        K.smooth_const[3, 128](umd.to_device(x), out, lut)
+        got = lut.copy_to_host()
+        assert got.tolist() == [int(K.LUT[i % 3, i % 4]) + 5 for i in range(300)], got[:8]
+        xp = np.concatenate([[x[0], x[0]], x, [x[-1], x[-1]]])
+        want = sum(np.float32(K.GAUSS5[k]) * xp[k:k + 300] for k in range(5))
+        np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-6, atol=1e-7)
+        from umd.compiler import cache
+        print("cached kernels:", len(list(cache.cache_dir().glob("*"))))
+    """
+    env = {"VGPU_CACHE_DIR": str(tmp_path / "kcache")}
+    first = ok(client(code, vgpu_mount, env))
+    second = ok(client(code, vgpu_mount, env))
+    assert "cached kernels:" in first.stdout and "cached kernels:" in second.stdout

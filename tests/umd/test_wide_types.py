@@ -367,3 +367,50 @@ def test_bitwise_and_wrapping_atomics(executor):
         w ^= i << 40
     assert int(wide[0]) == w
     assert counters[2] == 96 and flags[3] == 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("executor", ["reference", "cython"])
+def test_constant_arrays(executor):
+    # umd.const.array_like was "not provided" before
+    n = 70
+    x = RNG.standard_normal(n).astype(np.float32)
+    out, lut_out = np.zeros(n, np.float32), np.zeros(n, np.int64)
+    compiled = build(K.smooth_const)
+    assert set(compiled.consts) == {"__const_0", "__const_1"}
+    run(compiled, 3, 32, x, out, lut_out, engine=executor)
+    want = np.zeros(n, np.float32)
+    for i in range(n):
+        acc = np.float32(0)
+        for k in range(5):
+            acc = np.float32(acc + K.GAUSS5[k] * x[min(max(i + k - 2, 0), n - 1)])
+        want[i] = acc
+    np.testing.assert_array_equal(out, want)
+    assert lut_out.tolist() == [int(K.LUT[i % 3, i % 4]) + 5 for i in range(n)]
+
+
+def test_constant_arrays_are_read_only_and_numpy_only():
+    lut = np.zeros(4, np.float32)
+
+    def writes(x: umd.f32[:]):
+        c = umd.const.array_like(lut)
+        c[0] = x[0]
+
+    def not_numpy(x: umd.f32[:]):
+        c = umd.const.array_like(x)
+        x[0] = c[0]
+
+    for fn, what in ((writes, "read-only"), (not_numpy, "numpy array defined outside")):
+        with pytest.raises(KernelCompileError, match=what):
+            build(fn)
+
+
+def test_constant_array_content_is_part_of_the_cache_key():
+    from umd.compiler import cache
+    key = cache.cache_key(K.smooth_const.fn, {}, 1, K.smooth_const.env)
+    saved = K.GAUSS5[0]
+    try:
+        K.GAUSS5[0] = 0.5                       # a new filter: a new kernel, not the cached one
+        assert cache.cache_key(K.smooth_const.fn, {}, 1, K.smooth_const.env) != key
+    finally:
+        K.GAUSS5[0] = saved
+    assert cache.cache_key(K.smooth_const.fn, {}, 1, K.smooth_const.env) == key
