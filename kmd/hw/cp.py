@@ -94,10 +94,11 @@ class _Stop(Exception):
         self.status, self.reason, self.fault = status, reason, fault
 
 
-def default_compute_engine(name: str, ih):
+def default_compute_engine(name: str, ih, cus: int = 2):
     """The compute units kmd.hw selects: the Cython core's ComputeEngine, or the
-    reference executor's under VGPU_HW=ref (both export one)."""
-    return ComputeEngine(name, ih)
+    reference executor's under VGPU_HW=ref (both export one), with `cus` compute
+    units (worker threads; the reference runs on one whatever the number)."""
+    return ComputeEngine(name, ih, threads=cus)
 
 
 _COMPARE = (
@@ -108,11 +109,13 @@ _COMPARE = (
 
 class CommandProcessor:
     """One compute ring's command processor. `compute` is the ComputeEngine that
-    runs dispatches; by default it is made on the first dispatch."""
+    runs dispatches; by default it is made on the first dispatch, with `cus`
+    compute units."""
 
-    def __init__(self, name: str, ih, compute=None) -> None:
+    def __init__(self, name: str, ih, compute=None, cus: int = 2) -> None:
         self.name, self.ih = name, ih
         self._compute = compute
+        self._cus = cus
         self._running = False
         self._abort = False
         self._dispatching = False
@@ -121,7 +124,7 @@ class CommandProcessor:
     @property
     def compute(self):
         if self._compute is None:
-            self._compute = default_compute_engine(self.name, self.ih)
+            self._compute = default_compute_engine(self.name, self.ih, self._cus)
         return self._compute
 
     def abort(self) -> bool:
