@@ -125,7 +125,8 @@ def files(dev) -> dict:
     m = dev.memory
     meter = dev.busy_meter
     return {
-        **partition_files(dev),
+        # An unpartitioned GPU shows what an MI100 shows: no partition files.
+        **(partition_files(dev) if dev.partition.count > 1 else {}),
         "vendor": lambda: f"{pci_identity(dev)['vendor']:#06x}\n",
         "device": lambda: f"{pci_identity(dev)['device']:#06x}\n",
         "subsystem_vendor": lambda: f"{pci_identity(dev)['subsystem_vendor']:#06x}\n",

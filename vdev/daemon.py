@@ -84,19 +84,23 @@ def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | N
     take that many partitions (logged)."""
     from kmd.device import Device  # imported here so `vgpu --help` stays light
     from kmd.gpu import PartitionedGpu
+    from kmd.partition import split
     from kmd.shmem import StoreError
 
     from .fs import VgpuFs
 
+    try:
+        if partitions != 1:   # one partition is the whole GPU: the Device checks its sizes
+            split(partitions, vram, gtt)
+    except ValueError as e:
+        log.error("cannot start: %s", e)
+        return 1
     options = dict(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir, limits=limits,
                    huge_pages=huge_pages)
     try:
         dev = Device(**options) if partitions == 1 else PartitionedGpu(partitions, **options)
     except StoreError as e:
         log.error("cannot start: %s", e.strerror)
-        return 1
-    except ValueError as e:
-        log.error("cannot start: %s", e)
         return 1
     ops = VgpuFs(dev, perms)
     pyfuse3.init(ops, mountpoint, mount_options())

@@ -120,8 +120,7 @@ def test_one_partition_is_the_whole_gpu_as_before():
         assert hw_ip(d, f, DMA).available_rings == 0b11 and hw_ip(d, f, COMPUTE).available_rings == 0b1
         assert d.partitions == [d] and d.partition.count == 1
         sysfs = d.sysfs_files()
-        assert sysfs["current_compute_partition"]() == "SPX\n"
-        assert sysfs["current_memory_partition"]() == "NPS1\n"
+        assert "current_compute_partition" not in sysfs and "vgpu_partition" not in sysfs  # as an MI100
         assert "PCI_SLOT_NAME=0000:00:00.0\n" in sysfs["uevent"]()
         assert "partition" not in d.kmsg.text()
         d.close_file(f)
