@@ -122,7 +122,9 @@ brev = Intrinsic("bit.brev", "umd.brev")                        # bits reversed
 # Used by the compiler's own library (umd/compiler/libdevice.py), not documented for kernels.
 _bits = Intrinsic("bits", "umd.intrinsics._bits")               # f32 -> its bits as u32
 _from_bits = Intrinsic("from_bits", "umd.intrinsics._from_bits")    # u32 bits -> f32
-_rint = Intrinsic("math.rndne", "umd.intrinsics._rint")         # round to nearest even, f32
+_rint = Intrinsic("math.rndne", "umd.intrinsics._rint")         # round to nearest even (f32, f64)
+_bits64 = Intrinsic("bits64", "umd.intrinsics._bits64")         # f64 -> its bits as u64
+_from_bits64 = Intrinsic("from_bits64", "umd.intrinsics._from_bits64")  # u64 bits -> f64
 
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "threadIdx", "blockIdx", "blockDim",
            "gridDim", "grid", "gridsize", "shared_array", "shared", "local", "syncthreads", "fma",

@@ -207,3 +207,29 @@ def control64(n: i64, x: f64[:], out: f64[:], cnt: i64[:]):
         old = umd.atomic.add(cnt, 0, i64(1))
         if old < 0:
             out[i] = 1e300
+
+
+@umd.jit
+def transcendentals64(x: f64[:], y: f64[:], out: f64[:, :]):
+    # Numba-style float64 math: each result is float64 and must be float64-accurate
+    i = umd.grid(1)
+    if i < x.size:
+        v = x[i]
+        out[0, i] = math.exp(v)
+        out[1, i] = math.exp2(v)
+        out[2, i] = math.log(v)
+        out[3, i] = math.log2(v)
+        out[4, i] = math.log10(v)
+        out[5, i] = math.sin(v)
+        out[6, i] = math.cos(v)
+        out[7, i] = math.tanh(v)
+        out[8, i] = math.pow(v, y[i])
+        out[9, i] = v ** y[i]
+
+
+@umd.jit
+def int_powers64(a: int64[:], b: int64[:], x: f64[:], out_i: int64[:], out_f: f64[:]):
+    i = umd.grid(1)
+    if i < a.size:
+        out_i[i] = a[i] ** b[i]
+        out_f[i] = x[i] ** b[i]

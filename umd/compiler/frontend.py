@@ -1178,18 +1178,23 @@ class FunctionLowering:
                 if e < 0:
                     result = self.binop("div", const(1.0, a.type), result, node)
                 return result
-        # The library routines are 32-bit: 64-bit operands go through them (reduced
-        # precision, docs/umd-compiler.md 2.2) and come back as the promoted type.
+        # 64-bit operands take the 64-bit library routines (libdevice.py); the result
+        # has the promoted type, as in Numba.
         t = self.unify(a, b)
+        wide = a.type.wide or b.type.wide
         if b.type.is_int:
             if a.type.is_float:
-                r = self.library("fpowi", [self.convert(a, f32, node), self.convert(b, i32, node)],
-                                 node)
-                return self.convert(r, a.type, node)
-            r = self.library("ipow", [self.convert(a, i32, node), self.convert(b, i32, node)], node)
+                ft, it = (f64, i64) if a.type.wide else (f32, i32)
+                return self.library("fpowi64" if a.type.wide else "fpowi",
+                                    [self.convert(a, ft, node), self.convert(b, it, node)], node)
+            it = i64 if wide else i32
+            r = self.library("ipow64" if wide else "ipow",
+                             [self.convert(a, it, node), self.convert(b, it, node)], node)
             return self.convert(r, t, node)
-        r = self.library("powf", [self.convert(a, f32, node), self.convert(b, f32, node)], node)
-        return self.convert(r, f64 if t.wide else f32, node)
+        if wide:
+            return self.library("pow64", [self.convert(a, f64, node), self.convert(b, f64, node)],
+                                node)
+        return self.library("powf", [self.convert(a, f32, node), self.convert(b, f32, node)], node)
 
     def library(self, name, args, node):
         from . import libdevice
@@ -1326,15 +1331,17 @@ class FunctionLowering:
             return out[0] if len(out) == 1 else _Tuple(out)
         if op.startswith("atomic."):
             return self.atomic(op[7:], fn.qualname, node, args, discard)
-        if op == "bits":
+        if op in ("bits", "bits64"):
             nargs(1)
             values()
-            return self.fold_or_emit("bitcast", u32, [self.convert(args[0], f32, node)], node)
-        if op == "from_bits":
+            ft, it = (f64, u64) if op == "bits64" else (f32, u32)
+            return self.fold_or_emit("bitcast", it, [self.convert(args[0], ft, node)], node)
+        if op in ("from_bits", "from_bits64"):
             nargs(1)
             values()
-            x = args[0] if args[0].type != bool_ else self.convert(args[0], u32, node)
-            return self.fold_or_emit("bitcast", f32, [self.convert(x, u32, node)], node)
+            ft, it = (f64, u64) if op == "from_bits64" else (f32, u32)
+            x = args[0] if args[0].type != bool_ else self.convert(args[0], it, node)
+            return self.fold_or_emit("bitcast", ft, [self.convert(x, it, node)], node)
         if op.startswith("math."):
             return self.math(op[5:], name, node, args, nargs, values)
         if op.startswith("warp."):
@@ -1435,9 +1442,12 @@ class FunctionLowering:
         op = {"fmin": "min", "fmax": "max"}.get(mname, mname)
         return self.fold_or_emit(op, f32, xs, node)
 
-    # float64 operations the vISA has (docs/isa.md 4.8); the other math functions on
-    # float64 compute in float32 (docs/umd-compiler.md 2.2: reduced precision).
+    # float64 operations the vISA has (docs/isa.md 4.8); the transcendentals are the
+    # library's float64 routines (libdevice.py), as in ROCm's device library.
     _F64_NATIVE = {"sqrt", "floor", "ceil", "trunc", "rndne", "fabs", "fmin", "fmax", "fma"}
+    _F64_LIBRARY = {"exp": "exp64", "exp2": "exp2_64", "log": "log64", "log2": "log2_64",
+                    "log10": "log10_64", "sin": "sin64", "cos": "cos64", "tanh": "tanh64",
+                    "pow": "pow64"}
 
     def math_f64(self, mname, node, args):
         """A math function with a 64-bit operand: the result is f64."""
@@ -1455,9 +1465,9 @@ class FunctionLowering:
         if mname == "rsqrt":
             return self.fold_or_emit("div", f64, [const(1.0, f64),
                                                   self.fold_or_emit("sqrt", f64, xs, node)], node)
-        narrow = [self.convert(x, f32, node) for x in xs]
-        return self.convert(self.math(mname, mname, node, narrow, lambda *n: None, lambda: None),
-                            f64, node)
+        if mname not in self._F64_LIBRARY:
+            raise self.error(node, f"math.{mname} has no float64 version")
+        return self.library(self._F64_LIBRARY[mname], xs, node)
 
     def array_decl(self, fn, node):
         """shared_array(dtype, shape), shared.array(shape, dtype), local.array(shape, dtype);

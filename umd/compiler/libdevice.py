@@ -16,10 +16,14 @@ pow(x, +-0) = 1, pow(1, y) = 1, pow(-1, +-inf) = 1, a negative finite x to a
 non-integer power is NaN, an odd integer power keeps the sign of x (zeros and
 infinities included).
 """
+import decimal
 import math
+import struct
+from decimal import Decimal as _D
+from fractions import Fraction as _Fraction
 
 import umd.intrinsics as gpu
-from umd.types import f32, i32, u32
+from umd.types import f32, f64, i32, i64, u32, u64
 
 SQRT2 = 1.4142135623730951
 TWO24 = 16777216.0                # every float at least this large is an even integer
@@ -68,13 +72,9 @@ def powf(x: f32, y: f32) -> f32:
     return r
 
 
-def fpowi(x: f32, b: i32) -> f32:
-    # Numba's int_power for a float base: squaring, 1 / r for a negative exponent,
-    # math.pow beyond 2^16
-    e = u32(-b) if b < 0 else u32(b)
-    if e > 65536:
-        return powf(x, f32(b))
-    r = 1.0
+def _squarings(x, e):
+    # x^e for an unsigned e by repeated squaring (Numba's int_power), x's type
+    r = x * 0 + 1
     v = x
     while e != 0:
         if (e & 1) != 0:
@@ -82,24 +82,329 @@ def fpowi(x: f32, b: i32) -> f32:
         e = e >> 1
         if e != 0:
             v = v * v
+    return r
+
+
+def fpowi(x: f32, b: i32) -> f32:
+    # Numba's int_power for a float base: squaring, 1 / r for a negative exponent,
+    # math.pow beyond 2^16
+    e = u32(-b) if b < 0 else u32(b)
+    if e > 65536:
+        return powf(x, f32(b))
+    r = _squarings(x, e)
     return 1.0 / r if b < 0 else r
 
 
+def _ipow_negative(a, b, lowest):
+    # Numba's int_power (NumPy error model) for a negative exponent: 0 ** b is the
+    # type's lowest value, 1 ** b is 1, (-1) ** b is +-1, any other integer gives 0
+    r = a * 0
+    r = a * 0 + (1 if (b & 1) == 0 else -1) if a == -1 else r
+    r = a * 0 + 1 if a == 1 else r
+    return a * 0 + lowest if a == 0 else r
+
+
 def ipow(a: i32, b: i32) -> i32:
-    # Numba's int_power (NumPy error model): 0 ** negative is INT_MIN, an integer other
-    # than 1 and -1 to a negative power is 0
     if b < 0:
-        if a == 0:
-            return -2147483648
-        if a != 1 and a != -1:
-            return 0
-    e = u32(-b) if b < 0 else u32(b)
-    r = 1
-    v = a
-    while e != 0:
-        if (e & 1) != 0:
-            r = r * v
-        e = e >> 1
-        if e != 0:
-            v = v * v
+        return _ipow_negative(a, b, -2147483648)
+    return _squarings(a, u32(b))
+
+
+# -- float64 ---------------------------------------------------------------------------
+# The vISA's float64 instructions are the ones GCN has (add, mul, fma, div, sqrt, floor,
+# rndne...; docs/isa.md 4.8): like ROCm's device library, the float64 math functions are
+# software, built from those. Each reduces its argument exactly (with fma), then
+# evaluates a Taylor polynomial whose truncation error is below 2^-57. Measured against
+# numpy (glibc) on the ranges of tests/umd/test_math64.py: exp, exp2, log, log2, log10,
+# sin, cos and pow within 1 ulp, tanh within 2 (pow: for |y log x| < 64; its error
+# grows as |y log x| 2^-58 beyond). sin and cos reduce by pi/2 in three parts, exact for
+# |x| < 2^50; past that the result is in [-1, 1] but not accurate (glibc and CUDA reduce
+# any argument exactly, with 1,200 bits of 2/pi: Payne-Hanek).
+
+
+def _pi() -> _D:
+    # Machin: pi = 16 atan(1/5) - 4 atan(1/239)
+    def atan_inv(n: int) -> _D:
+        n2, term, total, k = n * n, _D(1) / n, _D(0), 0
+        while term != 0:
+            total += term / (2 * k + 1) if k % 2 == 0 else -term / (2 * k + 1)
+            term /= n2
+            k += 1
+        return total
+    return 16 * atan_inv(5) - 4 * atan_inv(239)
+
+
+def _parts(d: _D, n: int = 2) -> list[float]:
+    """d as n doubles whose sum is d to 53 * n bits."""
+    out = []
+    for _ in range(n):
+        out.append(float(d))
+        d -= _D(out[-1])
+    return out
+
+
+def _chop(x: float, bits: int) -> float:
+    """x with all but its top `bits` significant bits cleared (so that x * k is exact
+    for every integer |k| < 2^(53 - bits))."""
+    u = struct.unpack("<Q", struct.pack("<d", x))[0] & ~((1 << (52 - bits + 1)) - 1)
+    return struct.unpack("<d", struct.pack("<Q", u))[0]
+
+
+with decimal.localcontext(decimal.Context(prec=80)):
+    _LN2 = _D(2).ln()
+    LN2, LN2_LO = _parts(_LN2)
+    LN2_H42 = _chop(LN2, 42)                        # e * LN2_H42 exact for every exponent e
+    LN2_L42 = float(_LN2 - _D(LN2_H42))
+    INV_LN2, INV_LN2_LO = _parts(1 / _LN2)
+    LOG10_2_H42 = _chop(float(_LN2 / _D(10).ln()), 42)
+    LOG10_2_L42 = float(_LN2 / _D(10).ln() - _D(LOG10_2_H42))
+    INV_LN10, INV_LN10_LO = _parts(1 / _D(10).ln())
+    PIO2_1, PIO2_2, PIO2_3 = _parts(_pi() / 2, 3)
+    TWO_OVER_PI = float(2 / _pi())
+    SQRT2_64 = float(_D(2).sqrt())
+MIN_NORMAL64 = 2.2250738585072014e-308
+TWO54 = 18014398509481984.0
+TWO53 = 9007199254740992.0
+INV_FACT = [float(_Fraction(1, math.factorial(n))) for n in range(24)]
+# exp: 1/n! for n = 2..13; sin: (-1)^k/(2k+1)! for k = 1..9; cos: (-1)^k/(2k)! for k = 2..10
+E2, E3, E4, E5, E6, E7, E8, E9, E10, E11, E12, E13 = INV_FACT[2:14]
+S3, S5, S7, S9, S11, S13, S15, S17, S19 = [(-1) ** k * INV_FACT[2 * k + 1] for k in range(1, 10)]
+C4, C6, C8, C10, C12, C14, C16, C18, C20 = [(-1) ** k * INV_FACT[2 * k] for k in range(2, 11)]
+# log: log(1 + f) = 2s + s R(s^2), s = f / (2 + f), R(z) = sum 2 z^k / (2k + 1)
+L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12 = [float(_Fraction(2, 2 * k + 1)) for k in range(1, 13)]
+NAN = math.nan
+
+
+def _expm1_taylor(r: f64) -> f64:
+    # e^r - 1 for |r| <= ln2 / 2 (the last term left out is below 2^-57 of the sum)
+    q = E12 + r * E13
+    q = E11 + r * q
+    q = E10 + r * q
+    q = E9 + r * q
+    q = E8 + r * q
+    q = E7 + r * q
+    q = E6 + r * q
+    q = E5 + r * q
+    q = E4 + r * q
+    q = E3 + r * q
+    q = E2 + r * q
+    return r + r * r * q
+
+
+def _scale2(p: f64, k: f64) -> f64:
+    # p * 2^k for an integer k in [-1076, 1024], in two exact steps so that neither
+    # factor overflows and an underflowing result is rounded once
+    ki = i64(k)
+    n1 = ki >> 1
+    n2 = ki - n1
+    return p * gpu._from_bits64(u64(n1 + 1023) << 52) * gpu._from_bits64(u64(n2 + 1023) << 52)
+
+
+def _exp_reduced(hi: f64, lo: f64) -> f64:
+    # e^(hi + lo), |lo| tiny against |hi|; hi clamped so that 2^k stays in range
+    big = (hi > 710.0) | (hi < -746.0)
+    h = max(min(hi, 710.0), -746.0)
+    k = gpu._rint(h * INV_LN2)
+    r = gpu.fma(-k, LN2, h)
+    r = gpu.fma(-k, LN2_LO, r)
+    r = r + (0.0 if big else lo)
+    return _scale2(1.0 + _expm1_taylor(r), k)
+
+
+def exp64(x: f64) -> f64:
+    r = _exp_reduced(x, 0.0)
+    return x if x != x else r
+
+
+def exp2_64(x: f64) -> f64:
+    xc = max(min(x, 1025.0), -1076.0)
+    k = gpu._rint(xc)
+    f = xc - k                                      # exact, |f| <= 1/2
+    hi = f * LN2
+    lo = gpu.fma(f, LN2, -hi) + f * LN2_LO
+    r = _scale2(1.0 + _expm1_taylor(hi + lo), k)
+    return x if x != x else r
+
+
+def _log_split(x: f64):
+    # x = m * 2^e, m in [sqrt(1/2), sqrt(2)): (e as f64, f = m - 1 exactly)
+    sub = x < MIN_NORMAL64
+    sx = x * TWO54 if sub else x
+    bits = gpu._bits64(sx)
+    e = i64(bits >> 52) - 1023 - (54 if sub else 0)
+    m = gpu._from_bits64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000)
+    big = m > SQRT2_64
+    m = m * 0.5 if big else m
+    e = e + (1 if big else 0)
+    return f64(e), m - 1.0
+
+
+def _log_r(z: f64) -> f64:
+    q = L11 + z * L12
+    q = L10 + z * q
+    q = L9 + z * q
+    q = L8 + z * q
+    q = L7 + z * q
+    q = L6 + z * q
+    q = L5 + z * q
+    q = L4 + z * q
+    q = L3 + z * q
+    q = L2 + z * q
+    q = L1 + z * q
+    return z * q
+
+
+def _log1p_small(f: f64) -> f64:
+    # log(1 + f) for |f| <= sqrt(2) - 1
+    s = f / (2.0 + f)
+    hfsq = 0.5 * f * f
+    return f - (hfsq - s * (hfsq + _log_r(s * s)))
+
+
+def _log_special(x: f64, r: f64) -> f64:
+    r = -math.inf if x == 0.0 else r
+    r = x if x == math.inf else r
+    return NAN if (x < 0.0) | (x != x) else r
+
+
+def log64(x: f64) -> f64:
+    fe, f = _log_split(x)
+    s = f / (2.0 + f)
+    hfsq = 0.5 * f * f
+    r = fe * LN2_H42 + (f - (hfsq - (s * (hfsq + _log_r(s * s)) + fe * LN2_L42)))
+    return _log_special(x, r)
+
+
+def log2_64(x: f64) -> f64:
+    fe, f = _log_split(x)
+    lm = _log1p_small(f)
+    hi = lm * INV_LN2
+    lo = gpu.fma(lm, INV_LN2, -hi) + lm * INV_LN2_LO
+    return _log_special(x, fe + (hi + lo))
+
+
+def log10_64(x: f64) -> f64:
+    fe, f = _log_split(x)
+    lm = _log1p_small(f)
+    hi = lm * INV_LN10
+    lo = gpu.fma(lm, INV_LN10, -hi) + lm * INV_LN10_LO
+    return _log_special(x, fe * LOG10_2_H42 + (fe * LOG10_2_L42 + hi + lo))
+
+
+def _sin_taylor(r: f64) -> f64:
+    z = r * r
+    q = S17 + z * S19
+    q = S15 + z * q
+    q = S13 + z * q
+    q = S11 + z * q
+    q = S9 + z * q
+    q = S7 + z * q
+    q = S5 + z * q
+    q = S3 + z * q
+    return r + r * z * q
+
+
+def _cos_taylor(r: f64) -> f64:
+    z = r * r
+    q = C18 + z * C20
+    q = C16 + z * q
+    q = C14 + z * q
+    q = C12 + z * q
+    q = C10 + z * q
+    q = C8 + z * q
+    q = C6 + z * q
+    q = C4 + z * q
+    hz = 0.5 * z
+    w = 1.0 - hz
+    return w + (((1.0 - w) - hz) + z * z * q)
+
+
+def _sincos(x: f64, shift: i32) -> f64:
+    # sin(x) (shift 0) or cos(x) (shift 1): x = k pi/2 + r, |r| <= pi/4, then the
+    # quadrant (k + shift) mod 4 picks +-sin(r) or +-cos(r)
+    r = x
+    n = shift
+    while True:
+        k = gpu._rint(r * TWO_OVER_PI)
+        r = gpu.fma(-k, PIO2_1, r)
+        r = gpu.fma(-k, PIO2_2, r)
+        r = gpu.fma(-k, PIO2_3, r)
+        n = (n + i32(k - 4.0 * gpu.math.floor(k * 0.25))) & 3
+        # once below 2^50 one round leaves |r| <= pi/4; a larger x takes a round per
+        # ~52 bits of its exponent (and its result is then only bounded, not exact)
+        if not (abs(r) > 0.7854):
+            break
+    v = _cos_taylor(r) if (n & 1) == 1 else _sin_taylor(r)
+    return -v if n >= 2 else v
+
+
+def sin64(x: f64) -> f64:
+    r = _sincos(x, 0)
+    return x if abs(x) < 1.4901161193847656e-08 else r   # sin x = x below 2^-26 (keeps -0.0)
+
+
+def cos64(x: f64) -> f64:
+    return _sincos(x, 1)
+
+
+def tanh64(x: f64) -> f64:
+    ax = abs(x)
+    # tanh |x| = (e^(2|x|) - 1) / (e^(2|x|) + 1), with e^y - 1 = 2^k (e^r - 1) + (2^k - 1):
+    # no cancellation at any size
+    y = 2.0 * min(ax, 22.0)
+    k = gpu._rint(y * INV_LN2)
+    r = gpu.fma(-k, LN2, y)
+    r = gpu.fma(-k, LN2_LO, r)
+    s = _scale2(1.0, k)
+    em = s * _expm1_taylor(r) + (s - 1.0)
+    t = em / (em + 2.0)
+    t = 1.0 if ax > 22.0 else t
+    t = -t if x < 0.0 else t
+    return x if (ax < 3.725290298461914e-09) | (x != x) else t
+
+
+def pow64(x: f64, y: f64) -> f64:
+    ax = abs(x)
+    ay = abs(y)
+    yint = gpu.math.floor(y) == y                   # +-inf count as (even) integers
+    yodd = yint & (ay < TWO53) & ((i64(y) & 1) == 1)
+    # log|x| as L + Ll to about 2^-58 relative: s = f / (2 + f) as s + sl
+    fe, f = _log_split(ax)
+    s = f / (2.0 + f)
+    sl = gpu.fma(-s, f, f - 2.0 * s) / (2.0 + f)
+    a = fe * LN2_H42                                # exact
+    b = 2.0 * s                                     # exact
+    L = a + b
+    bb = L - a
+    Ll = ((a - (L - bb)) + (b - bb)) + (2.0 * sl + s * _log_r(s * s) + fe * LN2_L42)
+    t = L + Ll
+    Ll = Ll - (t - L)
+    L = t
+    # y log|x| as p + pl, then e^(p + pl)
+    p = y * L
+    pl = gpu.fma(y, L, -p) + y * Ll
+    r = _exp_reduced(p, pl)
+    r = (math.inf if y < 0.0 else 0.0) if ax == 0.0 else r
+    r = (math.inf if y > 0.0 else 0.0) if ax == math.inf else r
+    negative = (gpu._bits64(x) >> 63) == 1
+    r = -r if negative & yodd else r
+    r = NAN if (x < 0.0) & (x > -math.inf) & (not yint) else r
+    r = NAN if (x != x) | (y != y) else r
+    r = 1.0 if (y == 0.0) | (x == 1.0) | ((x == -1.0) & (ay == math.inf)) else r
     return r
+
+
+def fpowi64(x: f64, b: i64) -> f64:
+    # fpowi on float64 and int64
+    e = u64(-b) if b < 0 else u64(b)
+    if e > 65536:
+        return pow64(x, f64(b))
+    r = _squarings(x, e)
+    return 1.0 / r if b < 0 else r
+
+
+def ipow64(a: i64, b: i64) -> i64:
+    # ipow on int64 (uint64 shares it: the product's low 64 bits are the same)
+    if b < 0:
+        return _ipow_negative(a, b, -9223372036854775807 - 1)
+    return _squarings(a, u64(b))

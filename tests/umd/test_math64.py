@@ -1,0 +1,99 @@
+"""float64 math functions in kernels (umd/compiler/libdevice.py), on the reference
+executor, against numpy (glibc) in units in the last place. Before the float64 library,
+these went through float32: off by about 10^9 ulp (rtol 1e-7)."""
+import numpy as np
+import pytest
+
+from umd.compiler import build
+
+from . import wide_kernels as K
+from .refrun import run
+
+RNG = np.random.default_rng(641)
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 10.0, 1000.0, 1e-300, 5e-324, 1e300, np.inf, -np.inf,
+           np.nan, 709.78, 709.79, -745.1, -745.2, 1024.0, -1074.0, 1e-20, -1e-20, np.pi,
+           np.pi / 2, 3 * np.pi / 4, 1e5 * np.pi, 123456.789]
+
+
+def ulps(got, want):
+    """Distance in float64 steps; 0 where both are the same NaN/inf/zero kind."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    both_nan = np.isnan(got) & np.isnan(want)
+    g = got.view(np.int64).astype(object)
+    w = want.view(np.int64).astype(object)
+    # map the sign-magnitude bit patterns onto a line
+    g = np.array([(v if v >= 0 else -(v & 0x7FFFFFFFFFFFFFFF)) for v in g], dtype=object)
+    w = np.array([(v if v >= 0 else -(v & 0x7FFFFFFFFFFFFFFF)) for v in w], dtype=object)
+    d = np.array([abs(a - b) for a, b in zip(g, w)], dtype=object)
+    return np.where(both_nan, 0, d).astype(np.float64)
+
+
+def _inputs():
+    parts = [SPECIAL,
+             RNG.uniform(-30, 30, 300), RNG.uniform(-745, 709, 200),
+             10.0 ** RNG.uniform(-300, 300, 200), RNG.uniform(0.5, 2.0, 200),
+             RNG.uniform(-1e6, 1e6, 200), RNG.uniform(-0.4, 0.4, 200)]
+    x = np.concatenate(parts)
+    y = np.concatenate([RNG.uniform(-8, 8, len(x) - 40), [0.0, -0.0, 1.0, 3.0, -3.0, 0.5, np.inf,
+                        -np.inf, np.nan, 2.0] * 4])
+    return x, y
+
+
+@pytest.fixture(scope="module")
+def results():
+    x, y = _inputs()
+    out = np.zeros((10, len(x)))
+    run(build(K.transcendentals64),
+        -(-len(x) // 64), 64, x, y, out, mem_size=8 << 20)
+    return x, y, out
+
+
+@pytest.mark.parametrize("row,fn,limit", [
+    (0, np.exp, 1), (1, np.exp2, 1), (2, np.log, 1), (3, np.log2, 1), (4, np.log10, 1),
+    (5, np.sin, 1), (6, np.cos, 1), (7, np.tanh, 2)])
+def test_unary_float64_math_within_ulps(results, row, fn, limit):
+    x, _, out = results
+    with np.errstate(all="ignore"):
+        want = fn(x)
+    d = ulps(out[row], want)
+    exact_range = np.abs(x) < 2.0 ** 50 if fn in (np.sin, np.cos) else np.ones(len(x), bool)
+    bad = np.nonzero((d > limit) & exact_range)[0]
+    assert not len(bad), [(x[i], out[row][i], want[i], d[i]) for i in bad[:8]]
+    # past 2^50, sin and cos are only bounded (docs/umd-compiler.md 2.2)
+    huge = ~exact_range & np.isfinite(x)
+    assert np.all(np.abs(out[row][huge]) <= 1.0)
+
+
+def test_pow_float64_within_ulps_and_c99_special_values(results):
+    x, y, out = results
+    with np.errstate(all="ignore"):
+        want = np.power(x, y)
+    for row in (8, 9):
+        d = ulps(out[row], want)
+        with np.errstate(all="ignore"):
+            moderate = np.abs(y * np.log(np.abs(x))) < 64
+            bad = np.nonzero((d > 1) & (moderate | ~np.isfinite(want) | (want == 0)))[0]
+        assert not len(bad), [(x[i], y[i], out[row][i], want[i], d[i]) for i in bad[:8]]
+
+
+def test_integer_powers_stay_64_bit():
+    a = np.array([3, -3, 2, 7, 0, 1, -1, 5, 2], np.int64)
+    b = np.array([30, 31, 62, 20, -1, -5, -3, 0, -2], np.int64)
+    x = np.array([1.5, -2.0, 0.5, 1.0000001, 10.0, 3.0, -1.5, 2.0, 7.0])
+    out_i = np.zeros(len(a), np.int64)
+    out_f = np.zeros(len(a))
+    run(build(K.int_powers64), 1, 32, a, b, x, out_i, out_f)
+    want = [int(p) ** int(q) if q >= 0 else (-(1 << 63) if p == 0 else (p if abs(p) == 1 and q % 2
+            else 1 if abs(p) == 1 else 0)) for p, q in zip(a, b)]
+    assert out_i.tolist() == want
+    want_f = []
+    for v, e in zip(x.tolist(), b.tolist()):       # Numba's int_power: squaring, then 1 / r
+        r, p, n = 1.0, v, abs(e)
+        while n:
+            if n & 1:
+                r *= p
+            n >>= 1
+            if n:
+                p *= p
+        want_f.append(1.0 / r if e < 0 else r)
+    assert out_f.tolist() == want_f
