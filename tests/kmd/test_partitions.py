@@ -274,3 +274,22 @@ def test_mount_wide_views_cover_every_partition(gpu):
     head = reader.read(1 << 16)
     reader.close()
     assert b"comp_1.0" in head and b"sdma0" in head
+
+
+def test_no_prime_or_sync_file_crosses_partitions(gpu):
+    """As CUDA IPC does not cross MIG instances: a token of one partition is unknown
+    to the other (ENOENT), and still imports on its own."""
+    p0, p1 = gpu.partitions
+    f0, f1 = open_client(p0, 20), open_client(p1, 21)
+    handle = Setup(p0, f0).a
+    token = call(p0, f0, "PRIME_HANDLE_TO_FD", uapi.drm_prime_handle(handle=handle))[0].fd
+    with pytest.raises(KmdError) as e:
+        call(p1, f1, "PRIME_FD_TO_HANDLE", uapi.drm_prime_handle(fd=token))
+    assert e.value.errno == errno.ENOENT
+    assert call(p0, open_client(p0, 22), "PRIME_FD_TO_HANDLE", uapi.drm_prime_handle(fd=token))[0].handle
+    sync = call(p0, f0, "SYNCOBJ_CREATE", uapi.drm_syncobj_create())[0].handle
+    exported = call(p0, f0, "SYNCOBJ_HANDLE_TO_FD", uapi.drm_syncobj_handle(handle=sync))[0].fd
+    with pytest.raises(KmdError) as e:
+        call(p1, f1, "SYNCOBJ_FD_TO_HANDLE", uapi.drm_syncobj_handle(fd=exported))
+    assert e.value.errno == errno.ENOENT
+    assert gpu.sync_file_by_token(exported) is p0.sync_file_by_token(exported)
