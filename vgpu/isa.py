@@ -68,6 +68,7 @@ K_VREG = "vreg"         # vN only
 K_VREG2 = "vreg2"       # v[n:n+1]
 K_VSRC2 = "vsrc2"       # v[n:n+1] or s[n:n+1] (a 64-bit source; no literal)
 K_VDST2_OFF = "vdst2_off"   # v[n:n+1] or off (64-bit atomic return value)
+K_VREG4 = "vreg4"       # v[n:n+3] (a 64-bit compare-and-swap's data and compare value)
 K_GADDR = "gaddr"       # v[n:n+1] when base is off, else vN (32-bit offset)
 K_SBASE = "sbase"       # s[n:n+1] or off
 K_SBASE2 = "sbase2"     # s[n:n+1] (scalar loads)
@@ -268,9 +269,18 @@ def _wide_ops(op) -> None:
     for code, name in ((0xFB, "v_lshl_b64"), (0xFC, "v_lshr_b64"), (0xFD, "v_ashr_i64")):
         op(code, name, FMT_ALU, (D, K_VREG2), (S0, K_VSRC2), (S1, K_VSRC))
     for code, name, ft in ((0xFE, "global_atomic_add_u64", "b32"),
-                           (0xFF, "global_atomic_add_f64", "f64")):
+                           (0xFF, "global_atomic_add_f64", "f64"),
+                           (0x58, "global_atomic_max_i64", "b32"),
+                           (0x59, "global_atomic_max_u64", "b32"),
+                           (0x5A, "global_atomic_max_f64", "f64"),
+                           (0x5B, "global_atomic_min_i64", "b32"),
+                           (0x5C, "global_atomic_min_u64", "b32"),
+                           (0x5D, "global_atomic_min_f64", "f64"),
+                           (0x5E, "global_atomic_xchg_b64", "b32")):
         op(code, name, FMT_MEM, (D, K_VDST2_OFF), (A, K_GADDR), (DA, K_VREG2), (B, K_SBASE),
            (I, K_OFFSET), ftype=ft)
+    op(0x5F, "global_atomic_cmpswap_b64", FMT_MEM, (D, K_VDST2_OFF), (A, K_GADDR),
+       (DA, K_VREG4), (B, K_SBASE), (I, K_OFFSET))
 
 
 OPCODES: tuple[OpInfo, ...] = tuple(_ops())
@@ -281,7 +291,7 @@ assert len(BY_CODE) == len(OPCODES) == len(BY_NAME)
 # The 64-bit operations (_wide_ops): the executors hand them to their own code.
 WIDE_CODES = frozenset(o.code for o in OPCODES
                        if 0x74 <= o.code <= 0x7F and o.code != 0x78 or 0xA3 <= o.code <= 0xAF
-                       or o.code >= 0xF0)
+                       or o.code >= 0xF0 or 0x58 <= o.code <= 0x5F)
 
 # Named opcodes the executors switch on (generated: OP_S_ENDPGM = 0x01, ...).
 globals().update({"OP_" + o.name.upper(): o.code for o in OPCODES})
@@ -365,7 +375,7 @@ _KIND_OK = {
     K_SDST2: _is_sgpr, K_SDST4: _is_sgpr, K_SSRC2: _is_sgpr, K_SBASE2: _is_sgpr,
     K_SSRC: lambda c: _is_sgpr(c) or c in (OPR_VCC, OPR_EXEC, OPR_SCC, OPR_LIT),
     K_SMASK: lambda c: _is_sgpr(c) or c in (OPR_VCC, OPR_EXEC),
-    K_VDST: _is_vgpr, K_VREG: _is_vgpr, K_VREG2: _is_vgpr,
+    K_VDST: _is_vgpr, K_VREG: _is_vgpr, K_VREG2: _is_vgpr, K_VREG4: _is_vgpr,
     K_VDST_OFF: lambda c: _is_vgpr(c) or c == OPR_OFF,
     K_VDST2_OFF: lambda c: _is_vgpr(c) or c == OPR_OFF,
     K_VSRC2: lambda c: _is_sgpr(c) or _is_vgpr(c),
@@ -374,7 +384,7 @@ _KIND_OK = {
     K_SBASE: lambda c: _is_sgpr(c) or c == OPR_OFF,
 }
 KIND_WIDTH = {K_SDST2: 2, K_SSRC2: 2, K_SBASE2: 2, K_SBASE: 2, K_SDST4: 4, K_VREG2: 2,
-              K_VSRC2: 2, K_VDST2_OFF: 2}
+              K_VSRC2: 2, K_VDST2_OFF: 2, K_VREG4: 4}
 _ATTR = {FIELD_DST: "dst", FIELD_SRC0: "src0", FIELD_SRC1: "src1", FIELD_SRC2: "src2",
          FIELD_ADDR: "src0", FIELD_BASE: "src1", FIELD_DATA: "src2"}
 

@@ -85,6 +85,7 @@ cdef enum Kind:
     K_SBASE2
     K_VSRC2
     K_VDST2_OFF
+    K_VREG4
 
 cdef enum Fmt:
     F_NONE = 0
@@ -220,7 +221,7 @@ cdef inline bint kind_ok(int kind, int c) noexcept nogil:
         return c < CU_MAX_SGPRS
     if kind == K_SSRC:
         return c <= OPR_SCC or c == OPR_LIT
-    if kind == K_VDST or kind == K_VREG or kind == K_VREG2 or kind == K_GADDR:
+    if kind == K_VDST or kind == K_VREG or kind == K_VREG2 or kind == K_VREG4 or kind == K_GADDR:
         return c >= OPR_VGPR
     if kind == K_VDST_OFF or kind == K_VDST2_OFF:
         return c >= OPR_VGPR or c == OPR_OFF
@@ -234,7 +235,7 @@ cdef inline bint kind_ok(int kind, int c) noexcept nogil:
 
 
 cdef inline int kind_width(int kind) noexcept nogil:
-    if kind == K_SDST4:
+    if kind == K_SDST4 or kind == K_VREG4:
         return 4
     if kind == K_SDST2 or kind == K_SSRC2 or kind == K_SBASE2 or kind == K_SBASE \
             or kind == K_VREG2 or kind == K_VSRC2 or kind == K_VDST2_OFF:
@@ -316,7 +317,7 @@ def _cu_fill_op_table():
              _isa.K_VDST: K_VDST, _isa.K_VDST_OFF: K_VDST_OFF, _isa.K_VSRC: K_VSRC,
              _isa.K_VREG: K_VREG, _isa.K_VREG2: K_VREG2, _isa.K_GADDR: K_GADDR,
              _isa.K_SBASE: K_SBASE, _isa.K_SBASE2: K_SBASE2, _isa.K_VSRC2: K_VSRC2,
-             _isa.K_VDST2_OFF: K_VDST2_OFF}
+             _isa.K_VDST2_OFF: K_VDST2_OFF, _isa.K_VREG4: K_VREG4}
     cdef OpDesc* d
     slot = {"dst": 0, "src0": 1, "src1": 2, "src2": 3}
     memset(_cu_ops, 0, sizeof(_cu_ops))
@@ -1196,7 +1197,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             w.vcc = mask
         elif _cu_ops[op].wide:
             if op == OP_GLOBAL_LOAD_DWORDX2 or op == OP_GLOBAL_STORE_DWORDX2 or \
-                    op == OP_GLOBAL_ATOMIC_ADD_U64 or op == OP_GLOBAL_ATOMIC_ADD_F64:
+                    op == OP_GLOBAL_ATOMIC_ADD_U64 or op == OP_GLOBAL_ATOMIC_ADD_F64 or \
+                    OP_GLOBAL_ATOMIC_MAX_I64 <= op <= OP_GLOBAL_ATOMIC_CMPSWAP_B64:
                 if m and wide_mem(T, s, v, w, d, f):
                     return f.code
                 T.op_lane[op] += active

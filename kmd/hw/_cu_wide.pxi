@@ -244,6 +244,30 @@ cdef int wide_alu(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w,
     return 0
 
 
+cdef inline uint64_t atomic64(int op, uint64_t m, uint64_t d, uint64_t cmp) noexcept nogil:
+    """New memory value of a 64-bit global atomic (old value m, data d), as
+    wide_ref.ATOMIC computes it."""
+    if op == OP_GLOBAL_ATOMIC_ADD_U64:
+        return m + d
+    if op == OP_GLOBAL_ATOMIC_ADD_F64:
+        return cu_canon64(cu_d(m) + cu_d(d))
+    if op == OP_GLOBAL_ATOMIC_MAX_I64:
+        return m if <int64_t>m > <int64_t>d else d
+    if op == OP_GLOBAL_ATOMIC_MAX_U64:
+        return m if m > d else d
+    if op == OP_GLOBAL_ATOMIC_MAX_F64:
+        return max_f64(m, d)
+    if op == OP_GLOBAL_ATOMIC_MIN_I64:
+        return m if <int64_t>m < <int64_t>d else d
+    if op == OP_GLOBAL_ATOMIC_MIN_U64:
+        return m if m < d else d
+    if op == OP_GLOBAL_ATOMIC_MIN_F64:
+        return min_f64(m, d)
+    if op == OP_GLOBAL_ATOMIC_XCHG_B64:
+        return d
+    return d if m == cmp else m         # cmpswap_b64
+
+
 cdef int wide_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst* d,
                   CuFault* f) noexcept nogil:
     """global_load/store_dwordx2 and the 64-bit atomics: 8-byte aligned (so never across
@@ -253,12 +277,15 @@ cdef int wide_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst*
     cdef uint64_t addr, old, x, last_page = <uint64_t>NO_PAGE
     cdef uint64_t R[CU_WAVE]
     cdef uint64_t Dt[CU_WAVE]
+    cdef uint64_t Cmp[CU_WAVE]
     cdef uint8_t* last_host = NULL
     cdef uint8_t* p
     cdef uint8_t* q
     tlb_check(T)
     if op != OP_GLOBAL_LOAD_DWORDX2:
         read64(s, v, d.src2, Dt)
+    if op == OP_GLOBAL_ATOMIC_CMPSWAP_B64:       # v[n:n+3]: the data, then the compare value
+        read64(s, v, d.src2 + 2, Cmp)
     access = ACCESS_READ if op == OP_GLOBAL_LOAD_DWORDX2 else ACCESS_WRITE
     if (op == OP_GLOBAL_LOAD_DWORDX2 or op == OP_GLOBAL_STORE_DWORDX2) and m == <uint32_t>0xFFFFFFFFU:
         # Fast path, as global_mem's: 32 consecutive qwords in one page (the x[i] of an
@@ -306,13 +333,8 @@ cdef int wide_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst*
             if q == NULL:
                 return 1
             old = cu_atomic_load64(<uint64_t*>p)
-            while True:
-                if op == OP_GLOBAL_ATOMIC_ADD_U64:
-                    x = old + Dt[l]
-                else:
-                    x = cu_canon64(cu_d(old) + cu_d(Dt[l]))
-                if cu_atomic_cas64(<uint64_t*>q, &old, x):
-                    break
+            while not cu_atomic_cas64(<uint64_t*>q, &old, atomic64(op, old, Dt[l], Cmp[l])):
+                pass            # old now holds the value the other thread wrote
             if d.dst != OPR_OFF:
                 R[l] = old
                 write64(v, d.dst, R, (<uint32_t>1) << l)

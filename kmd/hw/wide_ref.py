@@ -187,8 +187,17 @@ UNARY = {
 for _n in ("v_sqrt_f64", "v_floor_f64", "v_ceil_f64", "v_trunc_f64", "v_rndne_f64"):
     UNARY[_n] = (lambda n: lambda a: unary_f64(n, a))(_n)
 
-ATOMIC = {"global_atomic_add_u64": lambda m, d: m + d & M64,
-          "global_atomic_add_f64": lambda m, d: binary_f64("v_add_f64", m, d)}
+ATOMIC = {"global_atomic_add_u64": lambda m, d, c: m + d & M64,
+          "global_atomic_add_f64": lambda m, d, c: binary_f64("v_add_f64", m, d),
+          "global_atomic_max_i64": lambda m, d, c: m if s64(m) > s64(d) else d,
+          "global_atomic_max_u64": lambda m, d, c: max(m, d),
+          "global_atomic_max_f64": lambda m, d, c: max_f64(m, d),
+          "global_atomic_min_i64": lambda m, d, c: m if s64(m) < s64(d) else d,
+          "global_atomic_min_u64": lambda m, d, c: min(m, d),
+          "global_atomic_min_f64": lambda m, d, c: min_f64(m, d),
+          "global_atomic_xchg_b64": lambda m, d, c: d,
+          # v[n:n+3]: the data, then the compare value (GCN's GLOBAL_ATOMIC_CMPSWAP_X2)
+          "global_atomic_cmpswap_b64": lambda m, d, c: d if m == c else m}
 
 
 class WideOps:
@@ -257,11 +266,12 @@ class WideOps:
     def wide_atomic(self, w, info, i):
         fn = ATOMIC[info.name]
         data = self.read64(w, i.data)
+        cmp = self.read64(w, i.data + 2) if info.name.endswith("cmpswap_b64") else data
         for l in [l for l in range(I.WAVE_SIZE) if w.exec >> l & 1]:
             addr = self.gaddr(w, i, l)
             self._aligned(addr, 8, "read")
             old = _Q.unpack(self.pt_read(addr, 8))[0]
-            self.pt_write(addr, _Q.pack(fn(old, data[l])))
+            self.pt_write(addr, _Q.pack(fn(old, data[l], cmp[l])))
             if i.dst != I.OPR_OFF:
                 self.write64(w, i.dst, l, old)
 

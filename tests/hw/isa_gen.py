@@ -404,9 +404,13 @@ class _Gen:
         # Commutative atomics on shared counters (no return values).
         e(f"v_mov_b32 v17, {4 * r.randint(0, ATOMIC_COUNTERS - 1)}")
         e(f"global_atomic_add_u32 off, v17, v{r.choice(POOL_V)}, s[38:39]")
-        if self.wide:               # a 64-bit counter (integer adds commute)
+        if self.wide:               # 64-bit counters (integer adds, min and max commute)
             e("v_mov_b32 v17, 32")
             e(f"global_atomic_add_u64 off, v17, {self.pair(False)}, s[38:39]")
+            k = r.randint(0, 3)
+            e(f"v_mov_b32 v17, {40 + 8 * k}")
+            e(f"global_atomic_{('max_i64', 'max_u64', 'min_i64', 'min_u64')[k]} off, v17, "
+              f"{self.pair(False)}, s[38:39]")
         # Store every pool register and a few scalars in the thread's slots.
         for k, v in enumerate(POOL_V):
             e(f"global_store_dword v19, v{v}, s[22:23], {4 * k}")

@@ -22,6 +22,7 @@ def operand_text(kind: str, r: random.Random, base_off: bool) -> str:
         I.K_SSRC2: f"s[{s}:{s + 1}]", I.K_SBASE2: f"s[{s}:{s + 1}]",
         I.K_SMASK: r.choice([f"s{s}", "vcc", "exec"]),
         I.K_VDST: f"v{v}", I.K_VREG: f"v{v}", I.K_VREG2: f"v[{v}:{v + 1}]",
+        I.K_VREG4: f"v[{min(v, 124)}:{min(v, 124) + 3}]",
         I.K_VDST_OFF: r.choice([f"v{v}", "off"]),
         I.K_VDST2_OFF: r.choice([f"v[{v}:{v + 1}]", "off"]),
         I.K_VSRC2: r.choice([f"v[{v}:{v + 1}]", f"s[{s}:{s + 1}]"]),

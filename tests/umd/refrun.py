@@ -1,4 +1,5 @@
-"""Run compiled kernels on the reference executor (kmd.hw.cu_ref), no mount needed.
+"""Run compiled kernels on the reference executor (kmd.hw.cu_ref) or the Cython core,
+no mount needed.
 
     out = run(compiled, grid, block, n, 2.0, x, y)   # numpy arrays are copied in and back
 
@@ -12,7 +13,7 @@ import struct
 
 import numpy as np
 
-from kmd.hw import cu_ref, ref
+from kmd.hw import _core, cu_ref, ref
 from tests.hw.isa_gen import CODE_VA, KARG_VA, MEM_VA, Rig
 from vgpu.asm import CodeObject
 
@@ -22,9 +23,13 @@ def _dim3(v):
     return v + (1,) * (3 - len(v))
 
 
-def run(compiled, grid, block, *args, mem_size: int = 4 << 20):
+def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "reference"):
+    """`engine`: "reference" (kmd.hw.cu_ref) or "cython" (kmd.hw._core, two workers)."""
     grid, block = _dim3(grid), _dim3(block)
-    rig = Rig(cu_ref.ComputeEngine, ref.PageTable, mem_size=mem_size)
+    if engine == "cython":
+        rig = Rig(_core.ComputeEngine, _core.PageTable, mem_size=mem_size)
+    else:
+        rig = Rig(cu_ref.ComputeEngine, ref.PageTable, mem_size=mem_size)
     obj = CodeObject.unpack(compiled.code_object)
     rig.code[:len(obj.code)] = np.frombuffer(obj.code, np.uint8)
     user = [a for a in compiled.args if not a.name.startswith("__")]

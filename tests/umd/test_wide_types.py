@@ -154,6 +154,36 @@ def test_64bit_atomics():
     assert usum[0] == n
 
 
+@pytest.mark.parametrize("executor", ["reference", "cython"])
+def test_64bit_min_max_exch_cas(executor):
+    n = 300
+    x = RNG.standard_normal(n) * 1e3
+    x[7] = np.nan                                       # min/max skip a NaN (minNum), as f32's
+    k = RNG.integers(-(1 << 62), 1 << 62, n, dtype=np.int64)
+    u = RNG.integers(0, 1 << 64, n, dtype=np.uint64)
+    fo = np.array([-np.inf, np.inf, -np.inf])
+    io = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, 12345, np.iinfo(np.int64).min])
+    uo = np.array([0, (1 << 64) - 1], np.uint64)
+    olds = np.zeros(n, np.int64)
+    run(build(K.minmax_exch_cas64), _blocks(n, 64), 64, x, k, u, fo, io, uo, olds,
+        engine=executor)
+    fin = x[~np.isnan(x)]
+    assert fo.tolist() == [fin.max(), fin.min(), fin.max()]
+    assert io[0] == k.max() and io[1] == k.min() and io[3] == (k ^ 0x5555).max()
+    assert uo.tolist() == [int(u.max()), int(u.min())]
+    # exch: every value written once, each old value is the one written before it
+    chain = sorted(olds.tolist() + [int(io[2])])
+    assert chain == sorted(k.tolist() + [12345])
+
+
+@pytest.mark.parametrize("executor", ["reference", "cython"])
+def test_64bit_compare_and_swap_loop_counts_past_32_bits(executor):
+    n = 200
+    counter = np.zeros(1, np.uint64)
+    run(build(K.cas_counter64), _blocks(n, 64), 64, counter, n, engine=executor)
+    assert int(counter[0]) == sum(range(n)) << 32
+
+
 def test_shared_float64_block_reduction():
     n = 300
     x = RNG.standard_normal(n)
@@ -229,10 +259,10 @@ def test_unsupported_64bit_uses_are_compile_errors():
         buf = umd.shared.array(4, np.float64)
         umd.atomic.add(buf, 0, x[0])
 
-    def cas64(x: umd.i64[:]):
-        umd.atomic.cas(x, 0, 1, 2)
+    def cas_f64(x: umd.f64[:]):
+        umd.atomic.cas(x, 0, 1.0, 2.0)
 
-    for fn, what in ((lds_add, "shared array"), (cas64, "i64")):
+    for fn, what in ((lds_add, "shared array"), (cas_f64, "f64")):
         with pytest.raises(KernelCompileError, match=what):
             build(fn)
 

@@ -233,3 +233,41 @@ def int_powers64(a: int64[:], b: int64[:], x: f64[:], out_i: int64[:], out_f: f6
     if i < a.size:
         out_i[i] = a[i] ** b[i]
         out_f[i] = x[i] ** b[i]
+
+
+@umd.jit
+def minmax_exch_cas64(x: f64[:], k: int64[:], u: uint64[:], fo: f64[:], io: int64[:], uo: uint64[:],
+              olds: int64[:]):
+    # Numba's atomics on 64-bit arrays: min/max (and the nan- forms) on float64, int64
+    # and uint64, exch, and a compare-and-swap loop that builds a 64-bit maximum
+    i = umd.grid(1)
+    if i < x.size:
+        umd.atomic.max(fo, 0, x[i])
+        umd.atomic.min(fo, 1, x[i])
+        umd.atomic.nanmax(fo, 2, x[i])
+        umd.atomic.max(io, 0, k[i])
+        umd.atomic.min(io, 1, k[i])
+        umd.atomic.max(uo, 0, u[i])
+        umd.atomic.min(uo, 1, u[i])
+        olds[i] = umd.atomic.exch(io, 2, k[i])
+        # CAS loop: io[3] = max over i of k[i] ^ 0x5555 (as Numba programs do it)
+        want = k[i] ^ 0x5555
+        old = io[3]
+        while old < want:
+            seen = umd.atomic.cas(io, 3, old, want)
+            if seen == old:
+                break
+            old = seen
+
+
+@umd.jit
+def cas_counter64(counter: uint64[:], n: int64):
+    # every thread adds its index with compare_and_swap on counter[0] (a 64-bit sum)
+    i = umd.grid(1)
+    if i < n:
+        old = counter[0]
+        while True:
+            seen = umd.atomic.compare_and_swap(counter, old, old + uint64(i) * uint64(4294967296))
+            if seen == old:
+                break
+            old = seen

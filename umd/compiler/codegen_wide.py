@@ -206,8 +206,19 @@ class WideCodeGen:
             for k in range(2):
                 self.ins(f"ds_write_b32 v3, v{lo + k}, {arr.offset + 4 * k}")
             return None
-        assert st.kind == "add" and not lds, st.kind
+        assert not lds, st.kind
         dst = self.reg(st.dst) if st.dst is not None else "off"
-        sfx = "f64" if arr.type.elem == f64 else "u64"
-        return self.ins(f"global_atomic_add_{sfx} {dst}, v3, {data}, {tail}")
+        elem = arr.type.elem
+        if st.kind == "cas":             # v[4:7]: the new value, then the compare value
+            for k, x in enumerate((st.args[2], st.args[1])):
+                for h, half in enumerate(self.halves(x)):
+                    self.op("v_mov_b32", f"v{4 + 2 * k + h}", half)
+            return self.ins(f"global_atomic_cmpswap_b64 {dst}, v3, v[4:7], {tail}")
+        if st.kind == "xchg":
+            sfx = "b64"
+        elif st.kind == "add":
+            sfx = "f64" if elem == f64 else "u64"
+        else:
+            sfx = "f64" if elem == f64 else "i64" if elem == i64 else "u64"
+        return self.ins(f"global_atomic_{st.kind}_{sfx} {dst}, v3, {data}, {tail}")
 

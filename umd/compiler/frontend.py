@@ -77,10 +77,10 @@ _CONSTRUCTS = {ast.ListComp: "a list comprehension", ast.SetComp: "a set compreh
                ast.FunctionDef: "a nested function", ast.ClassDef: "a class",
                ast.Delete: "del", ast.AsyncFunctionDef: "an async function",
                ast.Match: "match"}
-ATOMIC_TYPES = {"add": (i32, u32, f32, i64, u64, f64), "sub": (i32, u32, f32, i64, u64, f64),
-                "min": (i32, u32, f32),
-                "max": (i32, u32, f32), "nanmin": (i32, u32, f32), "nanmax": (i32, u32, f32),
-                "exch": (i32, u32, f32), "cas": (i32, u32), "compare_and_swap": (i32, u32)}
+_ALL = (i32, u32, f32, i64, u64, f64)
+ATOMIC_TYPES = {"add": _ALL, "sub": _ALL, "min": _ALL, "max": _ALL, "nanmin": _ALL, "nanmax": _ALL,
+                "exch": _ALL, "cas": (i32, u32, i64, u64),
+                "compare_and_swap": (i32, u32, i64, u64)}
 WAVE_SIZE = K.warpsize            # lanes per wave (vgpu.isa.WAVE_SIZE)
 _ISA_ATOMIC = {"add": "add", "sub": "add", "min": "min", "max": "max", "nanmin": "min",
                "nanmax": "max", "exch": "xchg", "cas": "cas", "compare_and_swap": "cas"}

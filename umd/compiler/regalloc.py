@@ -8,7 +8,8 @@ for its whole interval.  Registers:
   s[0:1] kernarg pointer, s2..s5 scratch, s16..s18 workgroup ids (reserved);
   s6..s15 and s19..s103 allocatable (pointers take a pair, no alignment);
   v0..v2 thread ids, v3..v5 scratch (reserved); v6..v127 allocatable (64-bit values
-  take a pair).
+  take a pair); a kernel with a 64-bit compare-and-swap reserves v6..v7 as well (its
+  data and compare value go in v[4:7]).
 Control-flow masks take SGPRs above the allocated ones during code generation.
 Running out of registers is a compile error (there is no spilling).
 """
@@ -91,9 +92,10 @@ def allocate(fn: ir.Function) -> tuple[int, int]:
     # which the prologue loads with one s_load_dwordx2/x4 (codegen.py).
     order = sorted(intervals, key=lambda v: (intervals[v][0], v.arg is None,
                                              v.arg.offset if v.arg is not None else v.id))
-    free = {"s": list(ALLOC_S), "v": list(ALLOC_V)}
+    scratch_v = SCRATCH_V + ((6, 7) if any(_is_cas64(st) for st in ir.walk(fn.body)) else ())
+    free = {"s": list(ALLOC_S), "v": [r for r in ALLOC_V if r not in scratch_v]}
     active: list = []
-    top = {"s": max(SCRATCH_S + (18,)), "v": max(SCRATCH_V)}
+    top = {"s": max(SCRATCH_S + (18,)), "v": max(scratch_v)}
     for v in order:
         start, end = intervals[v]
         for a in list(active):
@@ -119,6 +121,11 @@ def allocate(fn: ir.Function) -> tuple[int, int]:
         top[v.cls] = max(top[v.cls], reg + width - 1)
         active.append(v)
     return top["s"], top["v"]
+
+
+def _is_cas64(st) -> bool:
+    return (isinstance(st, ir.Inst) and st.op == "atomic" and st.kind == "cas"
+            and isinstance(st.array, ir.Var) and st.array.type.elem.wide)
 
 
 def _regs(v) -> list[int]:
