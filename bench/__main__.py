@@ -7,7 +7,7 @@ from __future__ import annotations
 import platform
 import time
 
-from . import compute, cs_latency, null_ioctl, reset_time, sdma_bandwidth, sync_latency, tracing, umd, util
+from . import compute, cs_latency, null_ioctl, preemption, reset_time, sdma_bandwidth, sync_latency, tracing, umd, util
 
 SECTIONS = (
     ("(a) null ioctl round trip", null_ioctl),
@@ -18,6 +18,7 @@ SECTIONS = (
     ("(f) compute", compute),
     ("(g) umd: kernels, compiler, copies", umd),
     ("(h) tracing: off, tracepoints on, timeline recording", tracing),
+    ("(i) preemption: HIGH arrival -> start, cost when nothing preempts", preemption),
 )
 
 

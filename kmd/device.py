@@ -20,6 +20,7 @@ from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _s
 from .drm_file import DrmFile
 from .errors import KmdError
 from .fence import Fence
+from .heartbeat import Heartbeat
 from .gem import DOMAIN_NAMES, BufferObject
 from .hw.cp import CommandProcessor
 from .ioctl import PendingReply, dispatch, request_name
@@ -58,13 +59,16 @@ class Device:
 
     def __init__(self, vram_size: int = 512 * MiB, gtt_size: int = 1024 * MiB, timeout: float = 2.0,
                  shm_dir: str | None = None, limits: Limits | None = None, huge_pages: bool = False,
-                 partition: Partition | None = None, shared: Shared | None = None):
+                 partition: Partition | None = None, shared: Shared | None = None,
+                 sched: _sched.SchedOptions | None = None):
         """Raises kmd.shmem.StoreError when the BO store (a tmpfs under ``shm_dir``,
         default /dev/shm) cannot hold VRAM + GTT. ``limits``: the object caps per
         file and per device (kmd/limits.py; the defaults when None). ``huge_pages``:
         BO files on a private huge-page tmpfs when root (kmd/shmem.py; the daemon's
-        default). ``partition``: the share of the GPU this device drives (its CUs,
-        SDMA engines, VRAM and GTT sizes; the whole GPU when None), with ``shared``,
+        default). ``sched``: preemption, time slicing and the heartbeat
+        (kmd.sched.SchedOptions; the defaults when None, docs/preemption.md).
+        ``partition``: the share of the GPU this device drives (its CUs, SDMA
+        engines, VRAM and GTT sizes; the whole GPU when None), with ``shared``,
         what it shares with the other partitions (kmd/partition.py, kmd/gpu.py)."""
         self.partition = partition = partition or Partition.whole(vram_size, gtt_size)
         self.lock = threading.RLock()
@@ -73,6 +77,7 @@ class Device:
         self.memory = DeviceMemory(vram_size, gtt_size, shm_dir, huge_pages,
                                    store=shared.store if shared else None, share=partition.count)
         self.timeout = timeout
+        self.sched_opts = sched or _sched.SchedOptions()
         self.files: dict[int, DrmFile] = {}
         self.bos_by_offset: dict[int, BufferObject] = {}
         self.sync_tokens = _syncobj.SyncTokens()  # MOUNT/sync/<token-hex>
@@ -97,22 +102,27 @@ class Device:
         # whose dispatches run on its compute units only.
         self.rings: dict[tuple[int, int], Ring] = {}
         for i, name in enumerate(partition.sdma_names):
-            ring = Ring(self, name, uapi.AMDGPU_HW_IP_DMA, i, len(self.rings), hw.SdmaEngine(name, self.ih))
+            ring = Ring(self, name, uapi.AMDGPU_HW_IP_DMA, i, len(self.rings), hw.SdmaEngine(name, self.ih),
+                        self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring
         for i in range(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE]):
             name = f"comp_{partition.index}.{i}"
             ring = Ring(self, name, uapi.AMDGPU_HW_IP_COMPUTE, i, len(self.rings),
-                        CommandProcessor(name, self.ih, cus=len(partition.cus)))
+                        CommandProcessor(name, self.ih, cus=len(partition.cus)), self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring
         # MOUNT/sys/class/devcoredump/
         self.coredumps = shared.coredumps if shared else _devcoredump.CoredumpStore()
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
         self.irq = InterruptHandler(self)
         self.busy_meter = _sysfs.BusyMeter(self)
+        o = self.sched_opts
         self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
-                      f"ring timeout {timeout:g} s")
+                      f"ring timeout {timeout:g} s, {o.describe()}, heartbeat "
+                      + (f"every {o.heartbeat * 1e3:g} ms (hung after {o.heartbeat_misses} missed pulses)"
+                         if o.heartbeat else "off"))
         if partition.count > 1:
             self.kmsg.log(f"vgpu: {partition.describe()}")
+        self.heartbeat = Heartbeat(self.rings.values(), o.heartbeat, o.heartbeat_misses)
         self.limiter = Limiter(limits or Limits(), self.kmsg, bo_count=lambda: self.memory.bo_count,
                                bo_bound=lambda: self.memory.max_bos)
         if self.limiter.limits.changes():
@@ -426,8 +436,12 @@ class Device:
             if r.status == "aborted":
                 job.error = errno.ETIME
                 ctx.hangs += 1
-                self.kmsg.log(f"ring {ring.name} timeout, signaled seq={ring.signaled_seq}, "
-                              f"emitted seq={ring.hw_emitted}")
+                if job.hung_by == "heartbeat":
+                    self.kmsg.log(f"ring {ring.name} hung (stopped heartbeat), signaled seq={ring.signaled_seq}, "
+                                  f"emitted seq={ring.hw_emitted}")
+                else:
+                    self.kmsg.log(f"ring {ring.name} timeout, signaled seq={ring.signaled_seq}, "
+                                  f"emitted seq={ring.hw_emitted}")
                 self.kmsg.log(f"Process information: process {f.comm} pid {f.pid} thread {f.comm} "
                               f"pid {f.pid}, job {job.id} {who}")
                 n = self._crash_dump(ring, job, who)
@@ -527,6 +541,7 @@ class Device:
 
     def shutdown(self) -> None:
         """Stop the rings and the interrupt handler, remove the BO files (daemon exit, tests)."""
+        self.heartbeat.stop()
         for ring in self.rings.values():
             ring.stop()
         self.irq.stop()

@@ -27,3 +27,10 @@ class Job:
     hw_seq: int = 0                  # position in the ring's execution order
     signals: list = field(default_factory=list)  # (syncobj, point): get the fence once queued
     queued: Fence | None = None      # a CS that waited for room: signals when the job is queued
+    # Preemption (kmd/ring.py): where a preempted job resumes, and its own run time.
+    ib_index: int = 0                # the IB to run (or resume) next
+    resume: object = None            # the engine's resume state of IB ib_index, None: start it
+    run_time: float = 0.0            # seconds it has run on the engine, its waits excluded
+    segment_start: float | None = None  # when its current run on the engine began
+    preemptions: int = 0
+    hung_by: str = ""                # 'timeout' or 'heartbeat' when the KMD aborted it

@@ -88,11 +88,15 @@ class RingPerf:
         with self._lock:
             self.totals["submitted"] += 1
 
-    def job_done(self, job, started: float | None, ended: float, status: str) -> dict:
+    def job_done(self, job, started: float | None, ended: float, status: str, run_time: float | None = None) -> dict:
         """Account a finished job (the ring's worker): its counters, kept on the job
-        (job.counters), added to the ring's totals and to its file's. Returns them."""
+        (job.counters), added to the ring's totals and to its file's. Returns them.
+        `run_time`: its seconds on the engine when it was preempted (its busy_ns),
+        else ended - started."""
         c = job.counters
-        busy = 0 if started is None else max(0, int((ended - started) * 1e9))
+        if run_time is None:
+            run_time = 0 if started is None else ended - started
+        busy = max(0, int(run_time * 1e9))
         c["busy_ns"] = busy
         with self._lock:
             add(self.totals, c)

@@ -5,8 +5,18 @@ The worker picks the next ready job (kmd/sched.py), runs its IBs on the engine
 (which releases the GIL), then does what the ring's end-of-job packets do on real
 hardware: writes the sequence number to the ring's fence write-back slot and raises
 a trap interrupt. The KMD's interrupt handler reads the slot and signals fences
-from there (kmd/irq.py). A watchdog thread aborts a job still running past the
-ring timeout; Device.job_failed then does the reset (TDR).
+from there (kmd/irq.py).
+
+The ring's timer thread (`_watch`, drm_sched's timeout work and i915's timeslice
+timer in one) aborts a job that has run past the ring timeout, counting only its
+own time on the engine (Device.job_failed then does the reset, TDR), and, when
+preemption is on (kmd.sched.SchedOptions), asks the engine to preempt the running
+job (`engine.preempt()`) when a HIGH job is ready and the running one is of a lower
+priority, when its time slice is over and another entity of its priority is ready,
+or when the heartbeat's pulse waits (kmd/heartbeat.py). A preempted job's engine
+state (`result.resume`, and the context save area on compute rings) stays with the
+job, which goes back to the head of its entity and resumes from there when it is
+picked again (docs/preemption.md).
 """
 import collections
 import errno
@@ -17,14 +27,19 @@ from vgpu import uapi
 
 from . import hw, perf, userptr
 from .fence import Fence
+from .heartbeat import EngineHeartbeat
 from .job import Job
-from .sched import RingScheduler
+from .sched import LEVEL_NAMES, RingScheduler, SchedOptions, level_of
 
 FENCE_HISTORY = 4096  # fences remembered for WAIT_CS after they signaled
+# An engine may refuse a preemption request when its IB has not started yet, or has
+# just ended: the timer asks again after this long while the reason holds.
+PREEMPT_RETRY_S = 0.0005
 
 
 class Ring:
-    def __init__(self, dev, name: str, ip_type: int, index: int, ring_id: int, engine):
+    def __init__(self, dev, name: str, ip_type: int, index: int, ring_id: int, engine,
+                 opts: SchedOptions = SchedOptions()):
         self.dev = dev
         self.name, self.ip_type, self.index, self.ring_id = name, ip_type, index, ring_id
         self.engine = engine
@@ -48,6 +63,14 @@ class Ring:
         self._cv = threading.Condition()
         self._stop = False
         self._deadline: float | None = None    # watchdog: when the running job times out
+        # Preemption (kmd/sched.py SchedOptions): on when asked and the engine can.
+        self.opts = opts
+        self.preemptible = opts.preempt and hasattr(engine, "preempt")
+        self._slice_end: float | None = None   # when the running job's time slice is over
+        self._asked: tuple[Job, str] | None = None  # the job the engine was asked to preempt, why
+        self.preemptions: collections.Counter = collections.Counter()  # by reason
+        self.last_preemption = ""
+        self.hb = EngineHeartbeat()
         self._thread = threading.Thread(target=self._worker, name=f"ring-{name}", daemon=True)
         self._watchdog = threading.Thread(target=self._watch, name=f"tdr-{name}", daemon=True)
         self._thread.start()
@@ -111,60 +134,129 @@ class Ring:
         while True:
             with self._cv:
                 job = None
-                while not self._stop and (job := self.sched.pick()) is None:
+                while not self._stop:
+                    if self.hb.pending:  # the heartbeat's KERNEL pulse runs before any job
+                        self.hb.serve(time.monotonic())
+                    if (job := self.sched.pick()) is not None:
+                        break
                     self._cv.wait()
                 if self._stop:
                     return
+                resumed = job.ib_index > 0 or job.resume is not None
                 self.running = job
+                # A run of a job emits its hardware fence; a preempted run's fence is
+                # given up and the resumed run emits a new one, so the write-back slot
+                # still grows in the order runs complete.
                 self.hw_emitted += 1
                 job.hw_seq = self.hw_emitted
                 self.hw_pending[job.hw_seq] = job
                 self.history.append((job.id, job.ctx.id))
+                self._asked = None
             if self.dev.trace.on:
-                self.dev.trace.job_run(self, job, self.entity_jobs(job))
-            self._run(job)
+                self.dev.trace.job_run(self, job, self.entity_jobs(job), resumed)
+            if self._run(job):
+                self._requeue(job)
+                continue
             self._account(job)
             if self.dev.trace.on:
                 self.dev.trace.job_done(self, job)
             with self._cv:
                 self.running = None
-                self._deadline = None
+                self._deadline = self._slice_end = None
             # End of job: fence write-back, then the trap interrupt (sdma_v4_0_ring_emit_fence),
             # handled at once on this thread (kmd/irq.py says why).
             self.fence_wb = job.hw_seq
             self.dev.ih.push(hw.ih.IH_SRC_TRAP, self.ring_id, job.ctx.id, 0, wake=False)
             self.dev.irq.service()
 
-    def _run(self, job: Job) -> None:
-        failed_dep = next((d for d in job.deps if d.error), None)
-        if failed_dep is not None and not job.error:
-            job.error = errno.ECANCELED  # drm_sched skips jobs whose dependency failed
-        if job.error:
-            return
+    def _requeue(self, job: Job) -> None:
+        """`job` was preempted: back to the head of its entity, logged and traced."""
+        with self._cv:
+            reason = self._asked[1] if self._asked is not None and self._asked[0] is job else "ib boundary"
+            self._asked = None
+            self.running = None
+            self._deadline = self._slice_end = None
+            self.hw_pending.pop(job.hw_seq, None)
+            self.sched.requeue(job)
+            self.preemptions[reason] += 1
+            self._cv.notify_all()
+        where = f"IB {job.ib_index + 1} of {len(job.ibs)}"
+        self.last_preemption = (f"job {job.id} ctx {job.ctx.id} client {job.file.id} "
+                                f"({LEVEL_NAMES[level_of(job.ctx.priority)]}) at {where}, by {reason}, "
+                                f"after {job.run_time * 1e3:.3f} ms of run time")
+        self.dev.kmsg.log(f"[{self.name}] preempted {self.last_preemption}")
+        if self.dev.trace.on:
+            self.dev.trace.job_preempted(self, job, reason)
+
+    def _run(self, job: Job) -> bool:
+        """Run (or resume) `job`'s IBs. True when it was preempted: it has not ended."""
+        if job.ib_index == 0 and job.resume is None:  # its first run
+            failed_dep = next((d for d in job.deps if d.error), None)
+            if failed_dep is not None and not job.error:
+                job.error = errno.ECANCELED  # drm_sched skips jobs whose dependency failed
+            if job.error:
+                return False
         err = userptr.begin_job(self.dev, job)  # copy in its userptr BOs' pages (kmd/userptr.py)
         if err:
             job.error = err
-            return
-        job.started_at = time.monotonic()
+            return False
+        start = job.segment_start = time.monotonic()
+        if job.started_at is None:
+            job.started_at = start
         with self._cv:
-            self._deadline = job.started_at + self.dev.timeout
-            self._cv.notify_all()  # arm the watchdog
+            # The timeout counts the job's own run time, not its waits while preempted.
+            self._deadline = start + max(0.0, self.dev.timeout - job.run_time)
+            self._slice_end = start + self.opts.timeslice if self.preemptible and self.opts.timeslice else None
+            self._cv.notify_all()  # arm the timer
+        preempted = False
         try:
-            for va, size_dw in job.ibs:
-                job.result = self.engine.run(job.file.vm.page_table, va, size_dw, job.ctx.id, self.ring_id)
+            while job.ib_index < len(job.ibs):
+                va, size_dw = job.ibs[job.ib_index]
+                if job.resume is None and not self.preemptible:
+                    job.result = self.engine.run(job.file.vm.page_table, va, size_dw, job.ctx.id, self.ring_id)
+                else:
+                    job.result = self.engine.run(job.file.vm.page_table, va, size_dw, job.ctx.id, self.ring_id,
+                                                 resume=job.resume, csa=self._csa(job))
                 perf.add(job.counters, perf.ib_counters(self.kind, job.result))
+                if job.result.status == "preempted":
+                    job.resume, preempted = job.result.resume, True
+                    break
+                job.resume = None
                 if job.result.status != "ok":
+                    break
+                job.ib_index += 1
+                if job.ib_index < len(job.ibs) and self._asked is not None and self._asked[0] is job:
+                    preempted = True  # the request came as the IB ended: stop at the IB boundary
                     break
         except Exception as e:  # an engine bug must not kill the ring
             job.error = errno.EIO
+            preempted = False
             self.dev.kmsg.log(f"ring {self.name}: engine error {e!r} in job {job.id}")
         finally:
-            job.ended_at = time.monotonic()
-            self.busy_time += job.ended_at - job.started_at
-            self.jobs_done += 1
+            end = time.monotonic()
+            job.run_time += end - start
+            job.segment_start = None
+            self.busy_time += end - start
+            if not preempted:
+                job.ended_at = end
+                self.jobs_done += 1
             userptr.end_job(self.dev, job)  # write back what it changed, before the fence
+        if preempted:
+            job.preemptions += 1
+            return True
         if job.result is not None and job.result.status != "ok":
             self.dev.job_failed(self, job)
+        return False
+
+    def _csa(self, job: Job):
+        """The context save area a compute ring's engine saves waves to (kmd/csa.py)."""
+        if self.kind != "compute":
+            return None
+        from . import csa  # the context save areas (kmd/csa.py)
+        try:
+            return csa.csa_for(self.dev, job.ctx)
+        except MemoryError:  # logged by csa_for; the engine keeps the state in host memory
+            return None
 
     def _account(self, job: Job) -> None:
         """The job's counters into the ring's and its file's, before its fence signals
@@ -173,28 +265,83 @@ class Ring:
             status = job.result.status                      # 'fault' or 'aborted'
         else:
             status = errno.errorcode.get(job.error, str(job.error)) if job.error else "ok"
-        self.perf.job_done(job, job.started_at, job.ended_at or time.monotonic(), status)
+        self.perf.job_done(job, job.started_at, job.ended_at or time.monotonic(), status, job.run_time)
 
     def running_since(self) -> float | None:
-        """When the job in progress started, or None when idle."""
+        """When the run in progress on the engine started, or None when idle."""
         run = self.running
-        return run.started_at if run is not None else None
+        return run.segment_start if run is not None else None
 
     def _watch(self) -> None:
-        """The TDR watchdog (drm_sched_job_timedout): abort a job past its deadline."""
+        """The ring's timer (drm_sched_job_timedout, i915's timeslice timer): abort a
+        job past its deadline; ask the engine to preempt the running job when
+        `_preempt_reason` says so."""
         with self._cv:
             while not self._stop:
-                if self._deadline is None:
-                    self._cv.wait()
-                    continue
-                left = self._deadline - time.monotonic()
-                if left > 0:
-                    self._cv.wait(left)
-                    continue
-                job, self._deadline = self.running, None
-                if job is not None:
+                job, now = self.running, time.monotonic()
+                if job is not None and self._deadline is not None and now >= self._deadline:
+                    self._deadline = None
                     job.timed_out = True
-                    self.engine.abort()
+                    job.hung_by = job.hung_by or "timeout"
+                    self._unlocked(self.engine.abort)
+                    continue
+                reason = self._preempt_reason(job, now)
+                if reason is not None:
+                    if self._unlocked(self.engine.preempt) and self.running is job:
+                        self._asked = (job, reason)
+                    else:
+                        self._cv.wait(PREEMPT_RETRY_S)
+                    continue
+                wake = [t for t in (self._deadline, self._slice_end) if t is not None and t > now]
+                self._cv.wait(min(wake) - now if wake else None)
+
+    def _unlocked(self, fn):
+        """Call `fn` without the ring's lock (an engine call may wait for the engine)."""
+        self._cv.release()
+        try:
+            return fn()
+        finally:
+            self._cv.acquire()
+
+    def _preempt_reason(self, job: Job | None, now: float) -> str | None:
+        """Why the running `job` should be preempted now (ring lock held), or None."""
+        if (job is None or not self.preemptible or job.segment_start is None
+                or (self._asked is not None and self._asked[0] is job)):
+            return None
+        if self.hb.pending:
+            return "heartbeat"
+        slice_over = self._slice_end is not None and now >= self._slice_end
+        return self.sched.preempt_reason(job, slice_over)
+
+    def beat(self, misses_allowed: int) -> None:
+        """One heartbeat of this engine (the heartbeat thread, kmd/heartbeat.py): send
+        a pulse if the engine is busy, count a miss if the last one is still pending,
+        and declare the engine hung after `misses_allowed` misses in a row."""
+        with self._cv:
+            now, job = time.monotonic(), self.running
+            if not self.hb.pending:
+                if job is not None or len(self.sched):
+                    self.hb.send(now)
+                    self._cv.notify_all()  # the worker serves it, the timer preempts for it
+                return
+            n = self.hb.miss()
+            hung = n >= misses_allowed
+            if hung:
+                self.hb.hangs += 1
+                self.hb.misses = 0
+        who = (f"job {job.id} ctx {job.ctx.id} client {job.file.id} pid {job.file.pid}, "
+               f"run time {job.run_time + (now - (job.segment_start or now)):.3f} s" if job is not None else "no job")
+        self.dev.kmsg.log(f"[{self.name}] heartbeat: pulse {self.hb.pulses} missed, {n} of {misses_allowed} "
+                          f"({who}{'' if self.preemptible else '; preemption off'})")
+        if not hung:
+            return
+        self.dev.kmsg.log(f"[{self.name}] stopped heartbeat: engine hung, resetting")
+        if job is not None and job is self.running:
+            job.hung_by = "heartbeat"
+            job.timed_out = True
+            self.engine.abort()  # the job fails through Device.job_failed: crash dump, reset
+        else:
+            self.dev.gpu_reset()
 
     def abort_running(self) -> bool:
         """Stop the running job now (an on-demand GPU reset). True if one was running."""
@@ -210,6 +357,9 @@ class Ring:
             run = self.running
             entities = self.sched.describe()
             queued = len(self.sched)
+            waiting = [j for j in self.sched.jobs() if j.preemptions]
+            preemptions = dict(self.preemptions)
+            hb = self.hb.describe(self.opts.heartbeat, self.opts.heartbeat_misses, time.monotonic())
         lines = [f"ring {self.name} (ip {self.ip_type} instance 0 ring {self.index})",
                  f"emitted seq:  {self.emitted_seq}",
                  f"hw emitted:   {self.hw_emitted}",
@@ -220,6 +370,14 @@ class Ring:
                                      f"seq {run.fence.seq}" if run else "idle"),
                  f"jobs done:    {self.jobs_done}",
                  f"busy time:    {self.busy_time:.6f} s",
-                 f"timeout:      {self.dev.timeout:g} s",
+                 f"timeout:      {self.dev.timeout:g} s of a job's own run time",
+                 "scheduling:   " + (self.opts.describe() if self.preemptible or not self.opts.preempt
+                                     else "preemption unavailable on this engine"),
+                 f"preemptions:  {sum(preemptions.values())}"
+                 + (" (" + ", ".join(f"{k} {v}" for k, v in sorted(preemptions.items())) + ")" if preemptions else ""),
+                 *([f"last preempted: {self.last_preemption}"] if self.last_preemption else []),
+                 *[f"  preempted, waiting: job {j.id} ctx {j.ctx.id} seq {j.fence.seq}, {j.preemptions} "
+                   f"preemption(s), run time {j.run_time:.6f} s" for j in waiting],
+                 *hb,
                  *entities]
         return "\n".join(lines + perf.describe(self.perf, self.running_since())) + "\n"

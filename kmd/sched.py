@@ -16,8 +16,14 @@ Jobs of one entity run in submission order. A cancelled job is ready at once (it
 runs no IBs; its fence signals with its error). A context has at most
 MAX_JOBS_PER_CONTEXT jobs on the rings; a CS beyond that waits for room in the
 context's backlog (kmd/device.py, queue_job), as amdgpu_ctx_wait_prev_fence makes it.
+
+Mid-job preemption (kmd/ring.py decides when, the engines stop and resume,
+docs/preemption.md): a preempted job goes back to the head of its entity
+(`requeue`), so it is the next job of its entity to run, and `preempt_reason` says
+whether a ready entity should take the ring from the running job now.
 """
 import collections
+import dataclasses
 import errno
 
 from vgpu import uapi
@@ -29,6 +35,35 @@ KERNEL, HIGH, NORMAL, LOW = 0, 1, 2, 3
 LEVEL_NAMES = {KERNEL: "KERNEL", HIGH: "HIGH", NORMAL: "NORMAL", LOW: "LOW"}
 STARVATION_LIMIT = 8
 MAX_JOBS_PER_CONTEXT = 64  # queued + running, per context; beyond it a CS waits for room (Device.queue_job)
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedOptions:
+    """How the rings share their engines (mount options, docs/preemption.md).
+
+    preempt: a HIGH job that becomes ready preempts a running NORMAL or LOW job mid-job,
+    the heartbeat's pulse preempts any job, and entities of one priority share the ring
+    in time slices; False is the scheduling of jobs at job boundaries only
+    (`vgpu mount --no-preempt`). timeslice: seconds a job runs before a ready entity of
+    its priority (or a higher one) takes the ring; 0 turns time slicing off.
+    heartbeat: seconds between two pulses of a busy engine; 0 turns the heartbeat off.
+    heartbeat_misses: pulses an engine may miss in a row before it is declared hung and
+    reset."""
+
+    preempt: bool = True
+    timeslice: float = 0.005
+    heartbeat: float = 2.5
+    heartbeat_misses: int = 3
+
+    def __post_init__(self):
+        if self.timeslice < 0 or self.heartbeat < 0 or self.heartbeat_misses < 1:
+            raise ValueError(f"invalid scheduling options {self}")
+
+    def describe(self) -> str:
+        if not self.preempt:
+            return "preemption off (jobs switch at job boundaries only)"
+        return f"preemption on, time slice {self.timeslice * 1e3:g} ms" if self.timeslice else \
+            "preemption on, no time slicing"
 
 
 def level_of(priority: int) -> int:
@@ -65,6 +100,7 @@ class RingScheduler:
     def __init__(self):
         self.entities: dict[tuple[int, int], Entity] = {}
         self.order: list[Entity] = []  # round-robin order (served entities move back)
+        self.starved_pick = False      # the last job picked was served by the starvation bound
 
     def push(self, job) -> None:
         key = (job.file.id, job.ctx.id)
@@ -86,6 +122,7 @@ class RingScheduler:
             if e is not chosen and e.level > chosen.level:
                 e.passed_over += 1
         chosen.passed_over = 0
+        self.starved_pick = bool(starved)
         self.order.remove(chosen)
         self.order.append(chosen)
         job = chosen.jobs.popleft()
@@ -93,6 +130,34 @@ class RingScheduler:
             del self.entities[(chosen.file.id, chosen.ctx.id)]
             self.order.remove(chosen)
         return job
+
+    def requeue(self, job) -> None:
+        """Put preempted `job` back at the head of its entity: the entity's next job.
+        The entity stays where round-robin put it when the job was picked (at the back
+        of the order), so a time-sliced peer runs before it again."""
+        key = (job.file.id, job.ctx.id)
+        ent = self.entities.get(key)
+        if ent is None:
+            ent = self.entities[key] = Entity(job.ctx, job.file)
+            self.order.append(ent)
+        ent.jobs.appendleft(job)
+
+    def preempt_reason(self, running, slice_over: bool) -> str | None:
+        """Why a ready entity should take the ring from job `running` now, or None:
+        'priority' when a HIGH (or KERNEL) entity is ready and `running` is of a lower
+        priority (unless the starvation bound picked it); 'timeslice' when
+        `slice_over` and another entity of its priority, or a higher one, is ready."""
+        mine = (running.file.id, running.ctx.id)
+        level = level_of(running.ctx.priority)
+        best = min((e.level for e in self.order
+                    if (e.file.id, e.ctx.id) != mine and e.ready()), default=None)
+        if best is None:
+            return None
+        if best <= HIGH and best < level and not self.starved_pick:
+            return "priority"
+        if slice_over and best <= level:
+            return "timeslice"
+        return None
 
     def jobs(self):
         for e in self.order:

@@ -53,6 +53,11 @@ EVENTS: dict[str, dict[str, str]] = {
         "dma_fence_emit": "driver=%s timeline=%s context=%d seqno=%d",
         "dma_fence_signaled": "driver=%s timeline=%s context=%d seqno=%d",
     },
+    # vgpu's own: Linux has no tracepoint for a mid-job preemption (docs/preemption.md)
+    "vgpu": {
+        "vgpu_job_preempt": "sched_job=%d, ring_name=%s, seqno=%d, reason=%s, run_us=%d",
+        "vgpu_job_resume": "sched_job=%d, ring_name=%s, seqno=%d, preemptions=%d",
+    },
 }
 SYSTEM_OF = {event: system for system, events in EVENTS.items() for event in events}
 
@@ -406,16 +411,28 @@ class Tracer:
                          "client": job.file.id, "ctx": job.ctx.id,
                          "ibs": [[va, dw] for va, dw in job.ibs], "bos": len(job.bos)})
 
-    def job_run(self, ring, job, entity_jobs: int) -> None:
-        """drm_run_job, amdgpu_sched_run_job, dma_fence_emit of its hardware fence."""
-        entity = ptr(("entity", job.file.id, job.ctx.id, ring.ring_id))
-        self.event("drm_run_job", None, entity, job.id, ptr(id(job.fence)), ring.name, entity_jobs,
-                   len(ring.hw_pending))
-        self.event("amdgpu_sched_run_job", None, *self._job_fields(ring, job))
+    def job_run(self, ring, job, entity_jobs: int, resumed: bool = False) -> None:
+        """drm_run_job, amdgpu_sched_run_job, dma_fence_emit of its hardware fence; for
+        a preempted job that resumes, vgpu_job_resume and the new hardware fence."""
+        if resumed:
+            self.event("vgpu_job_resume", None, job.id, ring.name, job.fence.seq, job.preemptions)
+        else:
+            entity = ptr(("entity", job.file.id, job.ctx.id, ring.ring_id))
+            self.event("drm_run_job", None, entity, job.id, ptr(id(job.fence)), ring.name, entity_jobs,
+                       len(ring.hw_pending))
+            self.event("amdgpu_sched_run_job", None, *self._job_fields(ring, job))
         self.event("dma_fence_emit", None, "amdgpu", ring.name, HW_FENCE_CONTEXT + ring.ring_id, job.hw_seq)
         if self._recordings:
-            self.record({"type": "job_run", "ts": time.monotonic(), "job": job.id, "ring": ring.name,
-                         "hw_seq": job.hw_seq})
+            self.record({"type": "job_resumed" if resumed else "job_run", "ts": time.monotonic(), "job": job.id,
+                         "ring": ring.name, "hw_seq": job.hw_seq})
+
+    def job_preempted(self, ring, job, reason: str) -> None:
+        """vgpu_job_preempt: the engine stopped `job` mid-job (`reason`: priority,
+        timeslice, heartbeat or ib boundary); it resumes later."""
+        self.event("vgpu_job_preempt", None, job.id, ring.name, job.fence.seq, reason, int(job.run_time * 1e6))
+        if self._recordings:
+            self.record({"type": "job_preempted", "ts": time.monotonic(), "job": job.id, "ring": ring.name,
+                         "reason": reason})
 
     def job_done(self, ring, job) -> None:
         """The ring finished `job` (its end-of-job packets), with what the engines

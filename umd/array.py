@@ -4,9 +4,14 @@
     b = umd.empty_like(a); umd.memcpy_dtod(b.ptr, a.ptr, a.nbytes)
     print(b.copy_to_host())
 
-Arrays are C-contiguous; ``ptr`` is the GPU VA of element 0 (what a kernel's
-pointer argument takes). The memory comes from the device's caching pool and goes
-back to it when the array is freed or garbage-collected.
+An array made here is C-contiguous; ``ptr`` is the GPU VA of element 0 (what a
+kernel's pointer argument takes). Indexing with integers, slices and ``...`` gives a
+view of the same memory, as numpy's and Numba's device arrays do (``d[2:10]``,
+``d[:, 1]``, ``d[::2]``, ``d.T``); an index of integers only copies that element to
+the host. A view that is not C-contiguous copies to and from the host through the
+bytes it spans, and is staged through a contiguous copy when passed to a kernel
+(docs/umd.md, "Views"). The memory comes from the device's caching pool and goes back
+to it when the array (and every view of it) is freed or garbage-collected.
 """
 from __future__ import annotations
 
@@ -32,12 +37,15 @@ def _shape(shape) -> tuple[int, ...]:
 
 
 class DeviceArray:
-    """A C-contiguous array in device memory. Make one with :func:`empty`,
-    :func:`zeros`, :func:`full` or :func:`to_device`.
+    """An array in device memory. Make one with :func:`empty`, :func:`zeros`,
+    :func:`full` or :func:`to_device` (C-contiguous), or by indexing one (a view).
 
     The array keeps its device: ``device``, else ``stream``'s, else the current one.
     Its copies and fills run on ``stream`` when given (here or per call), else on
     that device's default stream."""
+
+    _offset = 0                 # a view: bytes from its allocation's start to element 0
+    _strides: tuple[int, ...] | None = None     # a view's strides; None: C order
 
     def __init__(self, shape, dtype=np.float32, device: Device | None = None, stream: Stream | None = None):
         if device is None:
@@ -56,7 +64,7 @@ class DeviceArray:
         """GPU virtual address of the first element."""
         if self._alloc.block is None:
             self.device.pool.used_after_free(self._alloc, self)
-        return self._alloc.ptr
+        return self._alloc.ptr + self._offset
 
     @property
     def ndim(self) -> int:
@@ -68,12 +76,102 @@ class DeviceArray:
 
     @property
     def strides(self) -> tuple[int, ...]:
-        """Bytes between neighbours along each dimension (C order, as numpy's)."""
-        out, step = [], self.dtype.itemsize
-        for extent in reversed(self.shape):
-            out.append(step)
-            step *= extent
-        return tuple(reversed(out))
+        """Bytes between neighbours along each dimension (C order unless a view says
+        otherwise), as numpy's."""
+        return self._strides if self._strides is not None else _c_strides(self.shape, self.itemsize)
+
+    def is_c_contiguous(self) -> bool:
+        """Whether the elements are one C-order run (Numba's DeviceNDArray method)."""
+        return all(s == c for s, c, n in zip(self.strides, _c_strides(self.shape, self.itemsize),
+                                             self.shape) if n > 1)
+
+    def is_f_contiguous(self) -> bool:
+        return all(s == c for s, c, n in zip(self.strides[::-1],
+                                             _c_strides(self.shape[::-1], self.itemsize), self.shape[::-1])
+                   if n > 1)
+
+    # -- views ----------------------------------------------------------------------------
+    def _strided(self, base: np.ndarray) -> np.ndarray:
+        """`base` (one element of this dtype) seen with this array's shape and strides:
+        numpy works out what an index does to them."""
+        return np.lib.stride_tricks.as_strided(base, self.shape, self.strides)
+
+    def _view(self, key) -> "DeviceArray":
+        if not isinstance(key, tuple):
+            key = (key,)
+        if any(k is None or isinstance(k, (list, np.ndarray)) or
+               (hasattr(k, "dtype") and not np.issubdtype(k.dtype, np.integer)) for k in key):
+            raise IndexError("DeviceArray indexes with integers, slices and ... (views); "
+                             "fancy and boolean indexing and np.newaxis are not supported")
+        base = np.zeros(1, self.dtype)
+        probe = self._strided(base)[key]
+        if not isinstance(probe, np.ndarray):       # every dimension indexed: a 0-d view
+            probe = self._strided(base)[key + (Ellipsis,)]
+        view = object.__new__(DeviceArray)
+        view.__dict__.update(self.__dict__)
+        view.shape = tuple(probe.shape)
+        view._strides = tuple(probe.strides)
+        view.size = int(probe.size)
+        view.nbytes = view.size * self.itemsize
+        view._offset = self._offset + (probe.__array_interface__["data"][0]
+                                       - base.__array_interface__["data"][0])
+        view._base = self._base_array()
+        return view
+
+    def _base_array(self) -> "DeviceArray":
+        base = self.__dict__.get("_base")
+        return self if base is None else base
+
+    def __getitem__(self, key):
+        """A view for slices (``d[2:10]``, ``d[:, 1]``, ``d[::2]``); the element itself,
+        copied to the host, when every dimension has an integer index (as Numba's)."""
+        view = self._view(key)
+        if view.shape == () and not any(k is Ellipsis for k in (key if isinstance(key, tuple) else (key,))):
+            return view.copy_to_host()[()]
+        return view
+
+    def __setitem__(self, key, value) -> None:
+        """Write ``value`` (broadcast as numpy does) into the elements ``key`` selects."""
+        view = self._view(key)
+        view.copy_from_host(np.broadcast_to(np.asarray(value, self.dtype), view.shape))
+
+    @property
+    def T(self) -> "DeviceArray":
+        return self.transpose()
+
+    def transpose(self, axes=None) -> "DeviceArray":
+        """A view with the dimensions reversed (or in ``axes`` order)."""
+        axes = tuple(reversed(range(self.ndim))) if axes is None else tuple(axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"transpose: axes {axes} are not a permutation of {self.ndim} dimensions")
+        view = self._view(Ellipsis)
+        view.shape = tuple(self.shape[a] for a in axes)
+        view._strides = tuple(self.strides[a] for a in axes)
+        return view
+
+    def _span(self) -> tuple[int, int]:
+        """(first, end) byte offsets from ``ptr`` of the memory the elements cover."""
+        lo = sum(s * (n - 1) for s, n in zip(self.strides, self.shape) if s < 0 and n)
+        hi = sum(s * (n - 1) for s, n in zip(self.strides, self.shape) if s > 0 and n)
+        return lo, hi + self.itemsize
+
+    def _span_host(self, stream) -> tuple[np.ndarray, int]:
+        """The bytes this view spans, on the host, and the offset of element 0 in them."""
+        lo, hi = self._span()
+        raw = np.empty(hi - lo, np.uint8)
+        _copy.memcpy_dtoh(raw, self.ptr + lo, hi - lo, stream)
+        return raw, -lo
+
+    def _host_view(self, raw: np.ndarray, at: int) -> np.ndarray:
+        """The elements inside a host copy of the span (numpy checks they fit)."""
+        return np.ndarray(self.shape, self.dtype, buffer=raw, offset=at, strides=self.strides)
+
+    def copy(self, stream=None) -> "DeviceArray":
+        """A C-contiguous device copy (of a view: of the elements it sees)."""
+        out = DeviceArray(self.shape, self.dtype, self.device, self.stream)
+        if self.is_c_contiguous():
+            return self.copy_to_device(out, stream)
+        return out.copy_from_host(self.copy_to_host(stream=stream), stream)
 
     @property
     def bo(self):
@@ -92,12 +190,21 @@ class DeviceArray:
         return self.stream if self.stream is not None else default_stream(self.device)
 
     def copy_from_host(self, host, stream=None) -> "DeviceArray":
-        """Upload ``host`` (same number of bytes) into this array."""
+        """Upload ``host`` (same number of bytes) into this array. Into a view that
+        is not C-contiguous: the bytes it spans are read, its elements replaced and
+        the span written back (after the stream's earlier work)."""
         src = np.ascontiguousarray(host, dtype=self.dtype)
         if src.nbytes != self.nbytes:
             raise ValueError(f"copy_from_host: {src.nbytes} bytes into an array of {self.nbytes}")
-        if self.nbytes:
-            _copy.memcpy_htod(self.ptr, src, self.nbytes, self._stream(stream))
+        if not self.nbytes:
+            return self
+        s = self._stream(stream)
+        if self.is_c_contiguous():
+            _copy.memcpy_htod(self.ptr, src, self.nbytes, s)
+            return self
+        raw, at = self._span_host(s)
+        self._host_view(raw, at)[...] = src.reshape(self.shape)
+        _copy.memcpy_htod(self.ptr - at, raw, raw.nbytes, s)
         return self
 
     def copy_to_host(self, out: np.ndarray | None = None, stream=None) -> np.ndarray:
@@ -107,15 +214,23 @@ class DeviceArray:
             out = np.empty(self.shape, self.dtype)
         elif out.nbytes != self.nbytes or not out.flags.c_contiguous:
             raise ValueError(f"copy_to_host: out must be C-contiguous with {self.nbytes} bytes")
-        if self.nbytes:
+        if not self.nbytes:
+            return out
+        if self.is_c_contiguous():
             _copy.memcpy_dtoh(out, self.ptr, self.nbytes, self._stream(stream))
+        else:                                   # the span, then the elements out of it
+            raw, at = self._span_host(self._stream(stream))
+            out.reshape(self.shape)[...] = self._host_view(raw, at)
         return out
 
     def copy_to_device(self, other: "DeviceArray", stream=None) -> "DeviceArray":
         """Copy this array into ``other`` (device to device)."""
         if other.nbytes != self.nbytes:
             raise ValueError(f"copy_to_device: {self.nbytes} bytes into an array of {other.nbytes}")
-        _copy.memcpy_dtod(other.ptr, self.ptr, self.nbytes, self._stream(stream))
+        if self.is_c_contiguous() and other.is_c_contiguous():
+            _copy.memcpy_dtod(other.ptr, self.ptr, self.nbytes, self._stream(stream))
+        elif self.nbytes:                       # a strided side: through the host
+            other.copy_from_host(self.copy_to_host(stream=stream), stream)
         return other
 
     def fill(self, value, stream=None) -> "DeviceArray":
@@ -124,6 +239,8 @@ class DeviceArray:
         s = self._stream(stream)
         if self.nbytes == 0:
             return self
+        if not self.is_c_contiguous():
+            return self.copy_from_host(np.full(self.shape, value, self.dtype), s)
         raw = cell.tobytes()
         if len(set(raw)) == 1:
             _copy.memset(self.ptr, raw[0], self.nbytes, s)
@@ -145,10 +262,12 @@ class DeviceArray:
             shape = tuple(self.size // known if d == -1 else d for d in shape)
         if int(np.prod(shape, dtype=np.int64)) != self.size:
             raise ValueError(f"cannot reshape {self.shape} into {shape}")
-        view = object.__new__(DeviceArray)
-        view.__dict__.update(self.__dict__)
+        if not self.is_c_contiguous():
+            raise ValueError("reshape of a view that is not C-contiguous: take d.copy() first "
+                             "(Numba raises NotImplementedError here)")
+        view = self._view(Ellipsis)
         view.shape = shape
-        view._base = self          # keeps the memory alive
+        view._strides = None
         return view
 
     def free(self) -> None:
@@ -171,6 +290,14 @@ class DeviceArray:
     def __repr__(self) -> str:
         where = f"{self._alloc.ptr:#x}" if self._alloc.block is not None else "freed"
         return f"<DeviceArray shape={self.shape} dtype={self.dtype} at {where}>"
+
+
+def _c_strides(shape, itemsize: int) -> tuple[int, ...]:
+    out, step = [], itemsize
+    for extent in reversed(shape):
+        out.append(step)
+        step *= extent
+    return tuple(reversed(out))
 
 
 def empty(shape, dtype=np.float32, device=None, stream=None) -> DeviceArray:

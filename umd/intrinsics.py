@@ -75,7 +75,9 @@ class MathNamespace(Namespace):
 
     FUNCTIONS = ("exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "sin", "cos", "tanh",
                  "fabs", "fmin", "fmax", "floor", "ceil", "trunc", "pow", "copysign", "isnan",
-                 "isinf", "isfinite")
+                 "isinf", "isfinite", "tan", "atan", "atan2", "asin", "acos", "sinh", "cosh",
+                 "asinh", "acosh", "atanh", "hypot", "expm1", "log1p", "radians", "degrees",
+                 "erf")
 
     def __init__(self) -> None:
         super().__init__("umd.math", "math", self.FUNCTIONS)

@@ -25,7 +25,17 @@ from .compiler import CompiledKernel, compile_kernel
 from .compiler.functions import DeviceFunction, JitFunction
 from .launch import launch_kernel
 
-OPTIONS = {"device": "compile a device function (called from kernels, inlined) instead of a kernel"}
+# Numba's @cuda.jit options, with what each does here (docs/umd.md, "Numba CUDA -> umd").
+OPTIONS = {"device": "compile a device function (called from kernels, inlined) instead of a kernel",
+           "fastmath": "contract a * b + c into fused multiply-adds (Numba's fastmath; the vISA's "
+                       "division and square root stay exact, denormals are kept)",
+           "cache": "accepted: compiled kernels are always cached on disk (VGPU_CACHE_DIR)",
+           "lineinfo": "accepted: kernels always carry their source lines (faults, profiles)",
+           "debug": "accepted: kernels always carry their source lines; faults name them",
+           "opt": "accepted: the optimisations always run",
+           "max_registers": "accepted: kernels use what the register allocator gives them",
+           "inline": "accepted: device functions are always inlined"}
+_BOOL_OPTIONS = ("device", "fastmath", "cache", "lineinfo", "debug", "opt")
 
 
 class Kernel(JitFunction):
@@ -84,8 +94,12 @@ def kernel(fn=None, **options):
     if unknown:
         raise TypeError(f"umd.jit: unknown option {unknown[0]!r} (known: "
                         + ", ".join(f"{k}: {v}" for k, v in OPTIONS.items()) + ")")
-    if "device" in options and not isinstance(options["device"], bool):
-        raise TypeError(f"umd.jit: device= takes True or False, not {options['device']!r}")
+    for name in _BOOL_OPTIONS:
+        if name in options and not isinstance(options[name], bool):
+            raise TypeError(f"umd.jit: {name}= takes True or False, not {options[name]!r}")
+    if "max_registers" in options and not (isinstance(options["max_registers"], int)
+                                           and options["max_registers"] > 0):
+        raise TypeError(f"umd.jit: max_registers= takes a positive int, not {options['max_registers']!r}")
     if fn is None:
         env = _frame_env(1)
         return lambda f: _make(f, options, env)

@@ -181,14 +181,21 @@ def pack_args(compiled, grid, block, args) -> tuple[bytes, list]:
 def stage_host_arrays(compiled, args, stream):
     """Numba's host-array rule: each numpy array given for an array argument is
     checked, copied to a device array for the launch, and copied back after it.
-    Returns the arguments to pass and the (device, host) pairs to copy back."""
-    from .array import to_device
+    A DeviceArray view that is not C-contiguous (``d[::2]``, ``d.T``) is staged the
+    same way through a contiguous device copy: kernels index arrays in C order.
+    Returns the arguments to pass and the (staged copy, original) pairs to copy back."""
+    from .array import DeviceArray, to_device
     user = [a for a in compiled.args if not a.name.startswith("__")]
     named = isinstance(args, dict)
     items = [(a, args.get(a.name)) for a in user] if named else list(zip(user, args))
     out = dict(args) if named else list(args)
     back = []
     for k, (spec, value) in enumerate(items):
+        if spec.kind == "ptr" and isinstance(value, DeviceArray) and not value.is_c_contiguous():
+            check_array(compiled, spec, value)
+            back.append((value.copy(stream), value))
+            out[spec.name if named else k] = back[-1][0]
+            continue
         if spec.kind != "ptr" or not isinstance(value, np.ndarray):
             continue
         check_array(compiled, spec, value)
@@ -239,7 +246,9 @@ def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
     profiler.launch_alone(s, compiled.name, grid, block, lambda: s.dispatch(
         loaded, grid, block, kernarg, f"DISPATCH {compiled.name} {grid}x{block}", bos, compiled))
     for dev, host in back:               # waits for the kernel, as Numba's copy back does
-        if host.flags.c_contiguous:
+        if not isinstance(host, np.ndarray):        # a strided DeviceArray view
+            host.copy_from_host(dev.copy_to_host(stream=s), s)
+        elif host.flags.c_contiguous:
             dev.copy_to_host(out=host, stream=s)
         else:
             host[...] = dev.copy_to_host(stream=s)

@@ -22,7 +22,7 @@ import sys
 import pyfuse3
 import trio
 
-from .options import add_device_options, limits_from, permissions_from
+from .options import add_device_options, limits_from, permissions_from, sched_from
 
 log = logging.getLogger("vgpu.daemon")
 
@@ -74,12 +74,13 @@ async def _stop_on_signal() -> None:
 
 
 def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | None = None,
-          limits=None, perms=None, huge_pages: bool = True, partitions: int = 1) -> int:
+          limits=None, perms=None, huge_pages: bool = True, sched=None, partitions: int = 1) -> int:
     """Mount the device tree at ``mountpoint`` and serve it until unmounted or signalled.
     ``limits``: kmd.limits.Limits; ``perms``: vdev.options.NodePermissions, the modes
     and group of the device nodes (the defaults when None); ``huge_pages``: BO files
-    on a private huge-page tmpfs when root (kmd/shmem.py); ``partitions``: how many
-    isolated devices the GPU is split into (kmd/gpu.py; 1: the whole GPU, one Device).
+    on a private huge-page tmpfs when root (kmd/shmem.py); ``sched``: kmd.sched.SchedOptions
+    (preemption, time slicing, heartbeat; the defaults when None); ``partitions``: how
+    many isolated devices the GPU is split into (kmd/gpu.py; 1: the whole GPU, one Device).
     Returns 1 without mounting when the BO store cannot be set up or the GPU cannot
     take that many partitions (logged)."""
     from kmd.device import Device  # imported here so `vgpu --help` stays light
@@ -96,7 +97,7 @@ def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | N
         log.error("cannot start: %s", e)
         return 1
     options = dict(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir, limits=limits,
-                   huge_pages=huge_pages)
+                   huge_pages=huge_pages, sched=sched)
     try:
         dev = Device(**options) if partitions == 1 else PartitionedGpu(partitions, **options)
     except StoreError as e:
@@ -136,8 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         perms = permissions_from(args)
     except ValueError as e:
         p.error(f"--group: {e}")
+    try:
+        sched = sched_from(args)
+    except ValueError as e:
+        p.error(f"scheduling options: {e}")
     return serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout, args.shm_dir,
-                 limits=limits_from(args), perms=perms, huge_pages=not args.no_huge_pages,
+                 limits=limits_from(args), perms=perms, huge_pages=not args.no_huge_pages, sched=sched,
                  partitions=args.partitions)
 
 

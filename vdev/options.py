@@ -1,8 +1,9 @@
 """The device options of `vgpu mount` and `python3 -m vdev.daemon`, defined once
 (docs/vdev.md, "Mounting and the daemon"): how many partitions the GPU is split
-into (`--partitions`), who may open the device nodes
-(`--mode`, `--render-mode`, `--group`) and the object limits (`--max-bos`,
-`--max-bos-per-file`, ..., kmd/limits.py). `vgpu mount` passes what it was given
+into (`--partitions`), who may open the device nodes (`--mode`, `--render-mode`,
+`--group`), the object limits (`--max-bos`, `--max-bos-per-file`, ...,
+kmd/limits.py) and the scheduling (`--no-preempt`, `--timeslice-ms`, `--heartbeat-ms`,
+`--heartbeat-misses`, kmd.sched.SchedOptions). `vgpu mount` passes what it was given
 on to the daemon (`device_argv`). Light: no FUSE, no trio.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from kmd import partition
 from kmd.limits import KINDS, Limits
+from kmd.sched import SchedOptions
 
 # udev's rules on Linux: card0 is root:video 0660, renderD128 0666 here (Debian makes
 # it root:render 0660 plus a uaccess ACL; vgpu has no seat to grant it to).
@@ -94,6 +96,44 @@ def add_device_options(p: argparse.ArgumentParser) -> None:
                             help=f"{kind.what} {scope} (default {getattr(defaults, name)})")
 
 
+    sched = p.add_argument_group("scheduling (docs/preemption.md)")
+    d = SchedOptions()
+    sched.add_argument("--no-preempt", action="store_true",
+                       help="no mid-job preemption and no time slicing: jobs switch at job boundaries only")
+    sched.add_argument("--timeslice-ms", type=_milliseconds, default=None, metavar="MS",
+                       help=f"time slice of entities of one priority on a ring, 0: none "
+                            f"(default {d.timeslice * 1e3:g})")
+    sched.add_argument("--heartbeat-ms", type=_milliseconds, default=None, metavar="MS",
+                       help=f"interval of the engine heartbeat's pulses, 0: off (default {d.heartbeat * 1e3:g})")
+    sched.add_argument("--heartbeat-misses", type=_count, default=None, metavar="N",
+                       help=f"missed pulses after which an engine is declared hung and reset "
+                            f"(default {d.heartbeat_misses})")
+
+
+def _milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of milliseconds: {text!r}") from None
+    if not 0 <= value < 1e9:
+        raise argparse.ArgumentTypeError(f"{text} ms is out of range")
+    return value
+
+
+def sched_from(args) -> SchedOptions:
+    """The scheduling options given (ValueError: --heartbeat-misses 0)."""
+    given = {}
+    if getattr(args, "no_preempt", False):
+        given["preempt"] = False
+    if getattr(args, "timeslice_ms", None) is not None:
+        given["timeslice"] = args.timeslice_ms / 1e3
+    if getattr(args, "heartbeat_ms", None) is not None:
+        given["heartbeat"] = args.heartbeat_ms / 1e3
+    if getattr(args, "heartbeat_misses", None) is not None:
+        given["heartbeat_misses"] = args.heartbeat_misses
+    return SchedOptions(**given)
+
+
 def limits_from(args) -> Limits:
     given = {n: getattr(args, n) for n in Limits.names() if getattr(args, n, None) is not None}
     return Limits(**given)
@@ -127,4 +167,9 @@ def device_argv(args) -> list[str]:
         value = getattr(args, name, None)
         if value is not None:
             argv += [Limits.option(name), str(value)]
+    if getattr(args, "no_preempt", False):
+        argv.append("--no-preempt")
+    for opt in ("timeslice_ms", "heartbeat_ms", "heartbeat_misses"):
+        if getattr(args, opt, None) is not None:
+            argv += ["--" + opt.replace("_", "-"), f"{getattr(args, opt):g}"]
     return argv

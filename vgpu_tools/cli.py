@@ -119,11 +119,16 @@ def cmd_mount(args) -> int:
         except ValueError as e:
             print(f"vgpu mount: --{opt}: {e}", file=sys.stderr)
             return 2
-    from vdev.options import permissions_from
+    from vdev.options import permissions_from, sched_from
     try:
         permissions_from(args)
     except ValueError as e:
         print(f"vgpu mount: --group: {e}", file=sys.stderr)
+        return 2
+    try:
+        sched_from(args)
+    except ValueError as e:
+        print(f"vgpu mount: scheduling options: {e}", file=sys.stderr)
         return 2
     state = mount_state(mount)
     if state == "dead":

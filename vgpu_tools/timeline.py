@@ -185,6 +185,22 @@ class _Lanes:
         return len(ends) - 1
 
 
+def _runs(run: dict, switches: list[dict], done: dict) -> list[tuple[float, float, str]]:
+    """A job's runs on its ring, in µs: (start, end, why it was preempted at the end,
+    or "" for its last run)."""
+    runs, start = [], _us(run["ts"])
+    for r in sorted(switches, key=lambda r: r["ts"]):
+        if r["type"] == "job_preempted" and start is not None:
+            runs.append((start, max(_us(r["ts"]), start + 0.001), r.get("reason", "")))
+            start = None
+        elif r["type"] == "job_resumed":
+            start = _us(r["ts"])
+    if start is None:
+        start = runs[-1][1] if runs else _us(run["ts"])
+    runs.append((start, max(_us(done["ts"]), start + 0.001), ""))
+    return runs
+
+
 def build(records: list[dict], keep=lambda pid: True, umd_events=()) -> dict:
     """The trace-event JSON object of a recording (and the UMD's events)."""
     head = next((r for r in records if r.get("type") == "header"), {"rings": []})
@@ -204,6 +220,8 @@ def build(records: list[dict], keep=lambda pid: True, umd_events=()) -> dict:
             jobs[r["job"]] = dict(r)
         elif t in ("job_run", "job_done", "job_signaled") and r["job"] in jobs:
             jobs[r["job"]][t] = r
+        elif t in ("job_preempted", "job_resumed") and r["job"] in jobs:
+            jobs[r["job"]].setdefault("switches", []).append(r)
 
     # ioctls, per client, on lanes
     lanes, names, cs_spans, waits = _Lanes(), {}, [], []
@@ -230,14 +248,15 @@ def build(records: list[dict], keep=lambda pid: True, umd_events=()) -> dict:
             ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                        "args": {"name": "ioctls" + (f" #{lane + 1}" if lane else "")}})
 
-    # jobs on their rings, with the flow from their CS
+    # jobs on their rings (a span per run: a preempted job has several), with the flow from their CS
     by_fence: dict[tuple[str, int], dict] = {}
     for job in jobs.values():
         run, done = job.get("job_run"), job.get("job_done")
         if run is None or done is None or job["ring"] not in ring_tid:
             continue
         tid = ring_tid[job["ring"]]
-        start, end = _us(run["ts"]), max(_us(done["ts"]), _us(run["ts"]) + 0.001)
+        runs = _runs(run, job.get("switches", []), done)
+        start, end = runs[0][0], runs[-1][1]
         ib_dw = sum(dw for _, dw in job["ibs"])
         args = {"job": job["job"], "pid": job["pid"], "process": job["comm"], "context": job["ctx"],
                 "seq": job["seq"], "ibs": len(job["ibs"]), "ib_dwords": ib_dw, "ib_bytes": ib_dw * 4,
@@ -245,8 +264,17 @@ def build(records: list[dict], keep=lambda pid: True, umd_events=()) -> dict:
         if done.get("error"):
             args["errno"] = errno.errorcode.get(done["error"], done["error"])
         args.update(done.get("counters", {}))
-        ev.append({"ph": "X", "cat": "job", "name": f"{job['comm']} ctx {job['ctx']} seq {job['seq']}",
-                   "pid": GPU_PID, "tid": tid, "ts": start, "dur": end - start, "args": args})
+        name = f"{job['comm']} ctx {job['ctx']} seq {job['seq']}"
+        for i, (s0, s1, why) in enumerate(runs):
+            span_args = args if len(runs) == 1 else {**args, "run": f"{i + 1} of {len(runs)}"}
+            if why:
+                span_args = {**span_args, "preempted_by": why}
+            ev.append({"ph": "X", "cat": "job", "name": name + (" (resumed)" if i else ""),
+                       "pid": GPU_PID, "tid": tid, "ts": s0, "dur": s1 - s0, "args": span_args})
+            if why:
+                ev.append({"ph": "i", "s": "t", "cat": "preempt", "name": f"preempted ({why})",
+                           "pid": GPU_PID, "tid": tid, "ts": s1, "args": {"job": job["job"]}})
+        job["runs"] = runs
         by_fence[(job["ring"], job["seq"])] = {"tid": tid, "start": start, "end": end}
         cs = next(((c, ctid) for c, ctid in cs_spans
                    if c["client"] == job["client"] and c["ts"] <= job["ts"] <= c["end"]), None)
@@ -281,12 +309,9 @@ def build(records: list[dict], keep=lambda pid: True, umd_events=()) -> dict:
         for name, key in (("VRAM used", "vram_used"), ("GTT used", "gtt_used")):
             ev.append({"ph": "C", "name": name, "pid": GPU_PID, "ts": _us(head["ts"]), "args": {"bytes": head[key]}})
     for job in jobs.values():
-        run, done = job.get("job_run"), job.get("job_done")
-        if run is not None and done is not None:
-            ev.append({"ph": "C", "name": f"{job['ring']} busy", "pid": GPU_PID, "ts": _us(run["ts"]),
-                       "args": {"busy": 1}})
-            ev.append({"ph": "C", "name": f"{job['ring']} busy", "pid": GPU_PID, "ts": _us(done["ts"]),
-                       "args": {"busy": 0}})
+        for s0, s1, _ in job.get("runs", ()):
+            ev.append({"ph": "C", "name": f"{job['ring']} busy", "pid": GPU_PID, "ts": s0, "args": {"busy": 1}})
+            ev.append({"ph": "C", "name": f"{job['ring']} busy", "pid": GPU_PID, "ts": s1, "args": {"busy": 0}})
 
     ev.extend(e for e in umd_events if "pid" not in e or keep(e["pid"]))
     lost = sum(r.get("count", 0) for r in records if r.get("type") == "lost")

@@ -3,8 +3,8 @@ given `--device MOUNT/dev/dri/renderD128`: one device-path rule for all of them
 (samples/session.py add_device_argument). Each runs at its smallest size, in its own
 process, with an empty kernel cache; what a sample prints is checked by the sample's
 own test (test_sdma_e2e.py, test_compute_e2e.py, test_gpu_hang_sample.py,
-test_syncobj_timeline_sample.py, test_partitions_e2e.py), which run it through
-:func:`run_sample` too."""
+test_syncobj_timeline_sample.py, test_preemption_e2e.py, test_partitions_e2e.py), which
+run it through :func:`run_sample` too."""
 import os
 import subprocess
 import sys
@@ -27,6 +27,8 @@ SAMPLES = {
     "umd_softmax": ["--rows", "2", "--cols", "200"],
     "umd_mlp": [],
     "sync_bug_ib_reuse": [],
+    "preemption": ["--low-rounds", "40000", "--arrive-after", "0.05"],
+    "timeslice": ["--rounds", "2000", "--chunks", "4"],
     "partitions": [],
 }
 #: The mount a sample needs, when not a plain one.

@@ -262,7 +262,9 @@ def test_string_annotations_of_a_nested_kernel(tmp_path, monkeypatch):
 
 def test_kernel_options_are_checked():
     import umd
-    with pytest.raises(TypeError, match="unknown option 'opt'"):
+    with pytest.raises(TypeError, match="unknown option 'optimise'"):
+        umd.kernel(optimise=1)
+    with pytest.raises(TypeError, match="opt= takes True or False"):   # Numba's opt: a bool
         umd.kernel(opt=1)
     with pytest.raises(TypeError, match="signature"):
         umd.jit("void(float32[:])")
@@ -336,3 +338,32 @@ def test_shaders_debug_dumps_ir_and_asm(tmp_path):
                        text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "kernel saxpy IR" in r.stderr and "global_store_dword" in r.stderr
+
+
+def test_numba_jit_options_and_fastmath_contraction():
+    # Numba's @cuda.jit options are accepted (before: fastmath, cache, lineinfo, debug,
+    # opt, max_registers and inline were "unknown option" errors); fastmath contracts
+    # a * b + c into v_fma_f32 (Numba/NVVM contract only under fastmath), else never
+    import umd
+    from umd import f32
+
+    def axpy(a: f32, x: umd.f32[:], y: umd.f32[:]):
+        i = umd.grid(1)
+        if i < x.size:
+            y[i] = a * x[i] + y[i]
+
+    plain = umd.jit(cache=True, lineinfo=True, debug=False, opt=True, max_registers=64,
+                    inline="always")(axpy).compile()
+    fast = umd.jit(fastmath=True)(axpy).compile()
+    assert "v_fma_f32" not in plain.asm_text and "v_mul_f32" in plain.asm_text
+    assert "v_fma_f32" in fast.asm_text and "v_mul_f32" not in fast.asm_text
+    x = np.linspace(-3, 3, 50, dtype=np.float32) / 7
+    y0 = np.linspace(1, 2, 50, dtype=np.float32) / 3
+    from .refrun import run
+    y_plain, y_fast = y0.copy(), y0.copy()
+    run(plain, 2, 32, np.float32(1 / 3), x, y_plain)
+    run(fast, 2, 32, np.float32(1 / 3), x, y_fast)
+    np.testing.assert_array_equal(y_plain, np.float32(1 / 3) * x + y0)      # rounded twice
+    exact = (np.float64(np.float32(1 / 3)) * x.astype(np.float64) + y0).astype(np.float32)
+    np.testing.assert_array_equal(y_fast, exact)             # the product not rounded to f32
+    assert (y_fast != y_plain).any()

@@ -1,6 +1,8 @@
 """float64 math functions in kernels (umd/compiler/libdevice.py), on the reference
 executor, against numpy (glibc) in units in the last place. Before the float64 library,
 these went through float32: off by about 10^9 ulp (rtol 1e-7)."""
+import math
+
 import numpy as np
 import pytest
 
@@ -97,3 +99,47 @@ def test_integer_powers_stay_64_bit():
                 p *= p
         want_f.append(1.0 / r if e < 0 else r)
     assert out_f.tolist() == want_f
+
+
+MORE = [(0, np.tan), (1, np.arctan), (2, np.arctan2), (3, np.arcsin), (4, np.arccos),
+        (5, np.sinh), (6, np.cosh), (7, np.arcsinh), (8, np.arccosh), (9, np.arctanh),
+        (10, np.hypot), (11, np.expm1), (12, np.log1p), (13, np.radians), (14, np.degrees),
+        (15, "erf")]
+LIMIT = {np.tan: 2, np.arctan2: 2, np.arcsin: 2, np.arccos: 2, np.sinh: 2, np.cosh: 2,
+         np.arcsinh: 2, np.arccosh: 2, np.arctanh: 2, np.log1p: 2, "erf": 12}
+
+
+def _more_inputs(dtype):
+    x, y = _inputs()
+    x = np.concatenate([x, RNG.uniform(-1, 1, 300), RNG.uniform(1, 3, 100), [1.0, -1.0, 0.9999999]])
+    y = np.concatenate([y, RNG.uniform(-2, 2, 403)])
+    y[:40] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-300, 1e300, 3.0] * 4
+    return x.astype(dtype), y.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_more_math_functions_within_ulps(dtype):
+    x, y = _more_inputs(dtype)
+    out = np.zeros((16, len(x)), dtype)
+    kernel = K.more_math64 if dtype == np.float64 else K.more_math32
+    run(build(kernel), -(-len(x) // 64), 64, x, y, out, mem_size=8 << 20)
+    bad = []
+    with np.errstate(all="ignore"):
+        for row, fn in MORE:
+            # float32: against numpy in float64, rounded to float32 (numpy's own float32
+            # routines are off by up to a few ulp; ours round the float64 result once)
+            x64, y64 = x.astype(np.float64), y.astype(np.float64)
+            if fn == "erf":                             # numpy has none: Python's (libm's)
+                want = np.array([math.erf(v) for v in x64]).astype(dtype)
+            else:
+                want = (fn(x64, y64) if fn in (np.arctan2, np.hypot) else fn(x64)).astype(dtype)
+            if dtype == np.float64:
+                d = ulps(out[row], want)
+                limit = LIMIT.get(fn, 1)
+                exact_range = np.abs(x) < 2.0 ** 50 if fn is np.tan else np.ones(len(x), bool)
+            else:       # float32: within one float32 ulp
+                d = ulps(out[row].astype(np.float64), want.astype(np.float64)) / 2.0 ** 29
+                limit, exact_range = 1, np.abs(x) < 2.0 ** 20 if fn is np.tan else True
+            for i in np.nonzero((d > limit) & exact_range)[0][:3]:
+                bad.append((getattr(fn, "__name__", fn), x[i], y[i], out[row][i], want[i], d[i]))
+    assert not bad, "\n".join(map(str, bad))

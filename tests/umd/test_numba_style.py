@@ -255,8 +255,8 @@ def test_device_function_option_and_host_call():
         K.clamp(1.0, 0.0, 2.0)
     with pytest.raises(TypeError, match="device function"):
         K.clamp[1, 32]
-    with pytest.raises(TypeError, match="unknown option.*opt"):
-        umd.jit(opt=1)
+    with pytest.raises(TypeError, match="unknown option.*optimise"):
+        umd.jit(optimise=1)
     with pytest.raises(TypeError, match="device="):
         umd.jit(device="yes")
 

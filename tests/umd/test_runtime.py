@@ -477,3 +477,71 @@ def test_gpu_hang_from_an_endless_kernel(short_timeout_mount):
     """, short_timeout_mount))
     assert "GPU hang: kernel 'spin'" in r.stdout and "ring timeout" in r.stdout, r.stdout
     assert "ring comp_0.0 timeout" in read_text(f"{short_timeout_mount}/dev/kmsg")
+
+
+def test_device_array_views_as_numpy_and_numba_have_them(vgpu_mount):
+    # slicing a DeviceArray gives views of the same memory; an all-integer index copies
+    # the element out; strided views copy through the bytes they span and are staged
+    # through a contiguous copy for a kernel (before: DeviceArray had no __getitem__)
+    r = ok(client("""
+        import importlib.util, tempfile
+        src = tempfile.NamedTemporaryFile("w", suffix=".py", delete=False)
+        src.write(chr(10).join(["import umd", "from umd import f32", "@umd.jit",
+                                "def twice(x: f32[:]):", "    i = umd.grid(1)",
+                                "    if i < x.size:", "        x[i] = 2 * x[i]", ""]))
+        src.close()
+        spec = importlib.util.spec_from_file_location("twice_mod", src.name)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        twice = mod.twice
+
+        host = np.arange(60, dtype=np.float32).reshape(6, 10)
+        d = umd.to_device(host)
+        assert d[2, 3] == host[2, 3] and isinstance(d[2, 3], np.float32)
+        row = d[4]                                  # contiguous view: offset into d
+        assert row.is_c_contiguous() and row.ptr == d.ptr + 4 * 10 * 4
+        assert (row.copy_to_host() == host[4]).all()
+        for key in [(slice(1, 5), slice(2, 9, 3)), (Ellipsis, 7), (slice(None, None, -2),),
+                    (slice(5, 0, -1), slice(None, None, -3))]:
+            assert (d[key].copy_to_host() == host[key]).all(), key
+            assert d[key].shape == host[key].shape and d[key].strides == host[key].strides, key
+        assert (d.T.copy_to_host() == host.T).all() and not d.T.is_c_contiguous()
+        assert d.T.is_f_contiguous()
+
+        d[1, :] = -1.0                              # __setitem__ on a row, a column, a scalar
+        host[1, :] = -1.0
+        d[:, 0] = np.arange(6)
+        host[:, 0] = np.arange(6)
+        d[5, 9] = 99
+        host[5, 9] = 99
+        assert (d.copy_to_host() == host).all()
+
+        col = d[:, 3]                               # strided: through a contiguous copy
+        twice[1, 32](col)
+        host[:, 3] *= 2
+        twice[1, 32](d[2])                          # contiguous: in place
+        host[2] *= 2
+        flat = d.reshape(60)
+        twice[1, 64](flat[::7])
+        host.reshape(60)[::7] *= 2
+        assert (d.copy_to_host() == host).all()
+        d[::2, ::3].fill(7)
+        host[::2, ::3] = 7
+        assert (d.copy_to_host() == host).all()
+        c = d[::-1].copy()
+        assert c.is_c_contiguous() and (c.copy_to_host() == host[::-1]).all()
+        try:
+            d.T.reshape(60)
+        except ValueError as e:
+            print("reshape:", e)
+        try:
+            d[[1, 2]]
+        except IndexError as e:
+            print("fancy:", e)
+        del d, row, col, flat, c                    # views keep the memory until the last
+        os.unlink(src.name)
+        print("views ok")
+    """, vgpu_mount))
+    assert "views ok" in r.stdout
+    assert "reshape: reshape of a view that is not C-contiguous" in r.stdout
+    assert "fancy: DeviceArray indexes with integers, slices" in r.stdout

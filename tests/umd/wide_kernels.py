@@ -271,3 +271,49 @@ def cas_counter64(counter: uint64[:], n: int64):
             if seen == old:
                 break
             old = seen
+
+
+@umd.jit
+def more_math64(x: f64[:], y: f64[:], out: f64[:, :]):
+    i = umd.grid(1)
+    if i < x.size:
+        v = x[i]
+        out[0, i] = math.tan(v)
+        out[1, i] = math.atan(v)
+        out[2, i] = math.atan2(v, y[i])
+        out[3, i] = math.asin(v)
+        out[4, i] = math.acos(v)
+        out[5, i] = math.sinh(v)
+        out[6, i] = math.cosh(v)
+        out[7, i] = math.asinh(v)
+        out[8, i] = math.acosh(v)
+        out[9, i] = math.atanh(v)
+        out[10, i] = math.hypot(v, y[i])
+        out[11, i] = math.expm1(v)
+        out[12, i] = math.log1p(v)
+        out[13, i] = math.radians(v)
+        out[14, i] = math.degrees(v)
+        out[15, i] = math.erf(v)
+
+
+@umd.jit
+def more_math32(x: f32[:], y: f32[:], out: f32[:, :]):
+    i = umd.grid(1)
+    if i < x.size:
+        v = x[i]
+        out[0, i] = math.tan(v)
+        out[1, i] = math.atan(v)
+        out[2, i] = math.atan2(v, y[i])
+        out[3, i] = math.asin(v)
+        out[4, i] = math.acos(v)
+        out[5, i] = math.sinh(v)
+        out[6, i] = math.cosh(v)
+        out[7, i] = math.asinh(v)
+        out[8, i] = math.acosh(v)
+        out[9, i] = math.atanh(v)
+        out[10, i] = math.hypot(v, y[i])
+        out[11, i] = math.expm1(v)
+        out[12, i] = math.log1p(v)
+        out[13, i] = math.radians(v)
+        out[14, i] = math.degrees(v)
+        out[15, i] = math.erf(v)

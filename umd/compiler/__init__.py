@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from vgpu import asm
 
-from . import (addressing, cache, codegen, cse, frontend, ir, licm, opt, regalloc, sinking,
-               uniformity, unroll)
+from . import (addressing, cache, codegen, contract, cse, frontend, ir, licm, opt, regalloc,
+               sinking, uniformity, unroll)
 from .compiled import CompiledKernel
 from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
@@ -31,10 +31,11 @@ def _unwrap(obj, env):
     return getattr(obj, "fn", obj), env if env is not None else getattr(obj, "env", None)
 
 
-def optimize(fn: ir.Function, level: int = 2) -> None:
+def optimize(fn: ir.Function, level: int = 2, fastmath: bool = False) -> None:
     """The IR passes in order (docs/umd-compiler.md 1); leaves fn analysed for
     uniformity, ready for register allocation.  Level 1 is folding and dead code
-    only (the tests compare what the other passes do against it)."""
+    only (the tests compare what the other passes do against it); ``fastmath``
+    (the kernel option) contracts multiplies and adds into fmas."""
     opt.optimize(fn)
     if level < 2:
         uniformity.analyze(fn)
@@ -47,6 +48,8 @@ def optimize(fn: ir.Function, level: int = 2) -> None:
     licm.hoist_loop_invariants(fn)
     cse.eliminate_common_subexpressions(fn)
     sinking.sink_stores(fn)
+    if fastmath:
+        contract.contract_fma(fn)
     opt.optimize(fn)
     opt.coalesce_moves(fn)
     uniformity.analyze(fn)
@@ -59,7 +62,7 @@ def build(pyfn, options: dict | None = None, env: dict | None = None, *,
     that of :func:`optimize`."""
     pyfn, env = _unwrap(pyfn, env)
     fn = frontend.lower(pyfn, env)
-    optimize(fn, level)
+    optimize(fn, level, fastmath=bool((options or {}).get("fastmath")))
     stop, _ = regalloc.allocate(fn)
     gen = codegen.CodeGen(fn, stop)
     body = gen.generate()

@@ -57,7 +57,10 @@ _PY_MATH = {getattr(pymath, n): r for n, r in (
     ("tanh", "tanh"), ("fabs", "fabs"), ("floor", "ifloor"), ("ceil", "iceil"),
     ("trunc", "itrunc"), ("pow", "pow"), ("log2", "log2"), ("log10", "log10"),
     ("exp2", "exp2"), ("copysign", "copysign"), ("isnan", "isnan"), ("isinf", "isinf"),
-    ("isfinite", "isfinite"))}
+    ("isfinite", "isfinite"), ("tan", "tan"), ("atan", "atan"), ("atan2", "atan2"),
+    ("asin", "asin"), ("acos", "acos"), ("sinh", "sinh"), ("cosh", "cosh"), ("asinh", "asinh"),
+    ("acosh", "acosh"), ("atanh", "atanh"), ("hypot", "hypot"), ("expm1", "expm1"),
+    ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"), ("erf", "erf"))}
 _NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32, np.float64: f64, np.int64: i64,
                 np.uint64: u64}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
@@ -168,6 +171,34 @@ def _is_array(v) -> bool:
 
 def _elem(arr) -> ScalarType:
     return arr.type.elem if isinstance(arr, ir.Var) else arr.elem
+
+
+def _float_literal(x) -> bool:
+    return isinstance(x, ir.Const) and x.exact is not None
+
+
+_LITERAL_OPS = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+                "div": lambda x, y: x / y}
+
+
+def _literal_arithmetic(op, a, b):
+    """`1.0 / 3.0`, `math.pi * 0.5`, `2 * 0.1`: arithmetic on a float literal and a
+    literal is folded in double precision, as Python (and Numba) fold it, and stays a
+    float literal (f32 or the exact double, whichever its use needs); None otherwise."""
+    if op not in _LITERAL_OPS or not (_float_literal(a) or _float_literal(b)):
+        return None
+    vals = []
+    for c in (a, b):
+        if _float_literal(c):
+            vals.append(c.exact)
+        elif isinstance(c, ir.Const) and c.type.is_int and c.type != bool_:
+            vals.append(int(c.value))
+        else:
+            return None
+    try:
+        return ir.float_literal(float(_LITERAL_OPS[op](*vals)))
+    except (ZeroDivisionError, OverflowError):
+        return None
 
 
 def _suggest(name: str, candidates) -> str | None:
@@ -914,6 +945,8 @@ class FunctionLowering:
             if isinstance(node.op, ast.USub):
                 if x.type == bool_:
                     x = self.convert(x, i32, node)
+                if _float_literal(x):           # -0.1 is still a literal: its double kept
+                    return ir.float_literal(-x.exact)
                 return self.fold_or_emit("neg", x.type, [x], node)
             if isinstance(node.op, ast.Not):
                 return self.fold_or_emit("lnot", bool_, [self.truth(x, node)], node)
@@ -1084,6 +1117,9 @@ class FunctionLowering:
     def binop(self, op, a, b, node):
         self.check_value(a, node)
         self.check_value(b, node)
+        literal = _literal_arithmetic(op, a, b)
+        if literal is not None:
+            return literal
         if op == "pow":
             return self.power(a, b, node)
         if op in ("and", "or", "xor") and a.type == bool_ and b.type == bool_:
@@ -1405,7 +1441,7 @@ class FunctionLowering:
     def math(self, mname, name, node, args, nargs, values):
         """umd.math.X and Python's math.X (the `i` forms return integers, as Python's
         math.floor/ceil/trunc do)."""
-        binary = mname in ("fmin", "fmax", "pow", "copysign")
+        binary = mname in ("fmin", "fmax", "pow", "copysign", "atan2", "hypot")
         nargs(3 if mname == "fma" else 2 if binary else 1)
         values()
         if mname in ("isnan", "isinf", "isfinite"):
@@ -1424,8 +1460,18 @@ class FunctionLowering:
             # Numba: math.floor of a float64 is an int64; of a float32 here an i32
             return self.convert(self.fold_or_emit(mname[1:], x.type, [x], node),
                                 i64 if x.type.wide else i32, node)
+        if mname in ("radians", "degrees"):
+            x = args[0] if args[0].type.is_float else self.convert(args[0], f64, node)
+            k = pymath.pi / 180.0 if mname == "radians" else 180.0 / pymath.pi
+            return self.fold_or_emit("mul", x.type, [x, const(k, x.type)], node)
         if any(a.type.wide for a in args):
             return self.math_f64(mname, node, args)
+        if mname in self._VIA_F64:
+            # float32 in, float32 out, computed by the float64 routine and rounded once
+            # more: within about half an f32 ulp of the exact value
+            r = self.library(self._F64_LIBRARY[mname], [self.convert(a, f64, node) for a in args],
+                             node)
+            return self.convert(r, f32, node)
         xs = [self.convert(a, f32, node) for a in args]
         if mname == "pow":
             return self.library("powf", xs, node)
@@ -1447,7 +1493,13 @@ class FunctionLowering:
     _F64_NATIVE = {"sqrt", "floor", "ceil", "trunc", "rndne", "fabs", "fmin", "fmax", "fma"}
     _F64_LIBRARY = {"exp": "exp64", "exp2": "exp2_64", "log": "log64", "log2": "log2_64",
                     "log10": "log10_64", "sin": "sin64", "cos": "cos64", "tanh": "tanh64",
-                    "pow": "pow64"}
+                    "pow": "pow64", "tan": "tan64", "atan": "atan64", "atan2": "atan2_64",
+                    "asin": "asin64", "acos": "acos64", "sinh": "sinh64", "cosh": "cosh64",
+                    "asinh": "asinh64", "acosh": "acosh64", "atanh": "atanh64",
+                    "hypot": "hypot64", "expm1": "expm1_64", "log1p": "log1p64", "erf": "erf64"}
+    # the functions the vISA has no float32 instruction for
+    _VIA_F64 = {"tan", "atan", "atan2", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
+                "atanh", "hypot", "expm1", "log1p", "erf"}
 
     def math_f64(self, mname, node, args):
         """A math function with a 64-bit operand: the result is f64."""

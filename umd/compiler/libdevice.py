@@ -134,6 +134,16 @@ def _pi() -> _D:
     return 16 * atan_inv(5) - 4 * atan_inv(239)
 
 
+def _atan_series(x: _D) -> _D:
+    """atan(x) for |x| <= 1/2, to the context's precision."""
+    total, term, k = _D(0), x, 0
+    while term != 0:
+        total += term / (2 * k + 1) if k % 2 == 0 else -term / (2 * k + 1)
+        term *= x * x
+        k += 1
+    return total
+
+
 def _parts(d: _D, n: int = 2) -> list[float]:
     """d as n doubles whose sum is d to 53 * n bits."""
     out = []
@@ -162,22 +172,45 @@ with decimal.localcontext(decimal.Context(prec=80)):
     PIO2_1, PIO2_2, PIO2_3 = _parts(_pi() / 2, 3)
     TWO_OVER_PI = float(2 / _pi())
     SQRT2_64 = float(_D(2).sqrt())
+    PI_HI, PI_LO = _parts(_pi())
+    TWO_OVER_SQRTPI = float(2 / _pi().sqrt())
+    INV_SQRTPI = float(1 / _pi().sqrt())
+    # atan's breakpoints c = 1/4, 1/2, 1, 2, 4 (exact, so that a - c and a c are exact):
+    # atan(c) as hi + lo
+    ATAN_Q, ATAN_QL = _parts(_atan_series(_D("0.25")))
+    ATAN_H, ATAN_HL = _parts(_atan_series(_D("0.5")))
+    ATAN_1, ATAN_1L = _parts(_pi() / 4)
+    ATAN_2, ATAN_2L = _parts(_pi() / 2 - _atan_series(_D("0.5")))
+    ATAN_4, ATAN_4L = _parts(_pi() / 2 - _atan_series(_D("0.25")))
 MIN_NORMAL64 = 2.2250738585072014e-308
 TWO54 = 18014398509481984.0
 TWO53 = 9007199254740992.0
 INV_FACT = [float(_Fraction(1, math.factorial(n))) for n in range(24)]
-# exp: 1/n! for n = 2..13; sin: (-1)^k/(2k+1)! for k = 1..9; cos: (-1)^k/(2k)! for k = 2..10
-E2, E3, E4, E5, E6, E7, E8, E9, E10, E11, E12, E13 = INV_FACT[2:14]
+# exp: 1/n! for n = 2..18; sin: (-1)^k/(2k+1)! for k = 1..9; cos: (-1)^k/(2k)! for k = 2..10
+E2, E3, E4, E5, E6, E7, E8, E9, E10, E11, E12, E13, E14, E15, E16, E17, E18 = INV_FACT[2:19]
 S3, S5, S7, S9, S11, S13, S15, S17, S19 = [(-1) ** k * INV_FACT[2 * k + 1] for k in range(1, 10)]
 C4, C6, C8, C10, C12, C14, C16, C18, C20 = [(-1) ** k * INV_FACT[2 * k] for k in range(2, 11)]
 # log: log(1 + f) = 2s + s R(s^2), s = f / (2 + f), R(z) = sum 2 z^k / (2k + 1)
 L1, L2, L3, L4, L5, L6, L7, L8, L9, L10, L11, L12 = [float(_Fraction(2, 2 * k + 1)) for k in range(1, 13)]
+# atan(t) = t + t z A(z), z = t^2, |t| <= 0.163: A(z) = sum (-1)^k z^(k-1) / (2k + 1)
+A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12 = [float(_Fraction((-1) ** k, 2 * k + 1))
+                                                     for k in range(1, 13)]
+# where atan switches breakpoint (0, 1/4, 1/2, 1, 2, 4, infinity): tan of the mid-angles
+ATAN_MID = [math.tan((math.atan(c) + math.atan(d)) / 2)
+            for c, d in ((0, 0.25), (0.25, 0.5), (0.5, 1), (1, 2), (2, 4))] + [
+    math.tan((math.atan(4) + math.pi / 2) / 2)]
+ATAN_M1, ATAN_M2, ATAN_M3, ATAN_M4, ATAN_M5, ATAN_M6 = ATAN_MID
 NAN = math.nan
 
 
 def _expm1_taylor(r: f64) -> f64:
-    # e^r - 1 for |r| <= ln2 / 2 (the last term left out is below 2^-57 of the sum)
-    q = E12 + r * E13
+    # e^r - 1 for |r| <= ln 2 (the first term left out is below 2^-60 of the sum)
+    q = E17 + r * E18
+    q = E16 + r * q
+    q = E15 + r * q
+    q = E14 + r * q
+    q = E13 + r * q
+    q = E12 + r * q
     q = E11 + r * q
     q = E10 + r * q
     q = E9 + r * q
@@ -319,11 +352,10 @@ def _cos_taylor(r: f64) -> f64:
     return w + (((1.0 - w) - hz) + z * z * q)
 
 
-def _sincos(x: f64, shift: i32) -> f64:
-    # sin(x) (shift 0) or cos(x) (shift 1): x = k pi/2 + r, |r| <= pi/4, then the
-    # quadrant (k + shift) mod 4 picks +-sin(r) or +-cos(r)
+def _reduce_pio2(x: f64):
+    # x = k pi/2 + r, |r| <= pi/4: (r, k mod 4)
     r = x
-    n = shift
+    n = 0
     while True:
         k = gpu._rint(r * TWO_OVER_PI)
         r = gpu.fma(-k, PIO2_1, r)
@@ -334,6 +366,14 @@ def _sincos(x: f64, shift: i32) -> f64:
         # ~52 bits of its exponent (and its result is then only bounded, not exact)
         if not (abs(r) > 0.7854):
             break
+    return r, n
+
+
+def _sincos(x: f64, shift: i32) -> f64:
+    # sin(x) (shift 0) or cos(x) (shift 1): the quadrant (k + shift) mod 4 picks
+    # +-sin(r) or +-cos(r)
+    r, n = _reduce_pio2(x)
+    n = (n + shift) & 3
     v = _cos_taylor(r) if (n & 1) == 1 else _sin_taylor(r)
     return -v if n >= 2 else v
 
@@ -408,3 +448,185 @@ def ipow64(a: i64, b: i64) -> i64:
     if b < 0:
         return _ipow_negative(a, b, -9223372036854775807 - 1)
     return _squarings(a, u64(b))
+
+
+def tan64(x: f64) -> f64:
+    r, n = _reduce_pio2(x)
+    s = _sin_taylor(r)
+    c = _cos_taylor(r)
+    t = -c / s if (n & 1) == 1 else s / c
+    return x if abs(x) < 1.4901161193847656e-08 else t
+
+
+def _atan_taylor(t: f64) -> f64:
+    z = t * t
+    q = A11 + z * A12
+    q = A10 + z * q
+    q = A9 + z * q
+    q = A8 + z * q
+    q = A7 + z * q
+    q = A6 + z * q
+    q = A5 + z * q
+    q = A4 + z * q
+    q = A3 + z * q
+    q = A2 + z * q
+    q = A1 + z * q
+    return t + t * z * q
+
+
+def atan64(x: f64) -> f64:
+    # atan|x| = atan(c) + atan(t), t = (|x| - c) / (1 + |x| c), with the breakpoint c
+    # nearest to |x| in angle, so |t| <= 0.163 (past 8.1: pi/2 + atan(-1/|x|))
+    a = abs(x)
+    c = f64(0.0)                        # (a bare 0.0 would make them float32 variables)
+    hi = f64(0.0)
+    lo = f64(0.0)
+    if a > ATAN_M1:
+        c, hi, lo = 0.25, ATAN_Q, ATAN_QL
+    if a > ATAN_M2:
+        c, hi, lo = 0.5, ATAN_H, ATAN_HL
+    if a > ATAN_M3:
+        c, hi, lo = 1.0, ATAN_1, ATAN_1L
+    if a > ATAN_M4:
+        c, hi, lo = 2.0, ATAN_2, ATAN_2L
+    if a > ATAN_M5:
+        c, hi, lo = 4.0, ATAN_4, ATAN_4L
+    t = (a - c) / (1.0 + a * c)
+    if a > ATAN_M6:
+        t = -1.0 / a
+        hi, lo = PIO2_1, PIO2_2
+    r = hi + (lo + _atan_taylor(t))
+    r = -r if x < 0.0 else r
+    return x if (a < 1.4901161193847656e-08) | (x != x) else r
+
+
+def atan2_64(y: f64, x: f64) -> f64:
+    # C99 (Annex F): the quadrant from the signs (of zeros too), infinities by table
+    ay = abs(y)
+    ax = abs(x)
+    xneg = (gpu._bits64(x) >> 63) == 1
+    a = atan64(ay / ax)
+    a = PIO2_1 if (ay == math.inf) | (ax == 0.0) else a
+    a = 0.0 if (ay == 0.0) | ((ax == math.inf) & (ay < math.inf)) else a
+    a = PIO2_1 * 0.5 if (ay == math.inf) & (ax == math.inf) else a
+    r = (PI_HI - (a - PI_LO)) if xneg else a
+    r = -r if (gpu._bits64(y) >> 63) == 1 else r
+    return NAN if (x != x) | (y != y) else r
+
+
+def asin64(x: f64) -> f64:
+    return atan2_64(x, gpu.math.sqrt((1.0 - x) * (1.0 + x)))
+
+
+def acos64(x: f64) -> f64:
+    return atan2_64(gpu.math.sqrt((1.0 - x) * (1.0 + x)), x)
+
+
+def expm1_64(x: f64) -> f64:
+    # e^x - 1 = 2^k (e^r - 1) + (2^k - 1): no cancellation near 0
+    y = max(min(x, 710.0), -746.0)
+    # below ln 2 the series alone (2^k (e^r - 1) + (2^k - 1) would cancel for k = 1)
+    k = 0.0 if abs(y) < LN2 else gpu._rint(y * INV_LN2)
+    r = gpu.fma(-k, LN2, y)
+    r = gpu.fma(-k, LN2_LO, r)
+    s = _scale2(1.0, k)
+    er = _expm1_taylor(r)
+    em = s * er + (s - 1.0)
+    em = _scale2(1.0 + er, k) - 1.0 if k > 56.0 else em     # 2^k overflows near the top
+    return x if x != x else em
+
+
+def log1p64(x: f64) -> f64:
+    # log(u) x / (u - 1), u = 1 + x rounded: the quotient corrects u's rounding error
+    u = 1.0 + x
+    r = log64(u) * (x / (u - 1.0))
+    r = x if u == 1.0 else r
+    return x if x == math.inf else r
+
+
+def sinh64(x: f64) -> f64:
+    a = abs(x)
+    em = expm1_64(min(a, 709.0))
+    r = 0.5 * (em + em / (em + 1.0))
+    w = exp64(0.5 * a)                  # past 709: e^a / 2 = (w / 2) w, without overflow
+    r = (0.5 * w) * w if a > 709.0 else r
+    r = -r if x < 0.0 else r
+    return x if (a < 1.4901161193847656e-08) | (x != x) else r
+
+
+def cosh64(x: f64) -> f64:
+    a = abs(x)
+    em = expm1_64(min(a, 709.0))
+    e = em + 1.0
+    # 1 + em^2 / 2e near 0 (no cancellation); (e + 1/e) / 2 further out (em^2 overflows)
+    r = 1.0 + (em * em) / (2.0 * e) if a < 1.0 else 0.5 * e + 0.5 / e
+    w = exp64(0.5 * a)
+    r = (0.5 * w) * w if a > 709.0 else r
+    return x * x if x != x else r
+
+
+def asinh64(x: f64) -> f64:
+    a = abs(x)
+    big = a > 268435456.0               # 2^28: sqrt(1 + a^2) = a to double precision
+    small = log1p64(a + a * a / (1.0 + gpu.math.sqrt(1.0 + a * a)))
+    r = log64(a) + LN2 if big else small
+    r = -r if x < 0.0 else r
+    return x if (a < 1.4901161193847656e-08) | (x != x) else r
+
+
+def acosh64(x: f64) -> f64:
+    t = x - 1.0
+    r = log1p64(t + gpu.math.sqrt(2.0 * t + t * t))
+    r = log64(x) + LN2 if x > 268435456.0 else r
+    return NAN if x < 1.0 else r
+
+
+def atanh64(x: f64) -> f64:
+    a = abs(x)
+    t = a + a
+    r = 0.5 * log1p64(t + t * a / (1.0 - a) if a < 0.5 else t / (1.0 - a))
+    r = -r if x < 0.0 else r
+    return x if (a < 1.4901161193847656e-08) | (x != x) else r
+
+
+def hypot64(x: f64, y: f64) -> f64:
+    # scaled by the exponent of the larger so that neither square over- or underflows
+    hi = max(abs(x), abs(y))
+    lo = min(abs(x), abs(y))
+    e = f64(i64(gpu._bits64(hi) >> 52) - 1023)
+    e = max(min(e, 1000.0), -1000.0)
+    h = hi * _scale2(1.0, -e)
+    l = lo * _scale2(1.0, -e)
+    r = gpu.math.sqrt(gpu.fma(h, h, l * l)) * _scale2(1.0, e)
+    r = hi if lo == 0.0 else r
+    r = NAN if (x != x) | (y != y) else r
+    return math.inf if (abs(x) == math.inf) | (abs(y) == math.inf) else r
+
+
+def erf64(x: f64) -> f64:
+    # |x| < 2: 2/sqrt(pi) e^(-x^2) sum 2^n x^(2n+1) / (2n+1)!! (every term positive: no
+    # cancellation), e^(-x^2) with x^2 split exactly; 2 <= |x| < 6: 1 - erfc(|x|), erfc
+    # by its continued fraction (60 terms reach 2^-53 from 2 up); past 6 erf is 1
+    a = abs(x)
+    hi = a * a
+    lo = gpu.fma(a, a, -hi)
+    e = exp64(-hi) * (1.0 - lo)
+    r = f64(1.0)
+    if a < 2.0:
+        s = f64(0.0)
+        t = a
+        n = 0
+        while (t > s * 1e-17) & (n < 60):
+            s = s + t
+            t = t * (2.0 * hi) / f64(2 * n + 3)
+            n = n + 1
+        r = TWO_OVER_SQRTPI * e * s
+    elif a < 6.0:
+        f = a
+        k = 60
+        while k > 0:
+            f = a + (0.5 * f64(k)) / f
+            k = k - 1
+        r = 1.0 - INV_SQRTPI * e / f
+    r = -r if x < 0.0 else r
+    return x if x != x else r
