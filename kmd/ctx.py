@@ -38,6 +38,7 @@ class Context:
     hangs: int = 0
     inflight: int = 0             # jobs queued or running (capped by kmd.sched)
     errors: list[str] = field(default_factory=list)
+    csa: object = None            # its context save area BO, once made (kmd/csa.py)
 
 
 def priority_permitted(file, priority: int) -> bool:

@@ -5,7 +5,7 @@ import time
 
 from vgpu import uapi
 
-from . import perf
+from . import csa as _csa, perf
 from .gem import DOMAIN_NAMES
 
 
@@ -68,14 +68,19 @@ def _copied(dev, what) -> list:
 
 
 def gem_info(dev) -> str:
+    """amdgpu_gem_info: each client's BOs by handle, then its kernel BOs (the context
+    save areas of its contexts, kmd/csa.py)."""
     out = []
-    for f, bos in _copied(dev, lambda f: list(f.bos.items())):
+    for f, (bos, kernel) in _copied(dev, lambda f: (list(f.bos.items()), _csa.kernel_bos(f))):
         out.append(f"pid {f.pid:8d} command {f.comm} client {f.id}:")
         for handle, bo in sorted(bos):
             out.append(f"\t{handle:#010x}: {bo.size:12d} byte {DOMAIN_NAMES[bo.domain]:>4} "
                        f"{bo.where} flags {bo.flags:#x} offset {bo.mmap_offset:#x}"
                        + (f" exported prime/{bo.export.token:x}" if bo.export is not None else "")
                        + (f" {bo.userptr.describe()}" if bo.userptr is not None else ""))
+        for ctx_id, bo in kernel:
+            out.append(f"\tctx {ctx_id} csa: {bo.size:12d} byte {DOMAIN_NAMES[bo.domain]:>4} "
+                       f"{bo.where} kernel")
     return "\n".join(out) + "\n" if out else ""
 
 

@@ -14,7 +14,7 @@ import time
 
 from vgpu import uapi
 
-from . import ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, fdinfo as _fdinfo, hw
+from . import csa as _csa, ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, fdinfo as _fdinfo, hw
 from . import info as _info
 from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _sysfs
 from .drm_file import DrmFile
@@ -551,6 +551,7 @@ class Device:
     def free_ctx(self, f: DrmFile, ctx) -> None:
         f.contexts.pop(ctx.id, None)
         _ctx.release_stable_pstate(self, ctx)
+        _csa.free_csa(self, f, ctx)
 
     # -- clocks and views ----------------------------------------------------
     def gpu_timestamp(self) -> int:
@@ -613,6 +614,7 @@ class Device:
                 assert held.get(id(bo), 0) == bo.handle_count, "handle_count mismatch"
                 assert bo.handle_count > 0 or bo.export is not None, "a BO without handles or export is still alive"
             live += self.zombie_bos.values()
+            live += [bo for f in self.files.values() for _, bo in _csa.kernel_bos(f)]
             # GDS/GWS/OA BOs have no BO file and their own heaps (kmd/onchip.py).
             on_chip = {id(bo): bo for bo in live if bo.on_chip}
             on_chip.update((id(bo), bo) for f in self.files.values() for bo in f.bos.values() if bo.on_chip)

@@ -11,7 +11,7 @@
 Runtime: Device, memory pool, SDMA copies, streams, events, kernel launch, debug
 switches (this half). Kernel compiler: umd.kernel, umd.types, umd.compiler.
 """
-from . import debug, memcheck
+from . import debug, memcheck, random
 from .array import DeviceArray, empty, empty_like, full, to_device, zeros
 from .copy import memcpy_dtod, memcpy_dtoh, memcpy_htod, memset, memset_d32
 from .device import Device, get_device, set_device, synchronize
@@ -19,7 +19,8 @@ from .errors import (ArgumentTypeError, GPUError, GPUFault, GPUHang, KernelCompi
                      UMDError, VersionMismatch)
 from .event import Event, elapsed_time
 from .intrinsics import (activemask, all_sync, any_sync, atomic, atomic_add, atomic_cas, atomic_max, ballot_sync,
-                         block_dim, block_idx, blockDim, blockIdx, brev, clz, ffs, fma, grid, grid_dim, gridDim,
+                         block_dim, block_idx, blockDim, blockIdx, brev, clz, const, ffs, fma, grid, grid_dim,
+                         gridDim,
                          gridsize, laneid, lanemask_lt, local, math, popc, shared, shared_array, shfl_down_sync, shfl_sync,
                          shfl_up_sync, shfl_xor_sync, syncthreads, syncwarp, thread_idx, threadIdx, warpsize)
 from .kernel import DeviceFunction, Kernel, jit, kernel

@@ -109,6 +109,7 @@ class Device:
         self.pool = memcheck.pool_for(self)
         self.ib_pool = IbPool(self.lv)
         self.kernels: dict[bytes, object] = {}    # code object bytes -> LoadedKernel
+        self.const_arrays: dict[bytes, dict] = {}  # code object bytes -> its umd.const arrays
         self.programs: dict[int, object] = {}     # program VA -> compiled kernel (fault reports)
         self.streams: weakref.WeakSet = weakref.WeakSet()   # every live Stream adds itself
         self._default_stream = None    # made on first use by umd.stream.default_stream(device)
@@ -143,6 +144,7 @@ class Device:
             for k in self.kernels.values():
                 k.free()
             self.kernels.clear()
+            self.const_arrays.clear()
             self.ib_pool.free()
             if self._event_slots is not None:
                 self._event_slots.free()

@@ -93,11 +93,13 @@ grid = Intrinsic("grid", "umd.grid")                # grid(ndim): the thread's a
 gridsize = Intrinsic("gridsize", "umd.gridsize")    # gridsize(ndim): the grid's shape in threads
 shared_array = Intrinsic("shared_array", "umd.shared_array")    # shared_array(f32, N) / (shape=, dtype=)
 shared = Namespace("umd.shared", "shared", ("array",))          # shared.array(shape, dtype)
+const = Namespace("umd.const", "const", ("array_like",))        # const.array_like(ndarray)
 local = Namespace("umd.local", "local", ("array",))             # local.array(shape, dtype)
 syncthreads = Intrinsic("syncthreads", "umd.syncthreads")
 fma = Intrinsic("math.fma", "umd.fma")                          # fma(a, b, c): v_fma_f32
 atomic = Namespace("umd.atomic", "atomic", ("add", "sub", "min", "max", "nanmin", "nanmax",
-                                             "exch", "cas", "compare_and_swap"))
+                                             "exch", "cas", "compare_and_swap", "and_", "or_",
+                                             "xor", "inc", "dec"))
 atomic_add = Intrinsic("atomic.add", "umd.atomic_add")          # (array, index, value) -> old
 atomic_max = Intrinsic("atomic.max", "umd.atomic_max")          # (array, index, value) -> old
 atomic_cas = Intrinsic("atomic.cas", "umd.atomic_cas")          # (array, index, cmp, value) -> old
@@ -129,7 +131,7 @@ _bits64 = Intrinsic("bits64", "umd.intrinsics._bits64")         # f64 -> its bit
 _from_bits64 = Intrinsic("from_bits64", "umd.intrinsics._from_bits64")  # u64 bits -> f64
 
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "threadIdx", "blockIdx", "blockDim",
-           "gridDim", "grid", "gridsize", "shared_array", "shared", "local", "syncthreads", "fma",
+           "gridDim", "grid", "gridsize", "shared_array", "shared", "const", "local", "syncthreads", "fma",
            "atomic", "atomic_add", "atomic_max", "atomic_cas", "math", "warpsize", "laneid",
            "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync",
            "any_sync", "all_sync", "activemask", "lanemask_lt", "syncwarp", "popc", "ffs", "clz", "brev"]

@@ -120,8 +120,9 @@ def _shape_of(compiled, specs, values, name: str) -> int:
     return extent
 
 
-def pack_args(compiled, grid, block, args) -> tuple[bytes, list]:
-    """The kernarg bytes and the BOs the pointer arguments point into."""
+def pack_args(compiled, grid, block, args, consts: dict | None = None) -> tuple[bytes, list]:
+    """The kernarg bytes and the BOs the pointer arguments point into; ``consts`` gives
+    the DeviceArray of each constant array (hidden __const_<k>, see const_arrays)."""
     specs = list(compiled.args)
     user = [a for a in specs if not a.name.startswith("__")]
     if isinstance(args, dict):
@@ -143,6 +144,12 @@ def pack_args(compiled, grid, block, args) -> tuple[bytes, list]:
     for spec in specs:
         if spec.name.startswith("__shape_"):
             value = _shape_of(compiled, user, by_name, spec.name)
+        elif spec.name.startswith("__const_"):
+            if not consts or spec.name not in consts:
+                raise LaunchError(f"{compiled.name}: its constant array {spec.name} is not on the "
+                                  "device (launch through umd.launch_kernel)")
+            bos.append(consts[spec.name].bo)
+            value = consts[spec.name].ptr
         elif spec.name.startswith("__"):
             if spec.name not in _HIDDEN:
                 raise LaunchError(f"{compiled.name}: unknown hidden argument {spec.name}")
@@ -206,6 +213,20 @@ def stage_host_arrays(compiled, args, stream):
     return out, back
 
 
+def const_arrays(device, compiled) -> dict:
+    """The kernel's constant arrays (umd.const.array_like) on ``device``: uploaded at its
+    first launch there, kept for the device's life like the code itself."""
+    if not compiled.consts:
+        return {}
+    key = bytes(compiled.code_object)
+    arrays = device.const_arrays.get(key)
+    if arrays is None:
+        from .array import to_device
+        arrays = {k: to_device(v, device=device) for k, v in compiled.const_arrays().items()}
+        device.const_arrays[key] = arrays
+    return arrays
+
+
 def load_kernel(device, compiled):
     """The device's LoadedKernel for ``compiled`` (uploaded on first use)."""
     image = bytes(compiled.code_object)
@@ -240,7 +261,7 @@ def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
     if any(required) and required != block:
         raise LaunchError(f"{compiled.name} requires block {required}, launched with {block}")
     args, back = stage_host_arrays(compiled, args, s)
-    kernarg, bos = pack_args(compiled, grid, block, args)
+    kernarg, bos = pack_args(compiled, grid, block, args, const_arrays(s.device, compiled))
     debug.log(DebugFlag.API, f"launch {compiled.name} grid={grid} block={block} stream={s.name} "
                              f"kernargs={kernarg.hex()}")
     profiler.launch_alone(s, compiled.name, grid, block, lambda: s.dispatch(

@@ -18,7 +18,8 @@ from posix.unistd cimport usleep
 from kmd.hw.ih import InterruptRing
 from kmd.hw.mmu import (ACCESS_KINDS, FAULT_REASONS, PTE_EXEC, PTE_READ, PTE_WRITE, GpuFault,
                         PinnedBuffers, check_map_args, check_unmap_args)
-from kmd.hw.sdma import REASON_ILLEGAL_OPCODE, REASON_TRUNCATED, SdmaResult
+from kmd.hw.sdma import (REASON_ILLEGAL_OPCODE, REASON_TRUNCATED, SdmaResult, SdmaResume,
+                         check_resume as sdma_check_resume)
 
 # Generated at build time from the Python definitions (kmd/hw/gen_defs.py);
 # it also defines COMPILED_DEFS, the compiled values by name.
@@ -444,9 +445,17 @@ cdef enum ExecCode:
     EXEC_ILLEGAL = 3
     EXEC_TRUNCATED = 4
     EXEC_ABORTED = 5
+    EXEC_PREEMPTED = 6
+
+# SdmaEngine._stop: what abort() / preempt() ask (an abort overrides a preemption).
+DEF SDMA_STOP_ABORT = 1
+DEF SDMA_STOP_PREEMPT = 2
 
 cdef struct ExecState:
     uint64_t pos        # dword index of the current packet
+    uint64_t done       # bytes of it done (a COPY / FILL stopped between two chunks)
+    uint64_t steps      # preemption points passed (test trigger)
+    int64_t trigger     # preempted at this many points, -1: no trigger
     uint64_t last       # dword index of the last completed packet
     int op
     int last_op
@@ -517,18 +526,21 @@ cdef int packet_length(const uint32_t* ib, uint64_t pos, uint64_t n,
 
 
 cdef class SdmaEngine:
-    """One SDMA engine (sdma0, sdma1...).  run() executes one IB to completion."""
+    """One SDMA engine (sdma0, sdma1...).  run() executes one IB to completion, or
+    until preempt() (docs/preemption.md)."""
 
     cdef readonly str name
     cdef readonly object ih
-    cdef atomic[int] _abort
+    cdef atomic[int] _stop
     cdef bint _running
+    cdef object _trigger
 
     def __init__(self, str name, ih):
         self.name = name
         self.ih = ih
-        self._abort.store(0)
+        self._stop.store(0)
         self._running = False
+        self._trigger = None
 
     def abort(self):
         """Stop the run in progress at its next packet boundary or poll step.
@@ -537,37 +549,63 @@ cdef class SdmaEngine:
         """
         if not self._running:
             return False
-        self._abort.store(1)
+        self._stop.store(SDMA_STOP_ABORT)
         return True
 
+    def preempt(self):
+        """Preempt the run in progress at its next packet or chunk boundary, or poll
+        step (from another thread). False (nothing done) when no run is in progress."""
+        cdef int expected = 0
+        if not self._running:
+            return False
+        self._stop.compare_exchange_strong(expected, SDMA_STOP_PREEMPT)
+        return True
+
+    def preempt_after(self, n):
+        """Test trigger: the next run that has passed n boundaries (packet starts and
+        chunk starts) is preempted at the next one; fires once. None disarms it."""
+        if n is not None and n < 0:
+            raise ValueError(f"preempt_after: negative count {n}")
+        self._trigger = n
+
     def run(self, PageTable pt not None, uint64_t ib_va, int64_t ib_size_dw,
-            int ctx_id=0, int ring_id=0):
+            int ctx_id=0, int ring_id=0, resume=None, csa=None):
+        """Run one IB; with `resume` (a preempted result's), continue it. `csa` is
+        accepted for the ring's sake: SDMA has no wave state to save."""
         if ib_size_dw < 0:
             raise ValueError(f"run: negative IB size {ib_size_dw}")
-        self._abort.store(0)
+        sdma_check_resume(resume, ib_size_dw)
+        self._stop.store(0)
         self._running = True
         pin = pt.pin()
         try:
-            return self._run(pt, ib_va, ib_size_dw, ctx_id, ring_id)
+            return self._run(pt, ib_va, ib_size_dw, ctx_id, ring_id, resume)
         finally:
             self._running = False
-            self._abort.store(0)
+            self._stop.store(0)
             pin.release()
 
-    cdef _run(self, PageTable pt, uint64_t ib_va, uint64_t ib_size_dw, int ctx_id, int ring_id):
+    cdef _run(self, PageTable pt, uint64_t ib_va, uint64_t ib_size_dw, int ctx_id, int ring_id,
+              resume):
         cdef ExecState st
         cdef const uint8_t[::1] raw
         cdef const uint32_t* ib = NULL
         cdef int code
-        try:
-            ib_bytes = pt.read(ib_va, ib_size_dw * 4)
-        except GpuFault as fault:
-            self._push_fault(fault, ring_id, ctx_id)
-            return SdmaResult("fault", fault, fault.reason)
+        memset(&st, 0, sizeof(st))
+        if resume is not None:
+            ib_bytes = resume.ib
+            st.pos, st.done = resume.pos, resume.done
+        else:
+            try:
+                ib_bytes = pt.read(ib_va, ib_size_dw * 4)
+            except GpuFault as fault:
+                self._push_fault(fault, ring_id, ctx_id)
+                return SdmaResult("fault", fault, fault.reason)
+            st.walks = pages(ib_va, ib_size_dw * 4)
         if ib_size_dw:
             raw = ib_bytes
             ib = <const uint32_t*>&raw[0]
-        memset(&st, 0, sizeof(st))
+        st.trigger = -1 if self._trigger is None else self._trigger
         st.last_op = -1
         while True:
             with nogil:
@@ -575,7 +613,8 @@ cdef class SdmaEngine:
             if code != EXEC_TRAP:
                 break
             self.ih.push(IH_SRC_TRAP, ring_id, ctx_id, st.trap_context)
-        st.walks += pages(ib_va, ib_size_dw * 4)
+        if st.trigger >= 0 and st.steps == <uint64_t>st.trigger:
+            self._trigger = None        # fired
         if code == EXEC_DONE:
             r = SdmaResult("ok", None, None, st.last, st.last_op, st.packets, st.moved)
         elif code == EXEC_PAGE_FAULT:
@@ -584,6 +623,9 @@ cdef class SdmaEngine:
             r = SdmaResult("fault", fault, fault.reason, st.pos, st.op, st.packets, st.moved)
         elif code == EXEC_ABORTED:
             r = SdmaResult("aborted", None, None, st.pos, st.op, st.packets, st.moved)
+        elif code == EXEC_PREEMPTED:
+            r = SdmaResult("preempted", None, None, st.pos, st.op, st.packets, st.moved)
+            r.resume = SdmaResume(bytes(ib_bytes), st.pos, st.done)
         else:
             self.ih.push(IH_SRC_ILLEGAL_INST, ring_id, ctx_id, st.pos)
             reason = REASON_ILLEGAL_OPCODE if code == EXEC_ILLEGAL else REASON_TRUNCATED
@@ -596,10 +638,44 @@ cdef class SdmaEngine:
         src = IH_SRC_PAGE_FAULT if fault.reason == "unmapped" else IH_SRC_PROT_FAULT
         self.ih.push(src, ring_id, ctx_id, fault.va)
 
+    cdef inline int _boundary(self, ExecState* st) noexcept nogil:
+        """A preemption point: EXEC_ABORTED / EXEC_PREEMPTED when asked to stop, else 0."""
+        cdef int stop = self._stop.load()
+        if stop == SDMA_STOP_ABORT:
+            return EXEC_ABORTED
+        if stop == SDMA_STOP_PREEMPT or st.steps == <uint64_t>st.trigger:
+            return EXEC_PREEMPTED
+        st.steps += 1
+        return 0
+
+    cdef int _chunks(self, PageTable pt, const uint32_t* pkt, int op, uint64_t count,
+                     ExecState* st) noexcept nogil:
+        """A COPY_LINEAR (without overlap) or CONSTANT_FILL in SDMA_CHUNK_BYTES pieces
+        from st.done, a preemption point between two (st.done records the progress)."""
+        cdef uint64_t k, src = addr64(pkt + 3), dst
+        cdef int code, elem = 1 if (pkt[0] >> 30) == SDMA_FILLSIZE_BYTE else 4
+        dst = addr64(pkt + (5 if op == SDMA_OP_COPY else 1))
+        while st.done < count:
+            if st.done:
+                code = self._boundary(st)
+                if code:
+                    return code
+            k = count - st.done
+            if k > SDMA_CHUNK_BYTES:
+                k = SDMA_CHUNK_BYTES
+            if op == SDMA_OP_COPY:
+                if pt._copy(dst + st.done, src + st.done, k, &st.fault):
+                    return EXEC_PAGE_FAULT
+            # Chunks are a multiple of 4 bytes: each starts at byte 0 of the pattern.
+            elif pt._fill(dst + st.done, pkt[3], k, elem, &st.fault):
+                return EXEC_PAGE_FAULT
+            st.done += k
+        return 0
+
     cdef int _execute(self, PageTable pt, const uint32_t* ib, uint64_t n,
                       ExecState* st) noexcept nogil:
         """Run packets from st.pos until the IB ends or Python must step in."""
-        cdef uint64_t pos, length, count, moved
+        cdef uint64_t pos, length, count, moved, src, dst
         cdef uint32_t hdr, op, word
         cdef uint64_t stamp
         cdef timespec ts
@@ -609,15 +685,22 @@ cdef class SdmaEngine:
             hdr = ib[pos]
             op = hdr & 0xFF
             st.op = op
-            if self._abort.load():
-                return EXEC_ABORTED
+            if not st.done:         # a packet continued between chunks starts there
+                code = self._boundary(st)
+                if code:
+                    return code
             code = packet_length(ib, pos, n, &length)
             if code:
                 return code
             moved = 0
             if op == SDMA_OP_COPY:
                 count = (ib[pos + 1] & SDMA_COPY_COUNT_MASK) + 1
-                if pt._copy(addr64(ib + pos + 5), addr64(ib + pos + 3), count, &st.fault):
+                src, dst = addr64(ib + pos + 3), addr64(ib + pos + 5)
+                if count > SDMA_CHUNK_BYTES and (src + count <= dst or dst + count <= src):
+                    code = self._chunks(pt, ib + pos, op, count, st)
+                    if code:
+                        return code
+                elif pt._copy(dst, src, count, &st.fault):
                     return EXEC_PAGE_FAULT
                 moved = count
                 st.read += count
@@ -641,9 +724,9 @@ cdef class SdmaEngine:
                     return code
             elif op == SDMA_OP_CONST_FILL:
                 count = (ib[pos + 4] & SDMA_CONST_FILL_COUNT_MASK) + 1
-                if pt._fill(addr64(ib + pos + 1), ib[pos + 3], count,
-                            1 if (hdr >> 30) == SDMA_FILLSIZE_BYTE else 4, &st.fault):
-                    return EXEC_PAGE_FAULT
+                code = self._chunks(pt, ib + pos, op, count, st)
+                if code:
+                    return code
                 moved = count
             elif op == SDMA_OP_TIMESTAMP:
                 clock_gettime(CLOCK_MONOTONIC, &ts)
@@ -655,6 +738,7 @@ cdef class SdmaEngine:
             if moved:   # COPY, WRITE, CONST_FILL: their destination
                 st.written += moved
                 st.walks += pages(addr64(ib + pos + (5 if op == SDMA_OP_COPY else 1)), moved)
+            st.done = 0
             st.ops[op] += 1
             st.moved += moved
             st.last = pos
@@ -668,6 +752,7 @@ cdef class SdmaEngine:
     cdef int _poll(self, PageTable pt, uint32_t hdr, const uint32_t* pkt,
                    ExecState* st) noexcept nogil:
         cdef uint32_t mem
+        cdef int code
         cdef int func = (hdr >> 28) & 7
         if not (hdr >> 31):
             return 0    # register poll: no registers are emulated (docs/hw.md)
@@ -678,8 +763,11 @@ cdef class SdmaEngine:
             st.walks += 1
             if compare(func, mem & pkt[4], pkt[3]):
                 return 0
-            if self._abort.load():
+            code = self._stop.load()
+            if code == SDMA_STOP_ABORT:
                 return EXEC_ABORTED
+            if code == SDMA_STOP_PREEMPT:   # the packet runs again on resume: it only reads
+                return EXEC_PREEMPTED
             usleep(SDMA_POLL_STEP_US)
 
 

@@ -32,6 +32,7 @@ cdef extern from *:
         return (int)((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
     }
     static inline int cu_ctz(uint32_t x) { return __builtin_ctz(x); }
+    static const uint64_t CU_NO_LIMIT = UINT64_MAX;     /* no test trigger armed */
     /* Zeroed, cache-line aligned and padded: the two workers write their registers on
        every instruction, so no line may hold data of both (false sharing). */
     static inline void* cu_zalloc(size_t n) {
@@ -54,6 +55,7 @@ cdef extern from *:
     uint32_t cu_f32(double d) nogil
     int cu_popcount(uint32_t x) nogil
     int cu_ctz(uint32_t x) nogil
+    const uint64_t CU_NO_LIMIT
     void* cu_zalloc(size_t n) nogil
     uint32_t cu_atomic_load(uint32_t* p) nogil
     bint cu_atomic_cas(uint32_t* p, uint32_t* expected, uint32_t desired) nogil
@@ -108,6 +110,12 @@ cdef enum CuCode:
     CU_CANCELLED        # a lower workgroup faulted: this one does not count
     CU_BARRIER          # run_wave: the wave waits at s_barrier
     CU_DONE             # run_wave: the wave ended
+    CU_PREEMPTED        # the preempt flag or the test trigger was seen before an instruction
+
+# CuShared.stop: what preempt() / abort() ask of the workers (one int, read before
+# every instruction). An abort overrides a preemption, never the reverse.
+DEF STOP_ABORT = 1
+DEF STOP_PREEMPT = 2
 
 _CU_REASONS = (None, _cu_py.REASON_ILLEGAL, _cu_py.REASON_BAD_REGISTER,
                _cu_py.REASON_UNMAPPED, _cu_py.REASON_PERMISSION, _cu_py.REASON_MISALIGNED,
@@ -154,6 +162,12 @@ cdef struct TlbEntry:
     uint8_t* host
     uint32_t flags
 
+cdef struct PlanItem:        # compute.resume_plan: workgroups [wg, wg + count) at plan
+    uint64_t pos            # positions [pos, pos + count); slot >= 0: restored from the CSA
+    uint64_t wg
+    uint64_t count
+    int slot
+
 cdef struct ChunkLog:
     uint64_t start
     uint64_t inst
@@ -164,8 +178,10 @@ cdef struct CuShared:
     unordered_map[uint64_t, Pte]* ptes
     shared_mutex* lock
     atomic[uint64_t]* generation
-    atomic[int]* abort
-    atomic[uint64_t]* next_wg
+    atomic[int]* stop       # 0, STOP_ABORT or STOP_PREEMPT
+    atomic[uint64_t]* next_wg       # the next plan position of the chunks
+    atomic[uint64_t]* next_saved    # the next saved workgroup to take (one at a time)
+    uint64_t nsaved                 # plan positions [0, nsaved) are saved workgroups
     atomic[uint64_t]* fault_wg
     uint64_t code_va
     DInst* win
@@ -177,8 +193,15 @@ cdef struct CuShared:
     uint32_t gx
     uint32_t gy
     uint32_t gz
-    uint64_t total
+    uint64_t total          # workgroups of the grid
+    uint64_t nwork          # positions of the plan (next_wg counts them)
     uint64_t chunk
+    PlanItem* plan          # NULL: a fresh dispatch (position = workgroup index)
+    int nplan
+    uint8_t* csa            # the context save area (docs/preemption.md)
+    int csa_slots
+    atomic[uint32_t]* csa_used  # slots holding a workgroup
+    uint64_t wave_rec       # bytes of a wave's record in a slot
     uint32_t user_data[16]
     uint32_t* wave_exec     # [nwaves]
     uint32_t* lid           # [nwaves][3][32]
@@ -200,9 +223,18 @@ cdef struct CuThread:
     uint64_t tlb_lookups
     uint64_t tlb_misses
     uint64_t walks          # page-table walks outside the TLB (fetches past the window)
-    uint64_t waves_run
+    uint64_t waves_run      # waves launched (a restored workgroup's are not)
+    uint64_t limit          # the chunk stops before instruction `limit` (test trigger)
+    uint64_t trigger_left   # instructions left before the test trigger, CU_NO_LIMIT
+    uint64_t rest_from      # CU_PREEMPTED: plan positions [rest_from, rest_to) not run
+    uint64_t rest_to
+    int saved_slot          # CU_PREEMPTED: the slot of the workgroup saved, or -1
+    bint fired              # the test trigger preempted the dispatch here
+    uint32_t* last_s        # a resumed dispatch: copy of the final workgroup's last wave
+    uint32_t* last_v
+    WaveSt last_w
     vector[ChunkLog] log
-    int stop                # CU_OK, a fault code, CU_ABORTED
+    int stop                # CU_OK, a fault code, CU_ABORTED, CU_PREEMPTED
     uint64_t stop_wg
     int stop_wave
     CuFault fault
@@ -966,6 +998,18 @@ cdef const DInst* fetch(CuThread* T, int64_t pc, CuFault* f) noexcept nogil:
     return &T.scratch
 
 
+cdef int stop_code(CuThread* T) noexcept nogil:
+    """Why run_wave stops before an instruction: an abort, a preemption, or the test
+    trigger, which preempts the whole dispatch."""
+    cdef int expected = 0
+    if T.inst >= T.limit:
+        T.limit = CU_NO_LIMIT
+        T.trigger_left = CU_NO_LIMIT
+        T.fired = True
+        T.sh.stop.compare_exchange_strong(expected, STOP_PREEMPT)
+    return CU_ABORTED if T.sh.stop.load() == STOP_ABORT else CU_PREEMPTED
+
+
 @cython.cdivision(True)
 cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
     """Run wave wi until s_endpgm (CU_DONE), s_barrier (CU_BARRIER) or a stop code."""
@@ -989,8 +1033,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
     cdef bint taken
     cdef timespec ts
     while True:
-        if sh.abort.load():
-            return CU_ABORTED
+        if sh.stop.load() or T.inst >= T.limit:
+            return stop_code(T)
         d = fetch(T, w.pc, f)
         if d == NULL:
             return f.code
@@ -1356,9 +1400,85 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
         w.pc += 8
 
 
+# -- context save area (docs/preemption.md; kmd/hw/compute.py CSA_*) -------------------------
+cdef void csa_save(CuThread* T, uint64_t index, uint32_t* xyz, int slot) noexcept nogil:
+    """The workgroup running on T (its waves, LDS and barrier states) into CSA `slot`."""
+    cdef CuShared* sh = T.sh
+    cdef uint8_t* p = sh.csa + <uint64_t>slot * CU_CSA_SLOT_BYTES
+    cdef uint32_t head[6]
+    cdef uint32_t wave[4]
+    cdef int wi
+    head[0], head[1], head[2], head[3], head[4], head[5] = CU_CSA_MAGIC, sh.nwaves, sh.sgprs, \
+        sh.vgprs, sh.lds_bytes, 0
+    memcpy(p, head, 24)
+    memcpy(p + 24, &index, 8)
+    memcpy(p + 32, xyz, 12)
+    p += CU_CSA_SLOT_HEADER
+    for wi in range(sh.nwaves):
+        wave[0], wave[1], wave[2], wave[3] = T.waves[wi].exec_, T.waves[wi].vcc, \
+            T.waves[wi].scc, T.waves[wi].state
+        memcpy(p, &T.waves[wi].pc, 8)
+        memcpy(p + 8, wave, 16)
+        memset(p + 24, 0, 8)
+        memcpy(p + CU_CSA_WAVE_HEADER, T.s + wi * CU_MAX_SGPRS, sh.sgprs * 4)
+        memcpy(p + CU_CSA_WAVE_HEADER + sh.sgprs * 4, T.v + wi * sh.vgprs * CU_WAVE,
+               sh.vgprs * CU_WAVE * 4)
+        p += sh.wave_rec
+    memcpy(p, T.lds, sh.lds_bytes)
+
+
+cdef void csa_restore(CuThread* T, int slot) noexcept nogil:
+    """The inverse of csa_save; the slot is free again afterwards."""
+    cdef CuShared* sh = T.sh
+    cdef const uint8_t* p = sh.csa + <uint64_t>slot * CU_CSA_SLOT_BYTES + CU_CSA_SLOT_HEADER
+    cdef uint32_t wave[4]
+    cdef int wi
+    for wi in range(sh.nwaves):
+        memcpy(&T.waves[wi].pc, p, 8)
+        memcpy(wave, p + 8, 16)
+        T.waves[wi].exec_, T.waves[wi].vcc, T.waves[wi].scc = wave[0], wave[1], wave[2]
+        T.waves[wi].state = wave[3] if wave[3] <= W_DONE else W_DONE
+        memcpy(T.s + wi * CU_MAX_SGPRS, p + CU_CSA_WAVE_HEADER, sh.sgprs * 4)
+        memcpy(T.v + wi * sh.vgprs * CU_WAVE, p + CU_CSA_WAVE_HEADER + sh.sgprs * 4,
+               sh.vgprs * CU_WAVE * 4)
+        p += sh.wave_rec
+    memcpy(T.lds, p, sh.lds_bytes)
+    sh.csa_used.fetch_and(~(<uint32_t>1 << slot))
+
+
+cdef int csa_claim(CuShared* sh) noexcept nogil:
+    """A free slot, marked used. There is always one: a dispatch holds at most one
+    workgroup per worker, saved or running, and the CSA has a slot per worker."""
+    cdef uint32_t used = sh.csa_used.load()
+    cdef int slot
+    while True:
+        slot = 0
+        while slot < sh.csa_slots and used >> slot & 1:
+            slot += 1
+        if sh.csa_used.compare_exchange_weak(used, used | (<uint32_t>1 << slot)):
+            return slot
+
+
+cdef inline uint64_t plan_wg(CuShared* sh, uint64_t pos, int* slot) noexcept nogil:
+    """The workgroup at plan position `pos` (and its CSA slot, or -1)."""
+    cdef int lo = 0, hi = sh.nplan - 1, mid
+    slot[0] = -1
+    if sh.plan == NULL:
+        return pos
+    while lo < hi:                  # the last item starting at or before pos
+        mid = (lo + hi + 1) // 2
+        if sh.plan[mid].pos <= pos:
+            lo = mid
+        else:
+            hi = mid - 1
+    slot[0] = sh.plan[lo].slot
+    return sh.plan[lo].wg + (pos - sh.plan[lo].pos)
+
+
 @cython.cdivision(True)
-cdef int run_workgroup(CuThread* T, uint64_t index, CuFault* f) noexcept nogil:
-    """One workgroup (docs/isa.md 1.2 order): CU_OK, or the code that stopped it."""
+cdef int run_workgroup(CuThread* T, uint64_t index, int slot, CuFault* f) noexcept nogil:
+    """One workgroup (docs/isa.md 1.2 order), fresh or (slot >= 0) restored from the CSA:
+    CU_OK, or the code that stopped it (CU_PREEMPTED: saved, T.saved_slot)."""
     cdef CuShared* sh = T.sh
     cdef uint32_t xyz[3]
     cdef int wi, d, code
@@ -1369,23 +1489,26 @@ cdef int run_workgroup(CuThread* T, uint64_t index, CuFault* f) noexcept nogil:
     xyz[1] = (index // sh.gx) % sh.gy
     xyz[2] = index // (<uint64_t>sh.gx * sh.gy)
     T.cur_wg = index
-    T.waves_run += sh.nwaves
-    if sh.lds_bytes:
-        memset(T.lds, 0, sh.lds_bytes)
-    for wi in range(sh.nwaves):
-        # Only the registers the kernel declares: decode refuses any other (bad_register).
-        s = T.s + wi * CU_MAX_SGPRS
-        v = T.v + wi * sh.vgprs * CU_WAVE
-        memset(s, 0, sh.sgprs * 4)
-        memcpy(s, sh.user_data, USER_SGPRS * 4)
-        memcpy(s + SGPR_WORKGROUP_ID, xyz, 12)
-        memcpy(v, sh.lid + wi * 3 * CU_WAVE, 3 * CU_WAVE * 4)
-        memset(v + 3 * CU_WAVE, 0, (sh.vgprs - 3) * CU_WAVE * 4)
-        T.waves[wi].exec_ = sh.wave_exec[wi]
-        T.waves[wi].vcc = 0
-        T.waves[wi].scc = 0
-        T.waves[wi].pc = 0
-        T.waves[wi].state = W_RUN
+    if slot >= 0:
+        csa_restore(T, slot)
+    else:
+        T.waves_run += sh.nwaves
+        if sh.lds_bytes:
+            memset(T.lds, 0, sh.lds_bytes)
+        for wi in range(sh.nwaves):
+            # Only the registers the kernel declares: decode refuses any other (bad_register).
+            s = T.s + wi * CU_MAX_SGPRS
+            v = T.v + wi * sh.vgprs * CU_WAVE
+            memset(s, 0, sh.sgprs * 4)
+            memcpy(s, sh.user_data, USER_SGPRS * 4)
+            memcpy(s + SGPR_WORKGROUP_ID, xyz, 12)
+            memcpy(v, sh.lid + wi * 3 * CU_WAVE, 3 * CU_WAVE * 4)
+            memset(v + 3 * CU_WAVE, 0, (sh.vgprs - 3) * CU_WAVE * 4)
+            T.waves[wi].exec_ = sh.wave_exec[wi]
+            T.waves[wi].vcc = 0
+            T.waves[wi].scc = 0
+            T.waves[wi].pc = 0
+            T.waves[wi].state = W_RUN
     while True:
         for wi in range(sh.nwaves):
             if T.waves[wi].state != W_RUN:
@@ -1396,6 +1519,9 @@ cdef int run_workgroup(CuThread* T, uint64_t index, CuFault* f) noexcept nogil:
                 T.last_pc = T.waves[wi].pc
             elif code != CU_BARRIER:
                 T.stop_wave = wi
+                if code == CU_PREEMPTED:
+                    T.saved_slot = csa_claim(sh)
+                    csa_save(T, index, xyz, T.saved_slot)
                 return code
         live = False
         for wi in range(sh.nwaves):
@@ -1414,40 +1540,71 @@ cdef inline void atomic_min(atomic[uint64_t]* a, uint64_t value) noexcept nogil:
 
 @cython.cdivision(True)
 cdef void* cu_worker(void* arg) noexcept nogil:
-    """One thread: take chunks of workgroups until none are left or the dispatch stops."""
+    """One thread: take chunks of plan positions until none are left or the dispatch
+    stops. Positions map to workgroups in ascending order (plan_wg), so the fault
+    rules hold in workgroup order."""
     cdef CuThread* T = <CuThread*>arg
     cdef CuShared* sh = T.sh
-    cdef uint64_t start, end, index
+    cdef uint64_t start, end, pos, index = 0
     cdef ChunkLog entry
-    cdef int code
+    cdef int code, slot
     while True:
-        start = sh.next_wg.fetch_add(sh.chunk)
-        if start >= sh.total or start > sh.fault_wg.load():
+        if sh.stop.load() == STOP_PREEMPT:
+            return NULL             # waves not yet launched stay unlaunched
+        # Saved workgroups first, one per claim: a worker then holds at most one
+        # workgroup of the CSA, so a preemption always finds a free slot (csa_claim).
+        start = sh.next_saved.fetch_add(1) if sh.next_saved.load() < sh.nsaved else sh.nsaved
+        if start < sh.nsaved:
+            end = start + 1
+        else:
+            start = sh.next_wg.fetch_add(sh.chunk)
+            if start >= sh.nwork:
+                return NULL
+            end = start + sh.chunk
+            if end > sh.nwork or end < start:
+                end = sh.nwork
+        if plan_wg(sh, start, &slot) > sh.fault_wg.load():
             return NULL
-        end = start + sh.chunk
-        if end > sh.total or end < start:
-            end = sh.total
         T.inst = 0
         T.lane = 0
+        T.limit = T.trigger_left
         code = CU_OK
-        index = start
-        while index < end and index <= sh.fault_wg.load():
-            code = run_workgroup(T, index, &T.fault)
+        pos = start
+        while pos < end:
+            index = plan_wg(sh, pos, &slot)
+            if index > sh.fault_wg.load():
+                break
+            if sh.stop.load() == STOP_PREEMPT:
+                code = CU_PREEMPTED
+                T.saved_slot = -1
+                break
+            code = run_workgroup(T, index, slot, &T.fault)
             if code != CU_OK:
                 break
             if index == sh.total - 1:
                 T.has_last = True
-            index += 1
-        entry.start, entry.inst, entry.lane = start, T.inst, T.lane
+                if sh.plan != NULL:     # more workgroups may run here: keep its last wave
+                    T.last_w = T.waves[T.last_wave]
+                    memcpy(T.last_s, T.s + T.last_wave * CU_MAX_SGPRS, sh.sgprs * 4)
+                    memcpy(T.last_v, T.v + T.last_wave * sh.vgprs * CU_WAVE,
+                           sh.vgprs * CU_WAVE * 4)
+            pos += 1
+        if T.trigger_left != CU_NO_LIMIT:
+            T.trigger_left -= T.inst
+        entry.start, entry.inst, entry.lane = plan_wg(sh, start, &slot), T.inst, T.lane
         T.log.push_back(entry)
         if code == CU_CANCELLED:
+            return NULL
+        if code == CU_PREEMPTED:
+            T.stop, T.stop_wg = code, index
+            T.rest_from, T.rest_to = pos + (T.saved_slot >= 0), end
             return NULL
         if code != CU_OK:
             T.stop, T.stop_wg = code, index
             if code != CU_ABORTED:
                 atomic_min(sh.fault_wg, index)
             return NULL
-        if index < end:         # a lower workgroup faulted
+        if pos < end:           # a lower workgroup faulted
             return NULL
 
 
@@ -1461,19 +1618,24 @@ cdef class ComputeEngine:
     cdef readonly str name
     cdef readonly object ih
     cdef readonly int threads
-    cdef atomic[int] _abort
+    cdef atomic[int] _stop
     cdef atomic[uint64_t] _next_wg
+    cdef atomic[uint64_t] _next_saved
     cdef atomic[uint64_t] _fault_wg
+    cdef atomic[uint32_t] _csa_used
     cdef bint _running
+    cdef object _trigger
 
     def __init__(self, str name, ih, int threads=2):
-        if threads < 1:
-            raise ValueError(f"ComputeEngine: threads must be >= 1, not {threads}")
+        if not 1 <= threads <= _cu_py.CSA_MAX_SLOTS:
+            raise ValueError(f"ComputeEngine: threads must be 1..{_cu_py.CSA_MAX_SLOTS}, "
+                             f"not {threads}")
         self.name = name
         self.ih = ih
         self.threads = threads
-        self._abort.store(0)
+        self._stop.store(0)
         self._running = False
+        self._trigger = None
 
     def abort(self):
         """Stop the dispatch in progress before its next instruction (from another thread).
@@ -1482,57 +1644,107 @@ cdef class ComputeEngine:
         """
         if not self._running:
             return False
-        self._abort.store(1)
+        self._stop.store(STOP_ABORT)
         return True
 
+    def preempt(self):
+        """Preempt the dispatch in progress before each running wave's next instruction
+        (from another thread): the workgroups running are saved to the CSA, those not
+        started stay so, and the result is 'preempted' with its resume. Returns False
+        (and does nothing) when no dispatch is running."""
+        cdef int expected = 0
+        if not self._running:
+            return False
+        self._stop.compare_exchange_strong(expected, STOP_PREEMPT)
+        return True
+
+    def preempt_after(self, n):
+        """Test trigger: the next dispatch in which a worker thread reaches `n`
+        instructions is preempted there (each worker counts its own); armed until it
+        fires. None disarms it."""
+        if n is not None and n < 0:
+            raise ValueError(f"preempt_after: negative count {n}")
+        self._trigger = n
+
     def dispatch(self, PageTable pt not None, code_va, *, sgprs, vgprs, lds_bytes, grid,
-                 block, user_data, ctx_id=0, ring_id=0):
+                 block, user_data, ctx_id=0, ring_id=0, resume=None, csa=None):
         grid, block, user_data = _cu_py.check_dispatch(code_va, sgprs, vgprs, lds_bytes,
                                                        grid, block, user_data)
-        self._abort.store(0)
+        key = (code_va, sgprs, vgprs, lds_bytes, grid, block, tuple(user_data))
+        area = _cu_py.check_resume(resume, key, csa, self.threads)
+        self._stop.store(0)
         self._running = True
         pin = pt.pin()
         try:
             result = self._dispatch(pt, code_va, sgprs, vgprs, lds_bytes, grid, block,
-                                    user_data)
+                                    user_data, resume, area)
         finally:
             self._running = False
-            self._abort.store(0)
+            self._stop.store(0)
             pin.release()
+        if result.status == "preempted":
+            result.resume.key = key
+            if csa is None:
+                result.resume.own_csa = area
         if result.status == "fault":
             src, data = _cu_py.ih_entry(result.reason, result.fault, result.pc)
             self.ih.push(src, ring_id, ctx_id, data)
         return result
 
     cdef _dispatch(self, PageTable pt, uint64_t code_va, int sgprs, int vgprs, int lds_bytes,
-                   grid, block, list user_data):
+                   grid, block, list user_data, resume, area):
         cdef CuShared sh
         cdef vector[CuThread] threads
         cdef vector[pthread_t] tids
-        cdef uint64_t word, total
+        cdef uint64_t word, total, nwork
         cdef int64_t k, nwin, page_end
         cdef int i, nthreads, wi, lane
         cdef bint ok = True
+        cdef uint8_t[::1] csa_view = area
         memset(&sh, 0, sizeof(sh))
         total = min(grid[0] * grid[1] * grid[2], (1 << 64) - 1)
         if total == 0:
             return _cu_py.ComputeResult("ok", None, None, 0)
+        plan = _cu_py.resume_plan(resume, total)
+        nwork = sum(count for _, count, _ in plan)
         layout = _cu_py.wave_layout(block)
         sh.ptes, sh.lock, sh.generation = &pt.ptes, &pt.lock, &pt.generation
-        sh.abort, sh.next_wg, sh.fault_wg = &self._abort, &self._next_wg, &self._fault_wg
+        sh.stop, sh.next_wg, sh.fault_wg = &self._stop, &self._next_wg, &self._fault_wg
+        sh.next_saved = &self._next_saved
+        sh.nsaved = len(resume.saved) if resume is not None else 0
         sh.code_va, sh.sgprs, sh.vgprs, sh.lds_bytes = code_va, sgprs, vgprs, lds_bytes
-        sh.gx, sh.gy, sh.gz, sh.total = grid[0], grid[1], grid[2], total
+        sh.gx, sh.gy, sh.gz, sh.total, sh.nwork = grid[0], grid[1], grid[2], total, nwork
         sh.nwaves = len(layout)
+        sh.csa = &csa_view[0]
+        sh.csa_slots = min(csa_view.shape[0] // _cu_py.CSA_SLOT_BYTES, _cu_py.CSA_MAX_SLOTS)
+        sh.csa_used = &self._csa_used
+        sh.wave_rec = _cu_py.csa_wave_bytes(sgprs, vgprs)
+        used = 0
+        for _, slot in (resume.saved if resume is not None else ()):
+            used |= 1 << slot
+        self._csa_used.store(used)
         for i in range(USER_SGPRS):
             sh.user_data[i] = user_data[i]
-        nthreads = self.threads if <uint64_t>self.threads < total else total
+        nthreads = self.threads if <uint64_t>self.threads < nwork else nwork
         # Small grids: one workgroup at a time; big ones: chunks that keep the log short.
-        sh.chunk = 1 if total <= 1024 else min(64, total // (nthreads * 16))
-        self._next_wg.store(0)
+        sh.chunk = 1 if nwork <= 1024 else min(64, nwork // (nthreads * 16))
+        self._next_wg.store(sh.nsaved)
+        self._next_saved.store(0)
         self._fault_wg.store(0xFFFFFFFFFFFFFFFFULL)
         threads.resize(nthreads)
         tids.resize(nthreads)
+        trigger = CU_NO_LIMIT if self._trigger is None else self._trigger
         try:
+            if resume is not None:
+                sh.nplan = len(plan)
+                sh.plan = <PlanItem*>calloc(sh.nplan, sizeof(PlanItem))
+                if sh.plan == NULL:
+                    raise MemoryError
+                k = 0
+                for i, (first, count, slot) in enumerate(plan):
+                    sh.plan[i].pos, sh.plan[i].wg, sh.plan[i].count, sh.plan[i].slot = \
+                        k, first, count, slot
+                    k += count
             sh.wave_exec = <uint32_t*>calloc(sh.nwaves, 4)
             sh.lid = <uint32_t*>calloc(sh.nwaves * 3 * CU_WAVE, 4)
             sh.win = <DInst*>malloc(sizeof(DInst) * (CU_WINDOW // 8))
@@ -1550,9 +1762,16 @@ cdef class ComputeEngine:
                 threads[i].lds = <uint8_t*>cu_zalloc(lds_bytes + 4)
                 threads[i].waves = <WaveSt*>cu_zalloc(sh.nwaves * sizeof(WaveSt))
                 threads[i].tlb_gen = <uint64_t>NO_PAGE    # first tlb_check clears the cache
+                threads[i].trigger_left = trigger
+                threads[i].saved_slot = -1
                 if threads[i].s == NULL or threads[i].v == NULL or threads[i].lds == NULL \
                         or threads[i].waves == NULL:
                     raise MemoryError
+                if resume is not None:
+                    threads[i].last_s = <uint32_t*>cu_zalloc(sgprs * 4)
+                    threads[i].last_v = <uint32_t*>cu_zalloc(vgprs * CU_WAVE * 4)
+                    if threads[i].last_s == NULL or threads[i].last_v == NULL:
+                        raise MemoryError
             with nogil:
                 # Decode the exec-mapped pages from code_va once (docs/hw.md).
                 nwin = 0
@@ -1579,19 +1798,26 @@ cdef class ComputeEngine:
                 cu_worker(&threads[0])
                 for i in range(1, nthreads):
                     pthread_join(tids[i], NULL)
-            return self._result(&sh, threads)
+            for i in range(nthreads):
+                if threads[i].fired:
+                    self._trigger = None
+            return self._result(&sh, threads, resume, plan)
         finally:
             for i in range(<int>threads.size()):
                 free(threads[i].s)
                 free(threads[i].v)
                 free(threads[i].lds)
                 free(threads[i].waves)
+                free(threads[i].last_s)
+                free(threads[i].last_v)
+            free(sh.plan)
             free(sh.wave_exec)
             free(sh.lid)
             free(sh.win)
 
-    cdef _result(self, CuShared* sh, vector[CuThread]& threads):
-        """ComputeResult of the run: the lowest faulting workgroup, else an abort, else ok."""
+    cdef _result(self, CuShared* sh, vector[CuThread]& threads, resume, plan):
+        """ComputeResult of the run: the lowest faulting workgroup, else an abort, else a
+        preemption (with its resume), else ok."""
         cdef uint64_t fault_wg = sh.fault_wg.load(), inst = 0, lane = 0
         cdef uint64_t best = 0xFFFFFFFFFFFFFFFFULL
         cdef CuThread* T
@@ -1607,23 +1833,58 @@ cdef class ComputeEngine:
         if pick == NULL and fault_wg != 0xFFFFFFFFFFFFFFFFULL:
             status = "fault"
             for i in range(threads.size()):
-                if threads[i].stop not in (CU_OK, CU_ABORTED) and threads[i].stop_wg == fault_wg:
+                if threads[i].stop not in (CU_OK, CU_ABORTED, CU_PREEMPTED) \
+                        and threads[i].stop_wg == fault_wg:
                     pick = &threads[i]
+        left = []
+        if pick == NULL:                        # a preemption left work for later
+            for i in range(threads.size()):
+                T = &threads[i]
+                if T.stop == CU_PREEMPTED:
+                    left.append((T.rest_from, T.rest_to))
+                    if T.saved_slot >= 0 and T.stop_wg < best:
+                        best, pick = T.stop_wg, T
+            left.append((min(sh.next_saved.load(), sh.nsaved), sh.nsaved))
+            left.append((min(sh.next_wg.load(), sh.nwork), sh.nwork))
+            saved, pending = _cu_py.plan_left(plan, left)
+            for i in range(threads.size()):
+                if threads[i].stop == CU_PREEMPTED and threads[i].saved_slot >= 0:
+                    saved.append((threads[i].stop_wg, threads[i].saved_slot))
+            if saved or pending:
+                status = "preempted"
         for i in range(threads.size()):
             for j in range(threads[i].log.size()):
                 if status != "fault" or threads[i].log[j].start <= fault_wg:
                     inst += threads[i].log[j].inst
                     lane += threads[i].log[j].lane
-        counters = self._counters(sh, threads)
+        counters = self._counters(sh, threads, resume is None)
+        last = resume.last if resume is not None else None
+        for i in range(threads.size()):
+            if threads[i].has_last:
+                T = &threads[i]
+                if sh.plan != NULL:
+                    last = self._wave_state({"pc": T.last_w.pc}, sh, &T.last_w, T.last_s,
+                                            T.last_v, sh.total - 1, T.last_wave)
+                else:
+                    last = self._wave_state({"pc": T.last_pc}, sh, &T.waves[T.last_wave],
+                                            T.s + T.last_wave * CU_MAX_SGPRS,
+                                            T.v + T.last_wave * sh.vgprs * CU_WAVE,
+                                            sh.total - 1, T.last_wave)
+        if status == "preempted":
+            r = _cu_py.ComputeResult("preempted", None, None, 0, instructions=inst,
+                                     lane_instructions=lane, counters=counters)
+            r.resume = _cu_py.DispatchResume(None, sorted(saved), pending, last)
+            if pick == NULL:
+                return r
+            T = pick
+            r.pc = T.waves[T.stop_wave].pc
+            return self._thread_wave(r, sh, T, T.stop_wg, T.stop_wave)
         if pick == NULL:
-            for i in range(threads.size()):
-                if threads[i].has_last:
-                    T = &threads[i]
-                    r = _cu_py.ComputeResult("ok", None, None, T.last_pc, instructions=inst,
-                                             lane_instructions=lane, counters=counters)
-                    return self._wave_state(r, sh, T, sh.total - 1, T.last_wave)
-            return _cu_py.ComputeResult("ok", None, None, 0, instructions=inst,
-                                        lane_instructions=lane, counters=counters)
+            r = _cu_py.ComputeResult("ok", None, None, 0, instructions=inst,
+                                     lane_instructions=lane, counters=counters)
+            for name, value in (last or {}).items():
+                setattr(r, name, value)
+            return r
         T = pick
         w = &T.waves[T.stop_wave]
         if status == "aborted":
@@ -1639,9 +1900,9 @@ cdef class ComputeEngine:
             r = _cu_py.ComputeResult("fault", _CU_REASONS[f.code], gpu_fault, w.pc,
                                      instructions=inst, lane_instructions=lane,
                                      trap_code=f.trap_code, counters=counters)
-        return self._wave_state(r, sh, T, T.stop_wg, T.stop_wave)
+        return self._thread_wave(r, sh, T, T.stop_wg, T.stop_wave)
 
-    cdef dict _counters(self, CuShared* sh, vector[CuThread]& threads):
+    cdef dict _counters(self, CuShared* sh, vector[CuThread]& threads, bint first_part):
         """The dispatch's performance counters (kmd/hw/compute.py dispatch_counters),
         from the per-thread tallies: the work the units did, cancelled work included."""
         cdef uint64_t inst, lane, lookups = 0, misses = 0, walks = 0, waves = 0, lanes = 0
@@ -1665,18 +1926,27 @@ cdef class ComputeEngine:
         window_pages = _cu_py.pages_spanned(sh.code_va, sh.win_bytes)
         return _cu_py.dispatch_counters(ops, waves=waves, lane_instructions=lanes,
                                         tlb_hits=lookups - misses, tlb_misses=misses,
-                                        walks=walks + misses + window_pages)
+                                        walks=walks + misses + window_pages,
+                                        dispatches=1 if first_part else 0)
+
+    cdef _thread_wave(self, r, CuShared* sh, CuThread* T, uint64_t index, int wi):
+        """r with the state of wave wi of the workgroup running on T."""
+        state = self._wave_state({}, sh, &T.waves[wi], T.s + wi * CU_MAX_SGPRS,
+                                 T.v + wi * sh.vgprs * CU_WAVE, index, wi)
+        for name, value in state.items():
+            setattr(r, name, value)
+        return r
 
     @cython.cdivision(True)
-    cdef _wave_state(self, r, CuShared* sh, CuThread* T, uint64_t index, int wi):
-        cdef WaveSt* w = &T.waves[wi]
-        cdef uint32_t* s = T.s + wi * CU_MAX_SGPRS
-        cdef uint32_t* v = T.v + wi * sh.vgprs * CU_WAVE
+    cdef dict _wave_state(self, dict out, CuShared* sh, WaveSt* w, uint32_t* s, uint32_t* v,
+                          uint64_t index, int wi):
+        """out plus the ComputeResult fields of one wave: workgroup, wave, exec, vcc,
+        scc, sgprs, vgprs."""
         cdef int k, l
-        r.workgroup = (index % sh.gx, (index // sh.gx) % sh.gy,
-                       index // (<uint64_t>sh.gx * sh.gy))
-        r.wave = wi
-        r.exec, r.vcc, r.scc = w.exec_, w.vcc, w.scc
-        r.sgprs = [s[k] for k in range(sh.sgprs)]
-        r.vgprs = [[v[k * CU_WAVE + l] for l in range(CU_WAVE)] for k in range(sh.vgprs)]
-        return r
+        out["workgroup"] = (index % sh.gx, (index // sh.gx) % sh.gy,
+                            index // (<uint64_t>sh.gx * sh.gy))
+        out["wave"] = wi
+        out["exec"], out["vcc"], out["scc"] = w.exec_, w.vcc, w.scc
+        out["sgprs"] = [s[k] for k in range(sh.sgprs)]
+        out["vgprs"] = [[v[k * CU_WAVE + l] for l in range(CU_WAVE)] for k in range(sh.vgprs)]
+        return out

@@ -9,6 +9,8 @@ import dataclasses
 import math
 import struct
 
+import numpy as np
+
 from kmd.hw.ih import IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT
 from kmd.hw.mmu import GpuFault
 from vgpu import isa as I
@@ -28,12 +30,13 @@ class ComputeResult:
     """The outcome of one dispatch and the state of the wave it stopped in.
 
     `pc` is a byte offset from code_va: of the faulting instruction, of the last
-    wave's s_endpgm when ok, of the next instruction of the running wave when aborted.
+    wave's s_endpgm when ok, of the next instruction of the running wave when aborted
+    or preempted.
     `vgprs[r][lane]`; `lane_instructions` sums popcount(EXEC) at issue over the
     `instructions` completed (the faulting one is not counted).
     """
 
-    status: str                                 # 'ok' | 'fault' | 'aborted'
+    status: str                                 # 'ok' | 'fault' | 'aborted' | 'preempted'
     reason: str | None = None
     fault: GpuFault | None = None
     pc: int = 0
@@ -50,6 +53,8 @@ class ComputeResult:
     # Performance counters (dispatch_counters): what the units did, cancelled work
     # included; the TLB counters are the Cython core's (the reference has no TLB).
     counters: dict = dataclasses.field(default_factory=dict, compare=False)
+    # status 'preempted': the DispatchResume to pass back to dispatch() (resume=).
+    resume: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 # -- performance counters (docs/observability.md) -------------------------------------------
@@ -107,11 +112,14 @@ def pages_spanned(va: int, n: int) -> int:
 
 
 def dispatch_counters(ops: dict[int, tuple[int, int]], *, waves: int, lane_instructions: int,
-                      tlb_hits: int = 0, tlb_misses: int = 0, walks: int = 0) -> dict[str, int]:
+                      tlb_hits: int = 0, tlb_misses: int = 0, walks: int = 0,
+                      dispatches: int = 1) -> dict[str, int]:
     """COMPUTE_COUNTERS of one dispatch from {opcode: (instructions, active lanes)}
-    (the lanes are needed, and read, for the vmem and lds opcodes only)."""
+    (the lanes are needed, and read, for the vmem and lds opcodes only). A resumed
+    part of a preempted dispatch counts no dispatch and only the waves it launched,
+    so the parts add up to the dispatch."""
     c = dict.fromkeys(COMPUTE_COUNTERS, 0)
-    c.update(dispatches=1, waves=waves, lane_instructions=lane_instructions, tlb_hits=tlb_hits,
+    c.update(dispatches=dispatches, waves=waves, lane_instructions=lane_instructions, tlb_hits=tlb_hits,
              tlb_misses=tlb_misses, pt_walks=walks)
     for op, (inst, lanes) in ops.items():
         cls, loaded, stored, atomic, scalar = _OP_EFFECTS[op]
@@ -123,6 +131,121 @@ def dispatch_counters(ops: dict[int, tuple[int, int]], *, waves: int, lane_instr
         c["atomics"] += lanes if atomic else 0
         c["barriers"] += inst if op == I.OP_S_BARRIER else 0
     return c
+
+
+# -- preemption and the context save area (docs/preemption.md) ---------------------------
+# A preempted dispatch leaves each workgroup it was running in one slot of the context
+# save area (CSA): a slot header, one record per wave (header, SGPRs, VGPRs), then the
+# workgroup's LDS. Little-endian, dense for the dispatch's declared register counts;
+# slots have the room of the largest workgroup, so a slot's offset is fixed.
+CSA_MAGIC = 0x31535743                  # "CWS1"
+CSA_SLOT_HEADER = struct.Struct("<6IQ3I20x")   # magic, nwaves, sgprs, vgprs, lds_bytes,
+                                        # reserved, workgroup index, workgroup x, y, z
+CSA_WAVE_HEADER = struct.Struct("<q4I8x")     # pc, exec, vcc, scc, state (WAVE_STATES)
+WAVE_STATES = ("run", "barrier", "done")
+MAX_WAVES = I.MAX_BLOCK_THREADS // I.WAVE_SIZE
+
+
+def csa_wave_bytes(sgprs: int, vgprs: int) -> int:
+    """Bytes of one wave's record in a CSA slot."""
+    return CSA_WAVE_HEADER.size + 4 * sgprs + 4 * I.WAVE_SIZE * vgprs
+
+
+CSA_SLOT_BYTES = -(-(CSA_SLOT_HEADER.size + MAX_WAVES * csa_wave_bytes(I.MAX_SGPRS, I.MAX_VGPRS)
+                     + I.MAX_LDS_BYTES) // 4096) * 4096
+CSA_MAX_SLOTS = 32
+
+
+def csa_bytes(slots: int) -> int:
+    """Size of a CSA with `slots` workgroup slots: an engine of N worker threads needs N."""
+    return slots * CSA_SLOT_BYTES
+
+
+def csa_slot_header(csa, slot: int) -> dict:
+    """The header of CSA slot `slot` as a dict (magic, nwaves, sgprs, vgprs, lds_bytes,
+    workgroup, xyz)."""
+    f = CSA_SLOT_HEADER.unpack_from(csa, slot * CSA_SLOT_BYTES)
+    return {"magic": f[0], "nwaves": f[1], "sgprs": f[2], "vgprs": f[3], "lds_bytes": f[4],
+            "workgroup": f[6], "xyz": f[7:10]}
+
+
+@dataclasses.dataclass
+class DispatchResume:
+    """What a preempted dispatch still has to do (opaque to the KMD).
+
+    key: the dispatch's arguments (a resume must come with the same ones);
+    saved: [(workgroup index, CSA slot)] of the workgroups stopped mid-way;
+    pending: [(first, count)] of workgroups not started, ascending; last: the state
+    of the final workgroup's last wave when an earlier part ran it (the ok result
+    reports it); own_csa: the save area the engine kept when it was given none.
+    """
+
+    key: tuple
+    saved: list
+    pending: list
+    last: dict | None = None
+    own_csa: object = None
+
+
+def resume_plan(resume: DispatchResume | None, total: int) -> list[tuple[int, int, int]]:
+    """The work of a dispatch (part) in the order it is handed out: [(first workgroup,
+    count, CSA slot or -1)]. Saved workgroups come first, one each; then the pending
+    ranges in ascending order (the fault rules rely on that order)."""
+    if resume is None:
+        return [(0, total, -1)]
+    return ([(wg, 1, slot) for wg, slot in sorted(resume.saved)]
+            + [(first, count, -1) for first, count in resume.pending])
+
+
+def plan_left(plan, intervals) -> tuple[list, list]:
+    """(saved, pending) of a DispatchResume from the plan's positions not run:
+    `intervals` are [start, end) in the plan's order (its workgroups laid end to end);
+    a saved workgroup that was not taken stays in its slot."""
+    saved, pending = [], []
+    for start, end in intervals:
+        pos = 0
+        for first, count, slot in plan:
+            lo, hi = max(start, pos), min(end, pos + count)
+            if lo < hi:
+                if slot >= 0:
+                    saved.append((first, slot))
+                else:
+                    pending.append((first + lo - pos, hi - lo))
+            pos += count
+    pending.sort()
+    merged = []
+    for first, count in pending:
+        if merged and merged[-1][0] + merged[-1][1] == first:
+            merged[-1] = (merged[-1][0], merged[-1][1] + count)
+        else:
+            merged.append((first, count))
+    return sorted(saved), merged
+
+
+def check_resume(resume, key: tuple, csa, slots: int):
+    """Argument checks of dispatch(resume=, csa=): returns the CSA buffer to use (the
+    engine's own when csa is None), a writable uint8 array of at least `slots` slots."""
+    if resume is not None:
+        if not isinstance(resume, DispatchResume):
+            raise TypeError("dispatch: resume must be the DispatchResume of a preempted result")
+        if resume.key != key:
+            raise ValueError("dispatch: resume belongs to another dispatch")
+    if csa is None:
+        if resume is not None and resume.own_csa is not None:
+            return resume.own_csa
+        return np.zeros(csa_bytes(slots), np.uint8)
+    if not (isinstance(csa, np.ndarray) and csa.dtype == np.uint8 and csa.ndim == 1
+            and csa.flags.c_contiguous and csa.flags.writeable):
+        raise TypeError("dispatch: csa must be a writable 1-D C-contiguous uint8 array")
+    if csa.size < csa_bytes(slots):
+        raise ValueError(f"dispatch: csa of {csa.size} bytes, {slots} slots need {csa_bytes(slots)}")
+    if resume is not None:
+        for wg, slot in resume.saved:
+            h = csa_slot_header(csa, slot)
+            if h["magic"] != CSA_MAGIC or h["workgroup"] != wg or h["sgprs"] != key[1] \
+                    or h["vgprs"] != key[2] or h["lds_bytes"] != key[3]:
+                raise ValueError(f"dispatch: CSA slot {slot} does not hold workgroup {wg}")
+    return csa
 
 
 class WaveFault(Exception):

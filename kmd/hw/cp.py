@@ -51,10 +51,23 @@ class IbFrame:
 
 
 @dataclasses.dataclass
+class CpResume:
+    """Where a preempted run stops (opaque to the KMD): the IB chain from the submitted
+    IB to the innermost, each as (va, dwords, offset of the packet to run next or
+    being run), the SH registers, and the preempted DISPATCH_DIRECT's DispatchResume
+    (None when the run stopped between packets)."""
+
+    frames: list
+    regs: dict
+    dispatch: object = None
+
+
+@dataclasses.dataclass
 class CpResult:
     """Outcome of CommandProcessor.run(), a superset of SdmaResult.
 
-    status 'ok' / 'fault' / 'aborted'; fault: the GpuFault of a page fault (from a
+    status 'ok' / 'fault' / 'aborted' / 'preempted' (resume: the CpResume to pass back
+    to run()); fault: the GpuFault of a page fault (from a
     packet or a wave), else None; reason: see docs/pm4.md; packet_offset / opcode:
     the faulting / aborted packet in the innermost IB (or the last one run);
     packets: packets fully executed (chained IBs included); ib_chain: the IBs from
@@ -80,6 +93,7 @@ class CpResult:
     sh_regs: dict = dataclasses.field(default_factory=dict)
     packet_ops: dict = dataclasses.field(default_factory=dict)
     counters: dict = dataclasses.field(default_factory=dict)
+    resume: CpResume | None = dataclasses.field(default=None, repr=False)
 
     def count(self, counters: dict) -> None:
         for name, value in counters.items():
@@ -89,9 +103,11 @@ class CpResult:
 class _Stop(Exception):
     """Ends a run: carries the result's status, reason and fault."""
 
-    def __init__(self, status: str, reason: str | None = None, fault: GpuFault | None = None):
+    def __init__(self, status: str, reason: str | None = None, fault: GpuFault | None = None,
+                 dispatch=None):
         super().__init__(reason)
         self.status, self.reason, self.fault = status, reason, fault
+        self.dispatch = dispatch    # 'preempted' inside a dispatch: its DispatchResume
 
 
 def default_compute_engine(name: str, ih, cus: int = 2):
@@ -118,6 +134,7 @@ class CommandProcessor:
         self._cus = cus
         self._running = False
         self._abort = False
+        self._preempt = False
         self._dispatching = False
         self._lock = threading.Lock()
 
@@ -140,44 +157,89 @@ class CommandProcessor:
             time.sleep(0.0005)
         return True
 
-    def run(self, pt, ib_va: int, ib_size_dw: int, ctx_id: int = 0, ring_id: int = 0) -> CpResult:
+    def preempt(self) -> bool:
+        """Preempt the run in progress (from another thread): it stops at its next
+        packet boundary or poll step, or, inside a DISPATCH_DIRECT, at the waves' next
+        instruction (ComputeEngine.preempt); the result is 'preempted' with the
+        CpResume that continues it. False (nothing done) when idle: a request never
+        preempts a later run."""
+        if not self._running:
+            return False
+        self._preempt = True
+        deadline = time.monotonic() + 1.0       # as abort(): a dispatch about to start
+        while (self._dispatching and not self._abort and not self._compute.preempt()
+               and time.monotonic() < deadline):
+            time.sleep(0.0005)
+        return True
+
+    def preempt_after(self, n: int | None) -> None:
+        """Test trigger of the compute units (ComputeEngine.preempt_after)."""
+        self.compute.preempt_after(n)
+
+    def run(self, pt, ib_va: int, ib_size_dw: int, ctx_id: int = 0, ring_id: int = 0,
+            resume: CpResume | None = None, csa=None) -> CpResult:
+        """Run one IB; with `resume` (a preempted result's, same IB), continue it.
+        `csa`: the context's save area, where a preempted dispatch's waves go."""
         if ib_size_dw < 0:
             raise ValueError(f"run: negative IB size {ib_size_dw}")
+        if resume is not None and (not isinstance(resume, CpResume)
+                                   or resume.frames[0][0] != ib_va
+                                   or len(resume.frames[0][1]) != ib_size_dw):
+            raise ValueError("run: resume does not belong to this IB")
         with self._lock:  # one run at a time, as one ring feeds one CP
             self._abort = False
+            self._preempt = False
             self._running = True
             pin = pt.pin()
             res = CpResult("ok")
-            self._regs: dict[int, int] = {}
-            self._ctx_id, self._ring_id = ctx_id, ring_id
+            self._regs: dict[int, int] = dict(resume.regs) if resume else {}
+            self._ctx_id, self._ring_id, self._csa = ctx_id, ring_id, csa
+            self._resume_dispatch = resume.dispatch if resume else None
             try:
-                self._run_ib(pt, ib_va, ib_size_dw, res)
+                self._run_ib(pt, ib_va, ib_size_dw, res, resume.frames if resume else None)
             except _Stop as stop:
                 res.status, res.reason, res.fault = stop.status, stop.reason, stop.fault
                 if stop.status == "fault":
                     self._push_fault(res)
+                elif stop.status == "preempted":
+                    # A resumed dispatch not yet re-entered is still to be continued.
+                    dispatch = stop.dispatch or self._resume_dispatch
+                    res.resume = CpResume([(f.va, f.dwords, f.offset) for f in res.ib_chain],
+                                          dict(self._regs), dispatch)
             finally:
                 self._running = False
                 self._abort = False
+                self._preempt = False
+                self._csa = self._resume_dispatch = None
                 pin.release()
             res.sh_regs = dict(sorted(self._regs.items()))
             return res
 
     # -- packets ---------------------------------------------------------------
-    def _run_ib(self, pt, va: int, size_dw: int, res: CpResult) -> None:
+    def _run_ib(self, pt, va: int, size_dw: int, res: CpResult, resume=None) -> None:
+        """Run the IB at `va`; `resume`: the CpResume frames from this IB inward (its
+        dwords as first fetched, and the packet to continue at)."""
         frame = IbFrame(va, ())
         res.ib_chain.append(frame)
-        try:
-            frame.dwords = struct.unpack(f"<{size_dw}I", pt.read(va, size_dw * 4))
-        except GpuFault as fault:
-            raise _Stop("fault", fault.reason, fault) from None
-        ib, pos = frame.dwords, 0
+        if resume:
+            _, frame.dwords, pos = resume[0]
+            inner = resume[1:]
+        else:
+            try:
+                frame.dwords = struct.unpack(f"<{size_dw}I", pt.read(va, size_dw * 4))
+            except GpuFault as fault:
+                raise _Stop("fault", fault.reason, fault) from None
+            pos, inner = 0, None
+        ib = frame.dwords
         while pos < len(ib):
             frame.offset = res.packet_offset = pos
             hdr = ib[pos]
             res.opcode = P.pm4_opcode(hdr)
             if self._abort:
                 raise _Stop("aborted")
+            if self._preempt and not inner:     # a resumed chain first re-enters its IBs
+                raise _Stop("preempted")
+            self._inner, inner = inner, None    # the chained IB a resumed packet re-enters
             if hdr == P.PM4_NOP_FILLER:
                 pos += 1
                 res.packets += 1
@@ -252,18 +314,24 @@ class CommandProcessor:
             return  # no workgroups: nothing runs, as on hardware
         user_data = [reg(P.COMPUTE_USER_DATA_0 + i, 0) for i in range(user_sgprs)]
         compute = self.compute
+        resume, self._resume_dispatch = self._resume_dispatch, None
         self._dispatching = True
         try:
             if self._abort:
                 raise _Stop("aborted")
+            if self._preempt:
+                raise _Stop("preempted", dispatch=resume)
             result = compute.dispatch(pt, code_va, sgprs=sgprs, vgprs=vgprs, lds_bytes=lds_bytes,
                                       grid=(x, y, z), block=block, user_data=user_data,
-                                      ctx_id=self._ctx_id, ring_id=self._ring_id)
+                                      ctx_id=self._ctx_id, ring_id=self._ring_id,
+                                      resume=resume, csa=self._csa)
         finally:
             self._dispatching = False
         res.dispatch = result
-        res.dispatches += 1
         res.count(result.counters)
+        if result.status == "preempted":
+            raise _Stop("preempted", dispatch=result.resume)
+        res.dispatches += 1
         if result.status == "aborted":
             raise _Stop("aborted")
         if result.status != "ok":
@@ -275,7 +343,7 @@ class CommandProcessor:
             raise _Stop("fault", REASON_ILLEGAL_PACKET)
         if len(res.ib_chain) > P.MAX_IB_DEPTH:
             raise _Stop("fault", REASON_IB_DEPTH)
-        self._run_ib(pt, va, body[2] & P.IB_SIZE_MASK, res)
+        self._run_ib(pt, va, body[2] & P.IB_SIZE_MASK, res, self._inner)
 
     @staticmethod
     def _aligned(addr: int, align: int) -> int:
@@ -313,6 +381,8 @@ class CommandProcessor:
                 return
             if self._abort:
                 raise _Stop("aborted")
+            if self._preempt:       # the packet runs again on resume: it only reads
+                raise _Stop("preempted")
             time.sleep(POLL_STEP_S)
 
     def _write_data(self, pt, body) -> None:

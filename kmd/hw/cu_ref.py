@@ -10,10 +10,13 @@ import ctypes
 import struct
 import time
 
+import numpy as np
+
 from kmd.hw import compute as C
 from kmd.hw import wide_ref
 from kmd.hw.ih import InterruptRing
 from kmd.hw.mmu import PTE_EXEC, GpuFault
+from kmd.hw.run_control import RunControl
 from vgpu import isa as I
 
 _M32 = 0xFFFFFFFF
@@ -23,6 +26,10 @@ _Q = struct.Struct("<Q")
 
 
 class _Aborted(Exception):
+    pass
+
+
+class _Preempted(Exception):
     pass
 
 
@@ -42,44 +49,45 @@ class _Wave:
         self.state = "run"          # run | barrier | done
 
 
+def _final_wave(w: _Wave | None, pc: int) -> dict | None:
+    """The ComputeResult fields of an ok dispatch: its final workgroup's last wave."""
+    if w is None:
+        return None
+    return {"pc": pc, "workgroup": tuple(w.wg), "wave": w.index, "exec": w.exec, "vcc": w.vcc,
+            "scc": w.scc, "sgprs": list(w.s), "vgprs": [list(reg) for reg in w.v]}
+
+
 def _lanes(mask: int):
     return [l for l in range(_W) if mask >> l & 1]
 
 
-class ComputeEngine:
-    """One compute unit (comp_0.0 ...): dispatch() runs one grid to completion."""
+class ComputeEngine(RunControl):
+    """One compute unit (comp_0.0 ...): dispatch() runs one grid to completion, or
+    until preempt(): abort() and preempt() stop it before the next instruction
+    (docs/preemption.md)."""
 
     def __init__(self, name: str, ih: InterruptRing, threads: int = 2) -> None:
         self.name = name
         self.ih = ih
         self.threads = threads          # the reference always runs on one thread
-        self._running = False
-        self._abort = False
-
-    def abort(self) -> bool:
-        """Stop the dispatch in progress before its next instruction (from another thread).
-
-        Returns False (and does nothing) when no dispatch is running.
-        """
-        if not self._running:
-            return False
-        self._abort = True
-        return True
 
     def dispatch(self, pt, code_va: int, *, sgprs: int, vgprs: int, lds_bytes: int,
                  grid: tuple[int, int, int], block: tuple[int, int, int],
-                 user_data: list[int], ctx_id: int = 0, ring_id: int = 0) -> C.ComputeResult:
+                 user_data: list[int], ctx_id: int = 0, ring_id: int = 0,
+                 resume: C.DispatchResume | None = None, csa=None) -> C.ComputeResult:
         grid, block, user_data = C.check_dispatch(code_va, sgprs, vgprs, lds_bytes, grid,
                                                   block, user_data)
-        self._abort = False
+        key = (code_va, sgprs, vgprs, lds_bytes, grid, block, tuple(user_data))
+        area = C.check_resume(resume, key, csa, 1)
+        self._stop = None
         self._running = True
         pin = pt.pin()
         try:
             run = _Dispatch(self, pt, code_va, sgprs, vgprs, lds_bytes, block, user_data)
-            result = run.run(grid)
+            result = run.run(grid, resume, area, key, own=csa is None)
         finally:
             self._running = False
-            self._abort = False
+            self._stop = None
             pin.release()
         if result.status == "fault":
             src, data = C.ih_entry(result.reason, result.fault, result.pc)
@@ -100,34 +108,110 @@ class _Dispatch(wide_ref.WideOps):
         self.waves = 0
         self.last: _Wave | None = None
         self.last_pc = 0
+        self.dispatches = 1
+        self.final: dict | None = None      # the ok result's wave: the final workgroup's last
+        self.limit = engine._trigger if engine._trigger is not None else 1 << 64
 
     def result(self, status, wave, pc, reason=None, fault=None, trap_code=0):
         r = C.ComputeResult(status, reason, fault, pc, instructions=self.instructions,
                             lane_instructions=self.lane_instructions, trap_code=trap_code,
                             counters=C.dispatch_counters(self.ops, waves=self.waves,
-                                                         lane_instructions=self.lane_instructions))
-        if wave is not None:
+                                                         lane_instructions=self.lane_instructions,
+                                                         dispatches=self.dispatches))
+        if isinstance(wave, dict):      # _final_wave
+            for name, value in wave.items():
+                setattr(r, name, value)
+        elif wave is not None:
             r.workgroup, r.wave = tuple(wave.wg), wave.index
             r.exec, r.vcc, r.scc = wave.exec, wave.vcc, wave.scc
             r.sgprs = list(wave.s)
             r.vgprs = [list(reg) for reg in wave.v]
         return r
 
-    def run(self, grid) -> C.ComputeResult:
+    def run(self, grid, resume, csa, key, own: bool) -> C.ComputeResult:
+        """The workgroups in plan order (compute.resume_plan): ascending, the saved
+        ones restored from the CSA; stops at a fault, an abort or a preemption."""
         gx, gy, gz = grid
-        for z in range(gz):
-            for y in range(gy):
-                for x in range(gx):
-                    waves = [_Wave((x, y, z), i, self.sgprs, self.vgprs, self.user_data, e, ids)
+        total = gx * gy * gz
+        plan = C.resume_plan(resume, total)
+        if resume is not None:
+            self.dispatches = 0
+            self.final = resume.last
+        pos = 0
+        for first, count, slot in plan:
+            for index in range(first, first + count):
+                if self.engine._stop == "preempt":
+                    return self.preempted(plan, pos, None, csa, key, own)
+                wg = (index % gx, index // gx % gy, index // (gx * gy))
+                if slot >= 0:
+                    waves = self.restore(csa, slot, wg, index)
+                else:
+                    waves = [_Wave(wg, i, self.sgprs, self.vgprs, self.user_data, e, ids)
                              for i, (e, ids) in enumerate(self.layout)]
                     self.lds = bytearray(self.lds_bytes)
                     self.waves += len(waves)
-                    stop = self.run_workgroup(waves)
-                    if stop is not None:
-                        return stop
-        return self.result("ok", self.last, self.last_pc)
+                stop = self.run_workgroup(waves)
+                if stop is _Preempted:
+                    return self.preempted(plan, pos + 1, (index, waves), csa, key, own)
+                if stop is not None:
+                    return stop
+                pos += 1
+                if index == total - 1:
+                    self.final = _final_wave(self.last, self.last_pc)
+        return self.result("ok", self.final, 0)
 
-    def run_workgroup(self, waves) -> C.ComputeResult | None:
+    # -- preemption (docs/preemption.md) ------------------------------------------------------
+    def preempted(self, plan, pos, running, csa, key, own) -> C.ComputeResult:
+        total = sum(count for _, count, _ in plan)
+        saved, pending = C.plan_left(plan, [(pos, total)])
+        wave = None
+        if running is not None:
+            index, waves = running
+            used = {slot for _, slot in saved}
+            slot = min(set(range(len(csa) // C.CSA_SLOT_BYTES)) - used)
+            self.save(csa, slot, index, waves)
+            saved = sorted(saved + [(index, slot)])
+            wave = next(w for w in waves if w.state == "run")
+        r = self.result("preempted", wave, wave.pc if wave else 0)
+        r.resume = C.DispatchResume(key, saved, pending, self.final, csa if own else None)
+        return r
+
+    def save(self, csa, slot: int, index: int, waves) -> None:
+        """Workgroup `index` into CSA slot `slot` (layout: compute.CSA_*)."""
+        base = slot * C.CSA_SLOT_BYTES
+        C.CSA_SLOT_HEADER.pack_into(csa, base, C.CSA_MAGIC, len(waves), self.sgprs, self.vgprs,
+                                    self.lds_bytes, 0, index, *waves[0].wg)
+        rec = C.csa_wave_bytes(self.sgprs, self.vgprs)
+        off = base + C.CSA_SLOT_HEADER.size
+        for w in waves:
+            C.CSA_WAVE_HEADER.pack_into(csa, off, w.pc, w.exec, w.vcc, w.scc,
+                                        C.WAVE_STATES.index(w.state))
+            regs = w.s + [x for reg in w.v for x in reg]
+            struct.pack_into(f"<{len(regs)}I", csa, off + C.CSA_WAVE_HEADER.size, *regs)
+            off += rec
+        csa[off:off + self.lds_bytes] = np.frombuffer(bytes(self.lds), np.uint8)
+
+    def restore(self, csa, slot: int, wg, index: int) -> list[_Wave]:
+        """The waves (and self.lds) of workgroup `index` from CSA slot `slot`."""
+        rec = C.csa_wave_bytes(self.sgprs, self.vgprs)
+        off = slot * C.CSA_SLOT_BYTES + C.CSA_SLOT_HEADER.size
+        waves = []
+        for i, (e, ids) in enumerate(self.layout):
+            w = _Wave(wg, i, self.sgprs, self.vgprs, self.user_data, e, ids)
+            w.pc, w.exec, w.vcc, w.scc, state = C.CSA_WAVE_HEADER.unpack_from(csa, off)
+            w.state = C.WAVE_STATES[state]
+            regs = struct.unpack_from(f"<{self.sgprs + self.vgprs * _W}I", csa,
+                                      off + C.CSA_WAVE_HEADER.size)
+            w.s = list(regs[:self.sgprs])
+            w.v = [list(regs[self.sgprs + r * _W:self.sgprs + (r + 1) * _W])
+                   for r in range(self.vgprs)]
+            waves.append(w)
+            off += rec
+        self.lds = bytearray(bytes(csa[off:off + self.lds_bytes]))
+        return waves
+
+    def run_workgroup(self, waves):
+        """None when the workgroup ends, _Preempted, or the result of a fault / abort."""
         while True:
             for w in waves:
                 if w.state != "run":
@@ -138,6 +222,8 @@ class _Dispatch(wide_ref.WideOps):
                     return self.result("fault", w, w.pc, f.reason, f.fault, f.trap_code)
                 except _Aborted:
                     return self.result("aborted", w, w.pc)
+                except _Preempted:
+                    return _Preempted
             live = [w for w in waves if w.state != "done"]
             if not live:
                 return None
@@ -167,8 +253,11 @@ class _Dispatch(wide_ref.WideOps):
     def run_wave(self, w: _Wave) -> None:
         engine = self.engine
         while True:
-            if engine._abort:
-                raise _Aborted
+            if engine._stop or self.instructions >= self.limit:
+                if engine._stop == "abort":
+                    raise _Aborted
+                engine._trigger = None      # a test trigger fires once
+                raise _Preempted
             info, inst, handler = self.fetch(w.pc)
             next_pc = w.pc + I.INST_BYTES
             active = bin(w.exec).count("1")

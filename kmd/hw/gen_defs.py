@@ -63,7 +63,8 @@ def _header(sources: str) -> list[str]:
 def sdma_defs() -> str:
     """The text of _sdma_defs.pxi: SDMA, IH and PTE numbers, and COMPILED_DEFS."""
     vsdma, sdma, ih, mmu, _ = _modules()
-    sdma_consts = {**_ints(vsdma, "SDMA_"), "SDMA_POLL_STEP_US": sdma.SDMA_POLL_STEP_US}
+    sdma_consts = {**_ints(vsdma, "SDMA_"), "SDMA_POLL_STEP_US": sdma.SDMA_POLL_STEP_US,
+                   "SDMA_CHUNK_BYTES": sdma.SDMA_CHUNK_BYTES}
     ih_consts = _ints(ih, "IH_SRC_")
     # C_ prefix: _core.pyx also imports the Python PTE_* names from kmd/hw/mmu.py.
     pte_consts = {"C_" + k: getattr(mmu, k) for k in ("PTE_READ", "PTE_WRITE", "PTE_EXEC")}
@@ -83,8 +84,14 @@ def sdma_defs() -> str:
 def cu_defs() -> str:
     """The text of _cu_defs.pxi: wave geometry, operand codes and vISA opcodes."""
     *_, isa = _modules()
-    out = _header("vgpu/isa.py")
+    from kmd.hw import compute
+    out = _header("vgpu/isa.py and kmd/hw/compute.py")
     out += ["", f"DEF CU_WAVE = {isa.WAVE_SIZE}", f"DEF CU_MAX_SGPRS = {isa.MAX_SGPRS}", "",
+            "# Context save area layout (kmd/hw/compute.py, docs/preemption.md).",
+            f"DEF CU_CSA_MAGIC = {compute.CSA_MAGIC:#x}",
+            f"DEF CU_CSA_SLOT_BYTES = {compute.CSA_SLOT_BYTES}",
+            f"DEF CU_CSA_SLOT_HEADER = {compute.CSA_SLOT_HEADER.size}",
+            f"DEF CU_CSA_WAVE_HEADER = {compute.CSA_WAVE_HEADER.size}", "",
             "# Operand codes and fixed registers (docs/isa.md 2, 3).", "cdef enum:"]
     for name in ("OPR_VCC", "OPR_EXEC", "OPR_SCC", "OPR_OFF", "OPR_LIT", "OPR_VGPR", "CANONICAL_NAN",
                  "SGPR_WORKGROUP_ID", "USER_SGPRS"):

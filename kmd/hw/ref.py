@@ -17,6 +17,7 @@ from kmd.hw.ih import (IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT
 from kmd.hw.mmu import (ACCESS_FLAG, PAGE_MASK, PAGE_SHIFT, PAGE_SIZE, PTE_EXEC, PTE_READ,
                         PTE_WRITE, GpuFault, PinnedBuffers, check_map_args, check_unmap_args)
 from kmd.hw import sdma as S
+from kmd.hw.run_control import RunControl
 
 _VA_MASK = (1 << 64) - 1
 
@@ -157,56 +158,70 @@ class _Aborted(Exception):
     pass
 
 
-class SdmaEngine:
-    """One SDMA engine (sdma0, sdma1...).  run() executes one IB to completion."""
+class _Preempted(Exception):
+    pass
+
+
+class SdmaEngine(RunControl):
+    """One SDMA engine (sdma0, sdma1...).  run() executes one IB to completion, or
+    until preempt(): abort() and preempt() stop it at a packet or chunk boundary or a
+    poll step (docs/preemption.md)."""
 
     def __init__(self, name: str, ih: InterruptRing) -> None:
         self.name = name
         self.ih = ih
-        self._running = False
-        self._abort = False
-
-    def abort(self) -> bool:
-        """Stop the run in progress at its next packet boundary or poll step.
-
-        Returns False (and does nothing) when no run is in progress.
-        """
-        if not self._running:
-            return False
-        self._abort = True
-        return True
 
     def run(self, pt: PageTable, ib_va: int, ib_size_dw: int, ctx_id: int = 0,
-            ring_id: int = 0) -> S.SdmaResult:
+            ring_id: int = 0, resume: S.SdmaResume | None = None, csa=None) -> S.SdmaResult:
+        """Run one IB; with `resume` (a preempted result's), continue it. `csa` is
+        accepted for the ring's sake: SDMA has no wave state to save."""
         if ib_size_dw < 0:
             raise ValueError(f"run: negative IB size {ib_size_dw}")
-        self._abort = False
+        S.check_resume(resume, ib_size_dw)
+        self._stop = None
         self._running = True
         pin = pt.pin()
         try:
-            return self._run(pt, ib_va, ib_size_dw, ctx_id, ring_id)
+            return self._run(pt, ib_va, ib_size_dw, ctx_id, ring_id, resume)
         finally:
             self._running = False
-            self._abort = False
+            self._stop = None
             pin.release()
 
-    def _run(self, pt, ib_va, ib_size_dw, ctx_id, ring_id) -> S.SdmaResult:
-        try:
-            ib = struct.unpack(f"<{ib_size_dw}I", pt.read(ib_va, ib_size_dw * 4))
-        except GpuFault as fault:
-            self._push_fault(fault, ring_id, ctx_id)
-            return S.SdmaResult("fault", fault, fault.reason)
-        pos, last, last_op, packets, moved = 0, 0, -1, 0, 0
-        self._tally = {"read": 0, "written": 0, "walks": S.pages_spanned(ib_va, ib_size_dw * 4)}
+    def _boundary(self) -> None:
+        """A preemption point: raises _Aborted / _Preempted when asked to stop."""
+        if self._stop == "abort":
+            raise _Aborted
+        if self._stop == "preempt" or self._steps == self._trigger:
+            if self._steps == self._trigger:
+                self._trigger = None
+            raise _Preempted
+        self._steps += 1
+
+    def _run(self, pt, ib_va, ib_size_dw, ctx_id, ring_id, resume) -> S.SdmaResult:
+        if resume is not None:
+            raw, pos, self._done = resume.ib, resume.pos, resume.done
+            walks = 0
+        else:
+            try:
+                raw = pt.read(ib_va, ib_size_dw * 4)
+            except GpuFault as fault:
+                self._push_fault(fault, ring_id, ctx_id)
+                return S.SdmaResult("fault", fault, fault.reason)
+            pos, self._done, walks = 0, 0, S.pages_spanned(ib_va, ib_size_dw * 4)
+        ib = struct.unpack(f"<{ib_size_dw}I", raw)
+        last, last_op, packets, moved, self._steps = 0, -1, 0, 0, 0
+        self._tally = {"read": 0, "written": 0, "walks": walks}
         ops: dict[int, int] = {}
         result = None
         while pos < len(ib):
             op = ib[pos] & 0xFF
             try:
-                if self._abort:
-                    raise _Aborted
+                if not self._done:      # a packet continued between chunks starts there
+                    self._boundary()
                 length = S.packet_length(ib, pos)
                 moved += self._execute(pt, ib, pos, ctx_id, ring_id)
+                self._done = 0
             except GpuFault as fault:
                 self._push_fault(fault, ring_id, ctx_id)
                 result = S.SdmaResult("fault", fault, fault.reason, pos, op, packets, moved)
@@ -215,6 +230,9 @@ class SdmaEngine:
                 result = S.SdmaResult("fault", None, bad.reason, pos, op, packets, moved)
             except _Aborted:
                 result = S.SdmaResult("aborted", None, None, pos, op, packets, moved)
+            except _Preempted:
+                result = S.SdmaResult("preempted", None, None, pos, op, packets, moved)
+                result.resume = S.SdmaResume(raw, pos, self._done)
             if result is not None:
                 break
             ops[op] = ops.get(op, 0) + 1
@@ -244,7 +262,10 @@ class SdmaEngine:
         if op == S.SDMA_OP_COPY:
             n = (ib[pos + 1] & S.SDMA_COPY_COUNT_MASK) + 1
             src, dst = ib[pos + 3] | ib[pos + 4] << 32, ib[pos + 5] | ib[pos + 6] << 32
-            pt.copy(dst, src, n)
+            if S.copy_in_chunks(src, dst, n):
+                self._chunks(n, lambda off, k: pt.copy(dst + off, src + off, k))
+            else:
+                pt.copy(dst, src, n)
             self._count(src, n, read=True)
             self._count(dst, n, read=False)
             return n
@@ -264,13 +285,25 @@ class SdmaEngine:
         elif op == S.SDMA_OP_CONST_FILL:
             n = (ib[pos + 4] & S.SDMA_CONST_FILL_COUNT_MASK) + 1
             elem = 1 if hdr >> 30 == S.SDMA_FILLSIZE_BYTE else 4
-            pt.fill(ib[pos + 1] | ib[pos + 2] << 32, ib[pos + 3], n, elem)
+            dst = ib[pos + 1] | ib[pos + 2] << 32
+            # Chunks are a multiple of 4 bytes: each starts at byte 0 of the pattern.
+            self._chunks(n, lambda off, k: pt.fill(dst + off, ib[pos + 3], k, elem))
             self._count(ib[pos + 1] | ib[pos + 2] << 32, n, read=False)
             return n
         elif op == S.SDMA_OP_TIMESTAMP:
             pt.write(ib[pos + 1] | ib[pos + 2] << 32, struct.pack("<Q", time.monotonic_ns()))
             self._count(ib[pos + 1] | ib[pos + 2] << 32, 8, read=False)
         return 0
+
+    def _chunks(self, n: int, step) -> None:
+        """step(offset, bytes) over n bytes in SDMA_CHUNK_BYTES pieces from self._done,
+        a preemption point between two (self._done records the progress)."""
+        while self._done < n:
+            if self._done:
+                self._boundary()
+            k = min(S.SDMA_CHUNK_BYTES, n - self._done)
+            step(self._done, k)
+            self._done += k
 
     def _poll(self, pt: PageTable, hdr: int, addr: int, value: int, mask: int) -> None:
         if not hdr >> 31:
@@ -282,6 +315,8 @@ class SdmaEngine:
             self._tally["walks"] += 1
             if compare(mem & mask, value):
                 return
-            if self._abort:
+            if self._stop == "abort":
                 raise _Aborted
+            if self._stop == "preempt":     # the packet runs again on resume: it only reads
+                raise _Preempted
             time.sleep(S.SDMA_POLL_STEP_US * 1e-6)

@@ -13,6 +13,9 @@ from vgpu.sdma import SdmaIb, sdma_header  # noqa: F401
 
 # How long a POLL_REGMEM sleeps between two reads (GIL released).
 SDMA_POLL_STEP_US = 50
+# A COPY_LINEAR or CONSTANT_FILL runs in pieces of this many bytes, with a preemption
+# point between two (docs/preemption.md): at memmove speed, well under a millisecond.
+SDMA_CHUNK_BYTES = 1 << 20
 
 # Fault reasons that are not page faults.
 REASON_ILLEGAL_OPCODE = "illegal_opcode"
@@ -70,7 +73,8 @@ def packet_length(ib, pos: int) -> int:
 class SdmaResult:
     """Outcome of SdmaEngine.run().
 
-    status: 'ok', 'fault' or 'aborted'.  fault: the GpuFault of a page fault
+    status: 'ok', 'fault', 'aborted' or 'preempted' (resume: the SdmaResume that
+    continues it).  fault: the GpuFault of a page fault
     (also for a fault while fetching the IB), else None.  reason: the fault's
     reason ('unmapped', 'permission') or 'illegal_opcode' / 'truncated'; None
     when status is not 'fault'.  packet_offset: dword index in the IB of the
@@ -97,3 +101,28 @@ class SdmaResult:
     bytes_written: int = 0
     pt_walks: int = 0
     packet_ops: dict = dataclasses.field(default_factory=dict)
+    resume: SdmaResume | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+@dataclasses.dataclass
+class SdmaResume:
+    """Where a preempted run stops (opaque to the KMD): the IB's bytes as fetched, the
+    dword offset of the packet to continue at, and the bytes of it already done (a
+    COPY_LINEAR or CONSTANT_FILL stopped between two chunks)."""
+
+    ib: bytes
+    pos: int
+    done: int = 0
+
+
+def copy_in_chunks(src: int, dst: int, n: int) -> bool:
+    """Whether a COPY_LINEAR of n bytes runs in SDMA_CHUNK_BYTES pieces: only when its
+    source and destination do not overlap, so the pieces copy what one memmove would."""
+    return n > SDMA_CHUNK_BYTES and (src + n <= dst or dst + n <= src)
+
+
+def check_resume(resume, ib_size_dw: int) -> None:
+    """Argument check of SdmaEngine.run(resume=)."""
+    if resume is not None and (not isinstance(resume, SdmaResume)
+                               or len(resume.ib) != ib_size_dw * 4):
+        raise ValueError("run: resume does not belong to this IB")

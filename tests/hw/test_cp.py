@@ -109,7 +109,8 @@ def test_dispatch_takes_the_sh_registers(mem):
     assert r.status == "ok" and r.dispatches == 1
     call, = cp.compute.calls
     assert call == dict(code_va=CODE + 256, sgprs=104, vgprs=8, lds_bytes=2048, grid=(4, 3, 2),
-                        block=(64, 2, 1), user_data=[5, 6, 7], ctx_id=3, ring_id=2)
+                        block=(64, 2, 1), user_data=[5, 6, 7], ctx_id=3, ring_id=2,
+                        resume=None, csa=None)
     assert r.sh_regs[P.COMPUTE_PGM_LO] == (CODE + 256) >> 8
 
 

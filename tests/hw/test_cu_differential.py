@@ -1,5 +1,6 @@
 """Differential test of the two compute executors (docs/isa.md 10): the Cython core
-(kmd.hw._core.ComputeEngine, two worker threads) against the reference (kmd.hw.cu_ref).
+(kmd.hw._core.ComputeEngine, two worker threads) against the reference (kmd.hw.cu_ref),
+also each preempted at random points and resumed (docs/preemption.md).
 
 The same program runs on both; memory must be equal byte for byte, the ComputeResults
 equal field by field (state of the reported wave, counters, fault) and the IH entries
@@ -7,16 +8,18 @@ equal.  Inputs: 240 generated valid, race-free programs, the six sample kernels,
 program per fault kind (also in a later workgroup, so the first fault in workgroup order
 is the one both report).
 """
+import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kmd.hw import _core, cu_ref, ref
+from kmd.hw import _core, compute, cu_ref, ref
 from vgpu import isa as I
 from vgpu.asm import assemble
 
 from .isa_gen import CODE_VA, KARG_VA, MEM_VA, Rig, random_program
+from .preempting import SUMMED, WAVE_FIELDS, Preempting
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "kernels"
 UD = [0, 0, MEM_VA & 0xFFFFFFFF, MEM_VA >> 32]
@@ -257,3 +260,30 @@ def test_fetch_past_the_code_mapping():
                                              lds_bytes=0, grid=(2, 1, 1), block=(1, 1, 1),
                                              user_data=[]))
     assert r.reason == "unmapped"
+
+
+# -- random preemption points (docs/preemption.md) -------------------------------------------
+@pytest.mark.parametrize("seed", range(160))
+def test_random_program_preempted(seed):
+    """Each executor preempted by its instruction trigger at one to three random points
+    (one per part) and resumed from its CSA: the memory and final wave state of its
+    unpreempted run, and the counters summed over the parts, equal to the other's."""
+    prog = random_program(seed, wide=seed % 2 == 1)
+    rng = random.Random(seed)
+    outs = []
+    for plain, cut in zip(rigs(), rigs()):
+        r0 = plain.run_program(prog)
+        assert r0.status == "ok"
+        points = [rng.randrange(r0.instructions + 1) for _ in range(rng.randint(1, 3))]
+        cut.engine = Preempting(cut.engine, points, np.zeros(compute.csa_bytes(2), np.uint8))
+        r1 = cut.run_program(prog)
+        parts = cut.engine.parts
+        assert cut.mem.tobytes() == plain.mem.tobytes()
+        assert [getattr(r1, f) for f in WAVE_FIELDS] == [getattr(r0, f) for f in WAVE_FIELDS]
+        assert sum(p.instructions for p in parts) == r0.instructions
+        for name in SUMMED:
+            assert sum(p.counters[name] for p in parts) == r0.counters[name], name
+        if isinstance(cut.engine.engine, cu_ref.ComputeEngine):     # one worker: exact
+            assert (parts[0].status == "preempted") == (points[0] < r0.instructions)
+        outs.append((plain.mem.tobytes(), [getattr(r0, f) for f in WAVE_FIELDS]))
+    assert outs[0] == outs[1]

@@ -44,6 +44,7 @@ def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "re
             shape = arr.shape if getattr(spec, "ndim", 0) else (arr.size,)
             for k, extent in enumerate(shape):
                 values[f"__shape_{spec.name}_{k}"] = extent
+    values.update({k: v.copy() for k, v in compiled.const_arrays().items()})   # umd.const arrays
     placed, off = [], 0
     for spec in compiled.args:
         v = values[spec.name]

@@ -545,3 +545,45 @@ def test_device_array_views_as_numpy_and_numba_have_them(vgpu_mount):
     assert "views ok" in r.stdout
     assert "reshape: reshape of a view that is not C-contiguous" in r.stdout
     assert "fancy: DeviceArray indexes with integers, slices" in r.stdout
+
+
+def test_random_states_on_a_device(vgpu_mount):
+    # umd.random as numba.cuda.random is used: states made on the host, copied to the
+    # device, advanced by each launch (a second launch continues the sequences)
+    r = ok(client("""
+        from tests.umd import wide_kernels as K
+        from umd.random import create_xoroshiro128p_states
+        states = create_xoroshiro128p_states(512, seed=3)
+        assert states.shape == (512, 2) and states.dtype == np.uint64
+        first = states.copy_to_host()
+        hits = umd.to_device(np.zeros(1, np.int32))
+        K.pi_darts[8, 64](states, 100, hits)
+        after_one = states.copy_to_host()
+        K.pi_darts[8, 64](states, 100, hits)
+        assert (after_one != first).all() and (states.copy_to_host() != after_one).all()
+        pi = 4.0 * hits.copy_to_host()[0] / (2 * 512 * 100)
+        print(f"pi {pi:.4f}")
+        assert abs(pi - np.pi) < 0.03, pi
+    """, vgpu_mount))
+    assert "pi 3.1" in r.stdout
+
+
+def test_constant_arrays_on_a_device_and_from_the_cache(vgpu_mount, tmp_path):
+    # the second process finds the kernel in the disk cache: its constant arrays with it
+    code = """
+        from tests.umd import wide_kernels as K
+        x = np.linspace(-1, 1, 300, dtype=np.float32)
+        out, lut = umd.zeros(300, np.float32), umd.zeros(300, np.int64)
+        K.smooth_const[3, 128](umd.to_device(x), out, lut)
+        got = lut.copy_to_host()
+        assert got.tolist() == [int(K.LUT[i % 3, i % 4]) + 5 for i in range(300)], got[:8]
+        xp = np.concatenate([[x[0], x[0]], x, [x[-1], x[-1]]])
+        want = sum(np.float32(K.GAUSS5[k]) * xp[k:k + 300] for k in range(5))
+        np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-6, atol=1e-7)
+        from umd.compiler import cache
+        print("cached kernels:", len(list(cache.cache_dir().glob("*"))))
+    """
+    env = {"VGPU_CACHE_DIR": str(tmp_path / "kcache")}
+    first = ok(client(code, vgpu_mount, env))
+    second = ok(client(code, vgpu_mount, env))
+    assert "cached kernels:" in first.stdout and "cached kernels:" in second.stdout

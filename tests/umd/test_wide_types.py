@@ -296,3 +296,121 @@ def test_float64_warp_shuffle_reduce():
     padded = np.zeros(8 * 32)
     padded[:n] = x
     np.testing.assert_allclose(out, padded.reshape(8, 32).sum(axis=1), rtol=1e-13, atol=1e-15)
+
+
+def _xoroshiro_reference(s0, s1, count):
+    m = (1 << 64) - 1
+    out = []
+    for _ in range(count):
+        out.append((s0 + s1) & m)
+        s1 ^= s0
+        s0 = (((s0 << 55) | (s0 >> 9)) & m) ^ s1 ^ ((s1 << 14) & m)
+        s1 = ((s1 << 36) | (s1 >> 28)) & m
+    return out, (s0, s1)
+
+
+@pytest.mark.parametrize("executor", ["reference", "cython"])
+def test_random_xoroshiro128p_as_numba_has_it(executor):
+    # before umd.random there was no random-number generation in kernels at all
+    n = 64
+    states = umd.random.init_xoroshiro128p_states_host(n, seed=12345)
+    assert states.shape == (n, 2) and states.dtype == np.uint64
+    assert len({tuple(r) for r in states.tolist()}) == n                  # every row its own
+    np.testing.assert_array_equal(states, umd.random.init_xoroshiro128p_states_host(n, 12345))
+    start = states.copy()
+    raw = np.zeros((n, 4), np.uint64)
+    u32s, u64s = np.zeros((n, 8), np.float32), np.zeros((n, 8))
+    n32, n64 = np.zeros(n, np.float32), np.zeros(n)
+    run(build(K.draws), 1, 64, states, raw, u32s, u64s, n32, n64, engine=executor)
+    for i in (0, 17, 63):
+        want, _ = _xoroshiro_reference(int(start[i, 0]), int(start[i, 1]), 4 + 16 + 4)
+        assert raw[i].tolist() == want[:4]
+        got_u = [float(u32s[i, k]) for k in range(8)]
+        assert got_u == [float(np.float32((want[4 + 2 * k] >> 40) / 2.0 ** 24)) for k in range(8)]
+        assert u64s[i].tolist() == [(want[5 + 2 * k] >> 11) / 2.0 ** 53 for k in range(8)]
+        _, end = _xoroshiro_reference(int(start[i, 0]), int(start[i, 1]), 24)
+        assert tuple(states[i].tolist()) == end                           # the state advanced
+    assert (u32s >= 0).all() and (u32s < 1).all() and (u64s >= 0).all() and (u64s < 1).all()
+    assert abs(n64.mean()) < 0.5 and 0.5 < n64.std() < 1.5 and np.isfinite(n32).all()
+
+
+def test_random_monte_carlo_pi():
+    threads, per_thread = 256, 40
+    states = umd.random.init_xoroshiro128p_states_host(threads, seed=7)
+    hits = np.zeros(1, np.int32)
+    run(build(K.pi_darts), 4, 64, states, per_thread, hits, engine="cython")
+    pi = 4.0 * hits[0] / (threads * per_thread)
+    assert abs(pi - math.pi) < 0.06, pi           # 10,240 darts: sigma ~0.016
+
+
+@pytest.mark.parametrize("executor", ["reference", "cython"])
+def test_bitwise_and_wrapping_atomics(executor):
+    # umd.atomic.and_/or_/xor/inc/dec were "not supported" compile errors before
+    flags = np.array([0, 0xFFFFFFFF, 0, 0], np.uint32)
+    masks = np.zeros(2, np.int64)
+    counters = np.array([0, 500, 0], np.uint32)
+    wide = np.array([0xFF], np.uint64)
+    olds = np.zeros(96, np.uint32)
+    run(build(K.bit_atomics), 3, 32, flags, masks, counters, wide, olds, engine=executor)
+    x = 0
+    for i in range(96):
+        x ^= i
+    assert flags.tolist() == [0xFFFFFFFF, 0, x, 0xFFFFFFFF]
+    even = odd = 0
+    for i in range(96):
+        (even, odd) = (even | (1 << (i % 64)), odd) if i % 2 == 0 else (even, odd | (1 << (i % 64)))
+    assert masks.view(np.uint64).tolist() == [even, odd]
+    assert sorted(olds.tolist()) == sorted([k % 10 for k in range(96)])    # inc wraps past 9
+    assert counters[0] == 96 % 10 and counters[1] == 500 - 96
+    w = 0xFF
+    for i in range(96):
+        w ^= i << 40
+    assert int(wide[0]) == w
+    assert counters[2] == 96 and flags[3] == 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("executor", ["reference", "cython"])
+def test_constant_arrays(executor):
+    # umd.const.array_like was "not provided" before
+    n = 70
+    x = RNG.standard_normal(n).astype(np.float32)
+    out, lut_out = np.zeros(n, np.float32), np.zeros(n, np.int64)
+    compiled = build(K.smooth_const)
+    assert set(compiled.consts) == {"__const_0", "__const_1"}
+    run(compiled, 3, 32, x, out, lut_out, engine=executor)
+    want = np.zeros(n, np.float32)
+    for i in range(n):
+        acc = np.float32(0)
+        for k in range(5):
+            acc = np.float32(acc + K.GAUSS5[k] * x[min(max(i + k - 2, 0), n - 1)])
+        want[i] = acc
+    np.testing.assert_array_equal(out, want)
+    assert lut_out.tolist() == [int(K.LUT[i % 3, i % 4]) + 5 for i in range(n)]
+
+
+def test_constant_arrays_are_read_only_and_numpy_only():
+    lut = np.zeros(4, np.float32)
+
+    def writes(x: umd.f32[:]):
+        c = umd.const.array_like(lut)
+        c[0] = x[0]
+
+    def not_numpy(x: umd.f32[:]):
+        c = umd.const.array_like(x)
+        x[0] = c[0]
+
+    for fn, what in ((writes, "read-only"), (not_numpy, "numpy array defined outside")):
+        with pytest.raises(KernelCompileError, match=what):
+            build(fn)
+
+
+def test_constant_array_content_is_part_of_the_cache_key():
+    from umd.compiler import cache
+    key = cache.cache_key(K.smooth_const.fn, {}, 1, K.smooth_const.env)
+    saved = K.GAUSS5[0]
+    try:
+        K.GAUSS5[0] = 0.5                       # a new filter: a new kernel, not the cached one
+        assert cache.cache_key(K.smooth_const.fn, {}, 1, K.smooth_const.env) != key
+    finally:
+        K.GAUSS5[0] = saved
+    assert cache.cache_key(K.smooth_const.fn, {}, 1, K.smooth_const.env) == key

@@ -317,3 +317,76 @@ def more_math32(x: f32[:], y: f32[:], out: f32[:, :]):
         out[13, i] = math.radians(v)
         out[14, i] = math.degrees(v)
         out[15, i] = math.erf(v)
+
+
+@umd.jit
+def draws(states: u64[:, :], raw: uint64[:, :], u32s: f32[:, :], u64s: f64[:, :], n32: f32[:],
+          n64: f64[:]):
+    # Numba's numba.cuda.random, as umd.random: each thread draws from its own state
+    i = umd.grid(1)
+    if i < states.shape[0]:
+        for k in range(4):
+            raw[i, k] = umd.random.xoroshiro128p_next(states, i)
+        for k in range(8):
+            u32s[i, k] = umd.random.xoroshiro128p_uniform_float32(states, i)
+            u64s[i, k] = umd.random.xoroshiro128p_uniform_float64(states, i)
+        n32[i] = umd.random.xoroshiro128p_normal_float32(states, i)
+        n64[i] = umd.random.xoroshiro128p_normal_float64(states, i)
+
+
+@umd.jit
+def pi_darts(states: umd.random.xoroshiro128p_type, per_thread: i32, hits: int32[:]):
+    # the Monte-Carlo pi of Numba's random-number documentation
+    i = umd.grid(1)
+    if i < states.shape[0]:
+        inside = 0
+        for k in range(per_thread):
+            x = umd.random.xoroshiro128p_uniform_float32(states, i)
+            y = umd.random.xoroshiro128p_uniform_float32(states, i)
+            if x * x + y * y <= 1.0:
+                inside += 1
+        umd.atomic.add(hits, 0, inside)
+
+
+@umd.jit
+def bit_atomics(flags: u32[:], masks: int64[:], counters: u32[:], wide: uint64[:], olds: u32[:]):
+    # Numba's atomic.and_/or_/xor/inc/dec, on global and shared arrays, 32 and 64 bits
+    i = umd.grid(1)
+    t = umd.threadIdx.x
+    sh = umd.shared.array(4, u32)
+    if t < 4:
+        sh[t] = 0
+    umd.syncthreads()
+    if i < 96:
+        umd.atomic.or_(flags, 0, u32(1) << u32(i % 32))
+        umd.atomic.and_(flags, 1, ~(u32(1) << u32(i % 32)))
+        umd.atomic.xor(flags, 2, u32(i))
+        umd.atomic.or_(masks, i % 2, int64(1) << int64(i % 64))
+        olds[i] = umd.atomic.inc(counters, 0, u32(9))
+        umd.atomic.dec(counters, 1, u32(1000))
+        umd.atomic.xor(wide, 0, uint64(i) << uint64(40))
+        umd.atomic.inc(sh, 0, u32(1 << 30))
+        umd.atomic.or_(sh, 1, u32(1) << u32(t % 32))
+    umd.syncthreads()
+    if t == 0:
+        umd.atomic.add(counters, 2, sh[0])
+        umd.atomic.or_(flags, 3, sh[1])
+
+
+GAUSS5 = np.array([1.0, 4.0, 6.0, 4.0, 1.0], np.float32) / 16.0
+LUT = np.arange(12, dtype=np.int64).reshape(3, 4) * 1000000007
+
+
+@umd.jit
+def smooth_const(x: f32[:], out: f32[:], lut_out: int64[:]):
+    # Numba's cuda.const.array_like: a 5-tap filter and a 2-D table in constant memory
+    weights = umd.const.array_like(GAUSS5)
+    table = umd.const.array_like(LUT)
+    i = umd.grid(1)
+    if i < x.size:
+        acc = f32(0.0)
+        for k in range(5):
+            j = min(max(i + k - 2, 0), x.size - 1)
+            acc += weights[k] * x[j]
+        out[i] = acc
+        lut_out[i] = table[i % 3, i % 4] + i64(weights.size)

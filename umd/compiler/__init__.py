@@ -83,7 +83,9 @@ def build(pyfn, options: dict | None = None, env: dict | None = None, *,
     return CompiledKernel(fn.name, obj.pack(), specs, obj.kernarg_size,
                           {8 * k: line for k, line in enumerate(gen.lines)},
                           fn.source_file, ir_text, text, obj.sgprs, obj.vgprs, obj.lds_bytes,
-                          dict(getattr(fn, "traps", {})))
+                          dict(getattr(fn, "traps", {})),
+                          {k: (dt, list(shape), raw.hex())
+                           for k, (dt, shape, raw) in getattr(fn, "consts", {}).items()})
 
 
 def compile_kernel(pyfn, options: dict | None = None, env: dict | None = None) -> CompiledKernel:

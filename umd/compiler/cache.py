@@ -16,6 +16,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from vgpu import isa
 
 from .compiled import CompiledKernel
@@ -50,8 +52,16 @@ def _names(pyfn, env: dict | None) -> dict:
 
 
 def _constants(pyfn, env: dict | None = None) -> dict:
-    """Module-level numbers the kernel names: they are compiled in as constants."""
-    return {n: repr(v) for n, v in _names(pyfn, env).items() if isinstance(v, (bool, int, float, tuple))}
+    """Module-level numbers the kernel names: they are compiled in as constants; so are
+    the numpy arrays it may freeze with umd.const.array_like (by content)."""
+    out = {}
+    for n, v in _names(pyfn, env).items():
+        if isinstance(v, (bool, int, float, tuple)):
+            out[n] = repr(v)
+        elif isinstance(v, np.ndarray):
+            data = np.ascontiguousarray(v)
+            out[n] = f"ndarray {data.dtype} {data.shape} {hashlib.sha256(data.tobytes()).hexdigest()}"
+    return out
 
 
 def _device_functions(pyfn, env: dict | None, seen: dict) -> None:

@@ -24,6 +24,15 @@ class CompiledKernel:
     vgprs: int = 0
     lds_bytes: int = 0
     traps: dict[int, str] = dataclasses.field(default_factory=dict)    # s_trap code -> what it means
+    # umd.const.array_like data: hidden argument -> (dtype name, shape, bytes as hex)
+    consts: dict[str, tuple] = dataclasses.field(default_factory=dict)
+
+    def const_arrays(self) -> dict:
+        """{hidden argument: numpy array} of the kernel's constant arrays."""
+        import numpy as np
+        from umd.types import NUMPY_NAMES
+        return {k: np.frombuffer(bytes.fromhex(raw), NUMPY_NAMES[dt]).reshape(shape)
+                for k, (dt, shape, raw) in self.consts.items()}
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -38,4 +47,5 @@ class CompiledKernel:
         d["args"] = [ArgSpec(**a) for a in d["args"]]
         d["line_table"] = {int(k): v for k, v in d["line_table"].items()}
         d["traps"] = {int(k): v for k, v in d.get("traps", {}).items()}
+        d["consts"] = {k: tuple(v) for k, v in d.get("consts", {}).items()}
         return cls(code_object=code_object, **d)

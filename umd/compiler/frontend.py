@@ -83,7 +83,12 @@ _CONSTRUCTS = {ast.ListComp: "a list comprehension", ast.SetComp: "a set compreh
 _ALL = (i32, u32, f32, i64, u64, f64)
 ATOMIC_TYPES = {"add": _ALL, "sub": _ALL, "min": _ALL, "max": _ALL, "nanmin": _ALL, "nanmax": _ALL,
                 "exch": _ALL, "cas": (i32, u32, i64, u64),
-                "compare_and_swap": (i32, u32, i64, u64)}
+                "compare_and_swap": (i32, u32, i64, u64), "and_": (i32, u32, i64, u64),
+                "or_": (i32, u32, i64, u64), "xor": (i32, u32, i64, u64), "inc": (u32, u64),
+                "dec": (u32, u64)}
+# The atomics the vISA has no instruction for: compare-and-swap loops in libdevice.py,
+# as CUDA compilers build the ones their hardware lacks.
+_CAS_LOOP_ATOMICS = {"and_": 0, "or_": 1, "xor": 2, "inc": 3, "dec": 4}   # libdevice.atomic_update
 WAVE_SIZE = K.warpsize            # lanes per wave (vgpu.isa.WAVE_SIZE)
 _ISA_ATOMIC = {"add": "add", "sub": "add", "min": "min", "max": "max", "nanmin": "min",
                "nanmax": "max", "exch": "xchg", "cas": "cas", "compare_and_swap": "cas"}
@@ -295,6 +300,7 @@ class FunctionLowering:
         self.block: list = []
         self.args: list[ir.Var] = []
         self.hidden: dict[str, ir.Var] = {}
+        self.consts: dict[str, tuple] = {}     # __const_<k> -> (dtype name, shape, bytes)
         self.karg_offset = 0
         self.inline_stack: list = []
         self.inlines = 0
@@ -409,6 +415,7 @@ class FunctionLowering:
         func = ir.Function(fn.name, self.args, self.block, self.shared, self.source_file,
                            self.first_line, lds_bytes=self.lds)
         func.traps = dict(self.traps)
+        func.consts = dict(self.consts)
         return func
 
     @staticmethod
@@ -743,6 +750,8 @@ class FunctionLowering:
         return len(arr.shape)
 
     def shape_of(self, arr, k: int):
+        if isinstance(arr, ir.Var) and arr.name in self.consts:    # a constant array's own
+            return ir.Const(self.consts[arr.name][1][k], i32)
         if isinstance(arr, ir.Var):
             return self.shape_arg(arr, k)
         return ir.Const(arr.shape[k], i32)
@@ -822,6 +831,8 @@ class FunctionLowering:
         return self.op("load", _elem(arr), [idx], node, array=arr)
 
     def store(self, arr, idx, value, node) -> None:
+        if isinstance(arr, ir.Var) and arr.name in self.consts:
+            raise self.error(node, "a constant array (umd.const.array_like) is read-only")
         self.check_value(value, node)
         value = self.convert(value, _elem(arr), node)
         if isinstance(arr, LocalArray):
@@ -1132,8 +1143,8 @@ class FunctionLowering:
             raise self.error(node, f"bitwise operator on a float ({op})")
         if op in ("shl", "shr"):
             t = a.type if a.type != bool_ else i32
-            if isinstance(a, ir.Const) and not isinstance(b, ir.Const):
-                t = i32
+            if isinstance(a, ir.Const) and not isinstance(b, ir.Const) and not a.type.wide:
+                t = i32         # (an explicit int64(1) << n stays 64-bit)
         a, b = self.convert(a, t, node), self.convert(b, t, node)
         if op in ("floordiv", "mod"):
             if t.is_float:
@@ -1250,6 +1261,8 @@ class FunctionLowering:
             raise self.error(node, f"{name!r} is not a function")
         if isinstance(fn, K.Intrinsic) and fn.name in ("shared_array", "shared.array", "local.array"):
             return self.array_decl(fn, node)
+        if isinstance(fn, K.Intrinsic) and fn.name == "const.array_like":
+            return self.const_array(node)
         if any(isinstance(a, ast.Starred) for a in node.args):
             raise self.error(node, "unsupported construct: *unpacking")
         if isinstance(fn, DeviceFunction):
@@ -1521,6 +1534,37 @@ class FunctionLowering:
             raise self.error(node, f"math.{mname} has no float64 version")
         return self.library(self._F64_LIBRARY[mname], xs, node)
 
+    def const_array(self, node):
+        """umd.const.array_like(ARR) (Numba's cuda.const.array_like): ARR, a numpy
+        array the kernel's module or closure defines, frozen into the kernel when it is
+        compiled, as CUDA's constant memory. It becomes a hidden pointer argument,
+        __const_<k>, to a read-only copy umd.launch uploads once per device; indexing
+        it is a load, with its shape known at compile time."""
+        if len(node.args) != 1 or node.keywords:
+            raise self.error(node, "umd.const.array_like() takes one numpy array")
+        obj = self.resolve(node.args[0])
+        if not isinstance(obj, np.ndarray):
+            raise self.error(node, "umd.const.array_like() takes a numpy array defined outside "
+                             f"the kernel (a global or closure variable), not {ast.unparse(node.args[0])}")
+        t = _dtype_of(obj.dtype)
+        if t in (None, _MISSING) or not 1 <= obj.ndim <= 3 or obj.size == 0:
+            raise self.error(node, f"umd.const.array_like(): a 1-3 dimensional, non-empty array of "
+                             f"a kernel type (f32, i32, u32, f64, i64, u64), not {obj.dtype} "
+                             f"{obj.shape}")
+        data = np.ascontiguousarray(obj).tobytes()
+        for name, (dt, shape, raw) in self.consts.items():      # the same array twice: one copy
+            if dt == t.kind and shape == obj.shape and raw == data:
+                return self.hidden[name]
+        name = f"__const_{len(self.consts)}"
+        self.karg_offset = -(-self.karg_offset // 8) * 8
+        spec = ir.ArgSpec(name, "ptr", self.karg_offset, 8, t.kind, obj.ndim)
+        self.karg_offset += 8
+        v = ir.Var(name, PtrType(t, obj.ndim), -len(self.args) - 1, arg=spec)
+        self.args.append(v)
+        self.hidden[name] = v
+        self.consts[name] = (t.kind, tuple(obj.shape), data)
+        return v
+
     def array_decl(self, fn, node):
         """shared_array(dtype, shape), shared.array(shape, dtype), local.array(shape, dtype);
         each also with keywords shape= and dtype=."""
@@ -1577,6 +1621,8 @@ class FunctionLowering:
         if not (isinstance(arr, ir.SharedArray) or (isinstance(arr, ir.Var) and isinstance(arr.type, PtrType))):
             raise self.error(node, f"{qualname}(): the first argument must be an array argument or a "
                              "shared array")
+        if isinstance(arr, ir.Var) and arr.name in self.consts:
+            raise self.error(node, "a constant array (umd.const.array_like) is read-only")
         elem = _elem(arr)
         if elem not in ATOMIC_TYPES[kind]:
             raise self.error(node, f"{qualname} on {elem!r}: supported on "
@@ -1585,6 +1631,11 @@ class FunctionLowering:
         if lds and elem.wide:
             raise self.error(node, f"{qualname} on a shared array of {elem!r}: the vISA has no 64-bit "
                              "LDS atomics; use a global array")
+        if kind in _CAS_LOOP_ATOMICS:
+            self.check_value(args[2], node)
+            value = self.convert(args[2], elem, node)
+            return self.library("atomic_update", [arr, args[1], value,
+                                                  ir.Const(_CAS_LOOP_ATOMICS[kind], i32)], node)
         if kind == "compare_and_swap":
             idx, vals = ir.Const(0, i32), args[1:]
         else:

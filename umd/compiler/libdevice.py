@@ -1,6 +1,7 @@
 """Library functions of the kernel language, written in the kernel language itself.
 
-The frontend inlines them like device functions where a kernel needs them:
+The frontend inlines them like device functions where a kernel needs them (the
+atomics the vISA lacks, as compare-and-swap loops, are here too):
 `x ** y` and `math.pow` with a float exponent (powf), a float to an integer power
 that is not a constant (fpowi), an integer to an integer power (ipow). They are not
 part of the language (kernels call `**`, `pow`, `math.pow`).
@@ -630,3 +631,28 @@ def erf64(x: f64) -> f64:
         r = 1.0 - INV_SQRTPI * e / f
     r = -r if x < 0.0 else r
     return x if x != x else r
+
+
+# -- atomics by compare-and-swap (umd.atomic.and_/or_/xor/inc/dec, Numba's) -----------------
+# Each returns the old value; the loop retries while another lane or wave changed the
+# element between the read and the swap. The element type is the array's (the frontend
+# converts the value to it).
+
+def atomic_update(ary, idx, v, op):
+    # op (a constant where the frontend calls it): 0 and, 1 or, 2 xor, 3 CUDA's atomicInc
+    # (old >= v wraps to 0, else old + 1), 4 atomicDec (0 or above v becomes v, else old - 1)
+    old = ary[idx]
+    while True:
+        new = old & v
+        if op == 1:
+            new = old | v
+        elif op == 2:
+            new = old ^ v
+        elif op == 3:
+            new = old * 0 if old >= v else old + 1
+        elif op == 4:
+            new = v if (old == 0) | (old > v) else old - 1
+        seen = gpu.atomic.cas(ary, idx, old, new)
+        if seen == old:
+            return old
+        old = seen
