@@ -110,10 +110,11 @@ class _Stop(Exception):
         self.dispatch = dispatch    # 'preempted' inside a dispatch: its DispatchResume
 
 
-def default_compute_engine(name: str, ih):
+def default_compute_engine(name: str, ih, cus: int = 2):
     """The compute units kmd.hw selects: the Cython core's ComputeEngine, or the
-    reference executor's under VGPU_HW=ref (both export one)."""
-    return ComputeEngine(name, ih)
+    reference executor's under VGPU_HW=ref (both export one), with `cus` compute
+    units (worker threads; the reference runs on one whatever the number)."""
+    return ComputeEngine(name, ih, threads=cus)
 
 
 _COMPARE = (
@@ -124,11 +125,13 @@ _COMPARE = (
 
 class CommandProcessor:
     """One compute ring's command processor. `compute` is the ComputeEngine that
-    runs dispatches; by default it is made on the first dispatch."""
+    runs dispatches; by default it is made on the first dispatch, with `cus`
+    compute units."""
 
-    def __init__(self, name: str, ih, compute=None) -> None:
+    def __init__(self, name: str, ih, compute=None, cus: int = 2) -> None:
         self.name, self.ih = name, ih
         self._compute = compute
+        self._cus = cus
         self._running = False
         self._abort = False
         self._preempt = False
@@ -138,7 +141,7 @@ class CommandProcessor:
     @property
     def compute(self):
         if self._compute is None:
-            self._compute = default_compute_engine(self.name, self.ih)
+            self._compute = default_compute_engine(self.name, self.ih, self._cus)
         return self._compute
 
     def abort(self) -> bool:
