@@ -68,3 +68,10 @@ def cache_model_mount():
 def short_timeout_mount():
     """A vgpu whose ring timeout is 0.5 s, for hangs and resets."""
     yield from _mounted("--vram", "64M", "--timeout", "0.5")
+
+
+@pytest.fixture
+def partitions_mount():
+    """A vgpu split into 2 partitions (card0/renderD128, card1/renderD129), ring
+    timeout 0.5 s, for hangs in one partition."""
+    yield from _mounted("--vram", "64M", "--timeout", "0.5", "--partitions", "2")

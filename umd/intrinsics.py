@@ -96,6 +96,14 @@ shared = Namespace("umd.shared", "shared", ("array",))          # shared.array(s
 const = Namespace("umd.const", "const", ("array_like",))        # const.array_like(ndarray)
 local = Namespace("umd.local", "local", ("array",))             # local.array(shape, dtype)
 syncthreads = Intrinsic("syncthreads", "umd.syncthreads")
+# (pred) -> i32: a barrier that also counts / ands / ors a predicate over the block
+syncthreads_count = Intrinsic("syncthreads_count", "umd.syncthreads_count")
+syncthreads_and = Intrinsic("syncthreads_and", "umd.syncthreads_and")
+syncthreads_or = Intrinsic("syncthreads_or", "umd.syncthreads_or")
+# memory fences: every access is performed in order and visible at once (docs/umd-compiler.md 3.8)
+threadfence = Intrinsic("threadfence", "umd.threadfence")
+threadfence_block = Intrinsic("threadfence_block", "umd.threadfence_block")
+threadfence_system = Intrinsic("threadfence_system", "umd.threadfence_system")
 fma = Intrinsic("math.fma", "umd.fma")                          # fma(a, b, c): v_fma_f32
 atomic = Namespace("umd.atomic", "atomic", ("add", "sub", "min", "max", "nanmin", "nanmax",
                                              "exch", "cas", "compare_and_swap", "and_", "or_",
@@ -131,7 +139,9 @@ _bits64 = Intrinsic("bits64", "umd.intrinsics._bits64")         # f64 -> its bit
 _from_bits64 = Intrinsic("from_bits64", "umd.intrinsics._from_bits64")  # u64 bits -> f64
 
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "threadIdx", "blockIdx", "blockDim",
-           "gridDim", "grid", "gridsize", "shared_array", "shared", "const", "local", "syncthreads", "fma",
+           "gridDim", "grid", "gridsize", "shared_array", "shared", "const", "local", "syncthreads",
+           "syncthreads_count", "syncthreads_and", "syncthreads_or", "threadfence", "threadfence_block",
+           "threadfence_system", "fma",
            "atomic", "atomic_add", "atomic_max", "atomic_cas", "math", "warpsize", "laneid",
            "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync",
            "any_sync", "all_sync", "activemask", "lanemask_lt", "syncwarp", "popc", "ffs", "clz", "brev"]

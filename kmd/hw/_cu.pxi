@@ -113,9 +113,12 @@ cdef enum CuCode:
     CU_PREEMPTED        # the preempt flag or the test trigger was seen before an instruction
 
 # CuShared.stop: what preempt() / abort() ask of the workers (one int, read before
-# every instruction). An abort overrides a preemption, never the reverse.
+# every instruction). An abort overrides a preemption, never the reverse. STOP_COUNT:
+# the test trigger is armed, so every instruction takes stop_code's slow path, which
+# counts; with it disarmed the trigger costs nothing.
 DEF STOP_ABORT = 1
 DEF STOP_PREEMPT = 2
+DEF STOP_COUNT = 3
 
 _CU_REASONS = (None, _cu_py.REASON_ILLEGAL, _cu_py.REASON_BAD_REGISTER,
                _cu_py.REASON_UNMAPPED, _cu_py.REASON_PERMISSION, _cu_py.REASON_MISALIGNED,
@@ -1033,15 +1036,20 @@ cdef const DInst* fetch(CuThread* T, int64_t pc, CuFault* f) noexcept nogil:
 
 
 cdef int stop_code(CuThread* T) noexcept nogil:
-    """Why run_wave stops before an instruction: an abort, a preemption, or the test
-    trigger, which preempts the whole dispatch."""
-    cdef int expected = 0
-    if T.inst >= T.limit:
+    """Whether run_wave stops before an instruction (CuShared.stop is set): CU_ABORTED,
+    CU_PREEMPTED, or CU_OK while the armed test trigger has not reached its count (when
+    it does, it preempts the whole dispatch)."""
+    cdef int expected = STOP_COUNT
+    cdef int stop = T.sh.stop.load()
+    if stop == STOP_COUNT:
+        if T.inst < T.limit:
+            return CU_OK
         T.limit = CU_NO_LIMIT
         T.trigger_left = CU_NO_LIMIT
         T.fired = True
         T.sh.stop.compare_exchange_strong(expected, STOP_PREEMPT)
-    return CU_ABORTED if T.sh.stop.load() == STOP_ABORT else CU_PREEMPTED
+        stop = T.sh.stop.load()
+    return CU_ABORTED if stop == STOP_ABORT else CU_PREEMPTED
 
 
 @cython.cdivision(True)
@@ -1067,8 +1075,10 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
     cdef bint taken
     cdef timespec ts
     while True:
-        if sh.stop.load() or T.inst >= T.limit:
-            return stop_code(T)
+        if sh.stop.load():
+            code = stop_code(T)
+            if code != CU_OK:
+                return code
         d = fetch(T, w.pc, f)
         if d == NULL:
             return f.code
@@ -1707,10 +1717,12 @@ cdef class ComputeEngine:
         (from another thread): the workgroups running are saved to the CSA, those not
         started stay so, and the result is 'preempted' with its resume. Returns False
         (and does nothing) when no dispatch is running."""
-        cdef int expected = 0
+        cdef int cur = self._stop.load()
         if not self._running:
             return False
-        self._stop.compare_exchange_strong(expected, STOP_PREEMPT)
+        while cur != STOP_ABORT and cur != STOP_PREEMPT:    # 0 or STOP_COUNT
+            if self._stop.compare_exchange_weak(cur, STOP_PREEMPT):
+                break
         return True
 
     def preempt_after(self, n):
@@ -1727,7 +1739,7 @@ cdef class ComputeEngine:
                                                        grid, block, user_data)
         key = (code_va, sgprs, vgprs, lds_bytes, grid, block, tuple(user_data))
         area = _cu_py.check_resume(resume, key, csa, self.threads)
-        self._stop.store(0)
+        self._stop.store(0 if self._trigger is None else STOP_COUNT)
         self._running = True
         pin = pt.pin()
         try:

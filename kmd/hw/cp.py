@@ -110,11 +110,14 @@ class _Stop(Exception):
         self.dispatch = dispatch    # 'preempted' inside a dispatch: its DispatchResume
 
 
-def default_compute_engine(name: str, ih, l2=None):
+def default_compute_engine(name: str, ih, cus: int = 2, l2=None):
     """The compute units kmd.hw selects: the Cython core's ComputeEngine, or the
-    reference executor's under VGPU_HW=ref (both export one), on the L2 model `l2`
-    (kmd.hw.L2Cache) when the device has one."""
-    return ComputeEngine(name, ih, l2=l2) if l2 is not None else ComputeEngine(name, ih)
+    reference executor's under VGPU_HW=ref (both export one), with `cus` compute
+    units (worker threads; the reference runs on one whatever the number), on the L2
+    model `l2` (kmd.hw.L2Cache) when the device has one."""
+    if l2 is not None:
+        return ComputeEngine(name, ih, threads=cus, l2=l2)
+    return ComputeEngine(name, ih, threads=cus)
 
 
 _COMPARE = (
@@ -125,15 +128,16 @@ _COMPARE = (
 
 class CommandProcessor:
     """One compute ring's command processor. `compute` is the ComputeEngine that
-    runs dispatches; by default it is made on the first dispatch. `l2`: the device's
-    L2 model (kmd.hw.L2Cache, docs/cache.md) when the mount has one: RELEASE_MEM and
-    ACQUIRE_MEM then do their cache actions, and the compute units go through it.
-    Without it the cache bits change nothing (memory is coherent)."""
+    runs dispatches; by default it is made on the first dispatch, with `cus`
+    compute units. `l2`: the device's L2 model (kmd.hw.L2Cache, docs/cache.md) when
+    the mount has one: RELEASE_MEM and ACQUIRE_MEM then do their cache actions, and
+    the compute units go through it. Without it the cache bits change nothing."""
 
-    def __init__(self, name: str, ih, compute=None, l2=None) -> None:
+    def __init__(self, name: str, ih, compute=None, cus: int = 2, l2=None) -> None:
         self.name, self.ih = name, ih
         self.l2 = l2
         self._compute = compute
+        self._cus = cus
         self._running = False
         self._abort = False
         self._preempt = False
@@ -143,7 +147,7 @@ class CommandProcessor:
     @property
     def compute(self):
         if self._compute is None:
-            self._compute = default_compute_engine(self.name, self.ih, self.l2)
+            self._compute = default_compute_engine(self.name, self.ih, self._cus, self.l2)
         return self._compute
 
     def abort(self) -> bool:

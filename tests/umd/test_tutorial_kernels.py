@@ -132,3 +132,22 @@ def test_padded_transpose(shape):
     run(build(K.transpose), (blocks(shape[1], K.TILE), blocks(shape[0], K.TILE)),
         (K.TILE, K.TILE), a, out)
     np.testing.assert_array_equal(out, a.T)
+
+
+@pytest.mark.parametrize("executor", ["reference", "cython"])
+def test_syncthreads_votes_and_fences(executor):
+    # umd.syncthreads_count/_and/_or and umd.threadfence* did not exist before
+    n, block = 200, 64
+    x = np.random.default_rng(5).uniform(-2.5, 2.9, n).astype(np.float32)
+    x[70] = 5.0                                             # block 1 has a big one
+    blocks = -(-n // block)
+    out = np.zeros((blocks, 6), np.int32)
+    run(build(K.block_votes), blocks, block, x, out, engine=executor)
+    for b in range(blocks):
+        v = np.zeros(block, np.float32)
+        part = x[b * block:(b + 1) * block]
+        v[:len(part)] = part
+        idx = np.arange(b * block, (b + 1) * block)
+        want = [int((v > 0).sum()), int((np.abs(v) < 3).all()), int((v > 2).any())] + \
+               [int((idx % 3 == r).sum()) for r in range(3)]
+        assert out[b].tolist() == want, (b, out[b].tolist(), want)

@@ -183,3 +183,25 @@ def transpose(a: f32[:, :], out: f32[:, :]):
     y = umd.blockIdx.x * TILE + umd.threadIdx.y     # row of out
     if y < out.shape[0] and x < out.shape[1]:
         out[y, x] = tile[umd.threadIdx.x, umd.threadIdx.y]
+
+
+@umd.jit
+def block_votes(x: f32[:], out: i32[:, :]):
+    # Numba's cuda.syncthreads_count / _and / _or, and the fences, in a block reduction
+    i = umd.grid(1)
+    v = x[i] if i < x.size else 0.0
+    n_pos = umd.syncthreads_count(v > 0.0)
+    all_small = umd.syncthreads_and(abs(v) < 3.0)
+    any_big = umd.syncthreads_or(v > 2.0)
+    umd.threadfence()
+    umd.threadfence_block()
+    umd.threadfence_system()
+    if umd.threadIdx.x == 0:
+        b = umd.blockIdx.x
+        out[b, 0] = n_pos
+        out[b, 1] = all_small
+        out[b, 2] = any_big
+    for r in range(3):                       # again in a loop: each round its own count
+        c = umd.syncthreads_count(i % 3 == r)
+        if umd.threadIdx.x == 0:
+            out[umd.blockIdx.x, 3 + r] = c

@@ -1362,6 +1362,24 @@ class FunctionLowering:
             nargs(0)
             self.emit("barrier", None, [], node)
             return None
+        if op in ("syncthreads_count", "syncthreads_and", "syncthreads_or"):
+            nargs(1)
+            values()
+            n = self.library("block_count", [self.truth(args[0], node)], node)
+            if op == "syncthreads_count":
+                return n
+            if op == "syncthreads_or":
+                return self.convert(self.fold_or_emit("ne", bool_, [n, ir.Const(0, i32)], node), i32, node)
+            size = self.binop("mul", self.binop("mul", self.dim_args["__block_dim_x"],
+                                                self.dim_args["__block_dim_y"], node),
+                              self.dim_args["__block_dim_z"], node)
+            return self.convert(self.binop("eq", n, size, node), i32, node)
+        if op in ("threadfence", "threadfence_block", "threadfence_system"):
+            # The engines perform each access in program order and at once (no store
+            # buffer; the L2 model, when on, is one cache shared by every CU): the
+            # fences order nothing more, as on a sequentially consistent machine.
+            nargs(0)
+            return None
         if op in ("grid", "gridsize"):
             nargs(1)
             nd = args[0]

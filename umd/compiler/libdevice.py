@@ -656,3 +656,19 @@ def atomic_update(ary, idx, v, op):
         if seen == old:
             return old
         old = seen
+
+
+def block_count(pred):
+    # umd.syncthreads_count(pred): a barrier that also counts the block's threads whose
+    # predicate holds (an LDS counter of its own; the last barrier keeps a later call's
+    # reset from racing this call's reads)
+    cnt = gpu.shared.array(1, i32)
+    if (gpu.thread_idx.x | gpu.thread_idx.y | gpu.thread_idx.z) == 0:
+        cnt[0] = 0
+    gpu.syncthreads()
+    if pred:
+        gpu.atomic.add(cnt, 0, 1)
+    gpu.syncthreads()
+    n = cnt[0]
+    gpu.syncthreads()
+    return n
