@@ -31,6 +31,7 @@ from .kmsg import KernelLog
 from .limits import Limiter, Limits
 from .memory import DeviceMemory
 from .residency import Residency
+from .partition import Partition, Shared
 from .ring import Ring
 from .trace import Stream, Tracer
 
@@ -59,17 +60,26 @@ class Device:
 
     def __init__(self, vram_size: int = 512 * MiB, gtt_size: int = 1024 * MiB, timeout: float = 2.0,
                  shm_dir: str | None = None, limits: Limits | None = None, huge_pages: bool = False,
-                 sched: _sched.SchedOptions | None = None):
+                 partition: Partition | None = None, shared: Shared | None = None,
+                 sched: _sched.SchedOptions | None = None, cache_model: bool = False):
         """Raises kmd.shmem.StoreError when the BO store (a tmpfs under ``shm_dir``,
         default /dev/shm) cannot hold VRAM + GTT. ``limits``: the object caps per
         file and per device (kmd/limits.py; the defaults when None). ``huge_pages``:
         BO files on a private huge-page tmpfs when root (kmd/shmem.py; the daemon's
         default). ``sched``: preemption, time slicing and the heartbeat
-        (kmd.sched.SchedOptions; the defaults when None, docs/preemption.md)."""
+        (kmd.sched.SchedOptions; the defaults when None, docs/preemption.md).
+        ``partition``: the share of the GPU this device drives (its CUs, SDMA
+        engines, VRAM and GTT sizes; the whole GPU when None), with ``shared``,
+        what it shares with the other partitions (kmd/partition.py, kmd/gpu.py).
+        ``cache_model``: the compute engines share a write-back L2 that RELEASE_MEM /
+        ACQUIRE_MEM must write back and invalidate (docs/cache.md; a partition has
+        its own); off, compute memory is coherent with the CPU and SDMA."""
+        self.partition = partition = partition or Partition.whole(vram_size, gtt_size)
         self.lock = threading.RLock()
-        self.kmsg = KernelLog()
-        self.trace = Tracer()  # tracepoints and timeline recordings (kmd/trace.py)
-        self.memory = DeviceMemory(vram_size, gtt_size, shm_dir, huge_pages)
+        self.kmsg = shared.kmsg.for_device(f"vgpu {partition.pci_slot}") if shared else KernelLog()
+        self.trace = shared.trace if shared else Tracer()  # tracepoints and timeline recordings (kmd/trace.py)
+        self.memory = DeviceMemory(vram_size, gtt_size, shm_dir, huge_pages,
+                                   store=shared.store if shared else None, share=partition.count)
         self.residency = Residency(self)  # LRU, eviction, validation, move counters
         self.timeout = timeout
         self.sched_opts = sched or _sched.SchedOptions()
@@ -92,16 +102,22 @@ class Device:
         # {(file id, ctx id): deque of (ring, job)}.
         self._backlog: dict[tuple[int, int], collections.deque] = {}
         self.ih = hw.InterruptRing()
+        # The partition's SDMA engines, and the compute rings of its own command
+        # processor (comp_<partition>.<ring>, as amdgpu names the rings of XCC N),
+        # whose dispatches run on its compute units only.
         self.rings: dict[tuple[int, int], Ring] = {}
-        for i in range(2):
-            ring = Ring(self, f"sdma{i}", uapi.AMDGPU_HW_IP_DMA, i, len(self.rings),
-                        hw.SdmaEngine(f"sdma{i}", self.ih), self.sched_opts)
+        for i, name in enumerate(partition.sdma_names):
+            ring = Ring(self, name, uapi.AMDGPU_HW_IP_DMA, i, len(self.rings), hw.SdmaEngine(name, self.ih),
+                        self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring
+        self.l2 = hw.L2Cache() if cache_model else None
         for i in range(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE]):
-            ring = Ring(self, f"comp_0.{i}", uapi.AMDGPU_HW_IP_COMPUTE, i, len(self.rings),
-                        CommandProcessor(f"comp_0.{i}", self.ih), self.sched_opts)
+            name = f"comp_{partition.index}.{i}"
+            ring = Ring(self, name, uapi.AMDGPU_HW_IP_COMPUTE, i, len(self.rings),
+                        CommandProcessor(name, self.ih, cus=len(partition.cus), l2=self.l2), self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring
-        self.coredumps = _devcoredump.CoredumpStore()  # MOUNT/sys/class/devcoredump/
+        # MOUNT/sys/class/devcoredump/
+        self.coredumps = shared.coredumps if shared else _devcoredump.CoredumpStore()
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
         self.irq = InterruptHandler(self)
         self.busy_meter = _sysfs.BusyMeter(self)
@@ -109,10 +125,13 @@ class Device:
         self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
                       f"ring timeout {timeout:g} s, {o.describe()}, heartbeat "
                       + (f"every {o.heartbeat * 1e3:g} ms (hung after {o.heartbeat_misses} missed pulses)"
-                         if o.heartbeat else "off"))
+                         if o.heartbeat else "off")
+                      + (f", L2 cache model {self.l2.size // MiB} MiB" if self.l2 is not None else ""))
+        if partition.count > 1:
+            self.kmsg.log(f"vgpu: {partition.describe()}")
         self.heartbeat = Heartbeat(self.rings.values(), o.heartbeat, o.heartbeat_misses)
         self.limiter = Limiter(limits or Limits(), self.kmsg, bo_count=lambda: self.memory.bo_count,
-                               bo_bound=lambda: self.memory.store.max_bos)
+                               bo_bound=lambda: self.memory.max_bos)
         if self.limiter.limits.changes():
             self.kmsg.log(f"vgpu: limits set at mount: {self.limiter.limits.changes()}")
 
@@ -529,6 +548,12 @@ class Device:
                           f"shrunk BO file now read as zero (last host address {address:#x}); "
                           f"a client must not ftruncate its BO files")
 
+    @property
+    def partitions(self) -> list["Device"]:
+        """The devices of the mount (vdev.kmd_interface.KmdGpu): this one alone. A
+        partitioned GPU is a kmd.gpu.PartitionedGpu."""
+        return [self]
+
     def shutdown(self) -> None:
         """Stop the rings and the interrupt handler, remove the BO files (daemon exit, tests)."""
         self.heartbeat.stop()
@@ -575,12 +600,16 @@ class Device:
         """A new recording for MOUNT/sys/kernel/debug/tracing/vgpu_timeline (kmd.trace.Reader):
         first a header (the clock, rings, memory and clients now), then every record."""
         with self.lock:
-            header = {"type": "header", "ts": time.monotonic(), "clock": "CLOCK_MONOTONIC",
-                      "rings": [r.name for r in self.rings.values()],
-                      "vram_total": self.memory.vram_allocator.size, "gtt_total": self.memory.gtt_size,
-                      "vram_used": self.memory.vram_allocator.used, "gtt_used": self.memory.gtt_used,
-                      "clients": [{"client": f.id, "pid": f.pid, "comm": f.comm} for f in self.files.values()]}
-            return self.trace.open_recording(header)
+            return self.trace.open_recording(self.timeline_header())
+
+    def timeline_header(self) -> dict:
+        """The header of a timeline recording: the clock, rings, memory and clients now."""
+        with self.lock:
+            return {"type": "header", "ts": time.monotonic(), "clock": "CLOCK_MONOTONIC",
+                    "rings": [r.name for r in self.rings.values()],
+                    "vram_total": self.memory.vram_allocator.size, "gtt_total": self.memory.gtt_size,
+                    "vram_used": self.memory.vram_allocator.used, "gtt_used": self.memory.gtt_used,
+                    "clients": [{"client": f.id, "pid": f.pid, "comm": f.comm} for f in self.files.values()]}
 
     # -- consistency (tests and the fuzzer) ----------------------------------
     def check_invariants(self) -> None:

@@ -12,8 +12,6 @@ from typing import Callable, NamedTuple
 
 from vgpu import uapi
 
-from .sysfs import PCI_SLOT_NAME
-
 # drm-engine-<name> keys as amdgpu names its engines (amdgpu_fdinfo.c: "dma", "compute").
 ENGINE_KEYS = {"sdma": "dma", "compute": "compute"}
 
@@ -54,7 +52,7 @@ def usage(dev, f) -> dict[str, object]:
 
 def text(dev, f) -> str:
     u = usage(dev, f)
-    lines = [("drm-driver", "amdgpu"), ("drm-pdev", PCI_SLOT_NAME), ("drm-client-id", u["client_id"]),
+    lines = [("drm-driver", "amdgpu"), ("drm-pdev", dev.partition.pci_slot), ("drm-client-id", u["client_id"]),
              ("drm-memory-vram", u["vram_bytes"]), ("drm-memory-gtt", u["gtt_bytes"]),
              ("drm-memory-cpu", u["cpu_bytes"]),
              *((f"drm-engine-{k}", f"{v} ns") for k, v in u["engine_ns"].items()),

@@ -37,7 +37,8 @@ NUM_SH_PER_SE = 1
 NUM_CU_PER_SH = 2
 NUM_RB_PER_SE = 1
 MAX_INFO_RETURN = 64 * 1024
-# Rings per hardware IP: ip type -> number of rings (docs/design.md 5.1).
+# Rings per hardware IP of the whole GPU: ip type -> number of rings (docs/design.md
+# 5.1); a partition has its share of the SDMA rings (ring_count).
 RINGS = {uapi.AMDGPU_HW_IP_DMA: 2, uapi.AMDGPU_HW_IP_COMPUTE: 1}
 CAPS = {
     uapi.DRM_CAP_PRIME: uapi.DRM_PRIME_CAP_IMPORT | uapi.DRM_PRIME_CAP_EXPORT,
@@ -93,15 +94,26 @@ def get_client(dev, file, args, extra):
 OVERFLOW_UID = 65534
 
 
-def _cu_mask() -> int:
-    return (1 << NUM_CU_PER_SH) - 1
+def cus_per_sh(dev) -> int:
+    """The compute units of `dev`'s shader array: NUM_CU_PER_SH for the whole GPU,
+    its share for a partition (kmd/partition.py; amdgpu answers a partition's
+    render node with the CUs of its own XCCs)."""
+    return len(dev.partition.cus) // (NUM_SHADER_ENGINES * NUM_SH_PER_SE)
+
+
+def ring_count(dev, ip_type: int) -> int:
+    """The rings of hardware IP `ip_type` this device (or partition) has."""
+    return sum(1 for ip, _ in dev.rings if ip == ip_type)
 
 
 def dev_info(dev) -> uapi.drm_amdgpu_info_device:
     """AMDGPU_INFO_DEV_INFO as amdgpu_kms.c fills it, for an Arcturus part with
     vgpu's own engine: the identity of an MI100 (family AI, external_rev = chip_rev
     + 0x32: compute-only), the shape of vgpu's compute units (1 SE x 1 SH x 2 CUs,
-    32-lane waves, 128 VGPRs), no GFX (no CE RAM, no GS buffers), vgpu's VA range."""
+    or a partition's share of them, 32-lane waves, 128 VGPRs), no GFX (no CE RAM,
+    no GS buffers), vgpu's VA range."""
+    cus = cus_per_sh(dev)
+    cu_mask = (1 << cus) - 1
     d = uapi.drm_amdgpu_info_device()
     d.device_id = PCI_DEVICE
     d.chip_rev = CHIP_REV
@@ -113,11 +125,11 @@ def dev_info(dev) -> uapi.drm_amdgpu_info_device:
     d.gpu_counter_freq = 1_000_000  # kHz: TIMESTAMP counts nanoseconds
     d.max_engine_clock = 1_000_000
     d.max_memory_clock = 1_000_000
-    d.cu_active_number = NUM_SHADER_ENGINES * NUM_SH_PER_SE * NUM_CU_PER_SH
-    d.cu_ao_mask = _cu_mask()
+    d.cu_active_number = NUM_SHADER_ENGINES * NUM_SH_PER_SE * cus
+    d.cu_ao_mask = cu_mask
     for se in range(NUM_SHADER_ENGINES):
         for sh in range(NUM_SH_PER_SE):
-            d.cu_bitmap[se][sh] = d.cu_ao_bitmap[se][sh] = _cu_mask()
+            d.cu_bitmap[se][sh] = d.cu_ao_bitmap[se][sh] = cu_mask
     d.num_rb_pipes = NUM_SHADER_ENGINES * NUM_RB_PER_SE
     d.enabled_rb_pipes_mask = (1 << d.num_rb_pipes) - 1
     d.num_hw_gfx_contexts = 8       # gfx_v9_0_gpu_early_init: max_hw_contexts for GC 9.4.1
@@ -130,7 +142,7 @@ def dev_info(dev) -> uapi.drm_amdgpu_info_device:
     d.vram_bit_width = 4096         # MI100: four HBM2 stacks
     d.wave_front_size = isa.WAVE_SIZE
     d.num_shader_visible_vgprs = isa.MAX_VGPRS
-    d.num_cu_per_sh = NUM_CU_PER_SH
+    d.num_cu_per_sh = cus
     d.num_tcc_blocks = 1
     d.high_va_offset = 0
     d.high_va_max = 0
@@ -308,7 +320,7 @@ def _answer(dev, file, a) -> bytes:
     if q in (uapi.AMDGPU_INFO_HW_IP_INFO, uapi.AMDGPU_INFO_HW_IP_COUNT):
         ip, inst = a.query_hw_ip.type, a.query_hw_ip.ip_instance
         check(ip < uapi.AMDGPU_HW_IP_NUM, errno.EINVAL, f"unknown hw ip {ip}")
-        rings = RINGS.get(ip, 0)
+        rings = ring_count(dev, ip)
         if q == uapi.AMDGPU_INFO_HW_IP_COUNT:
             return (1 if rings else 0).to_bytes(4, "little")
         check(inst == 0, errno.EINVAL, f"ip instance {inst} does not exist")

@@ -62,17 +62,26 @@ class Heap:
 
 
 class DeviceMemory:
-    """VRAM and GTT of one device, backed by one ShmemStore."""
+    """VRAM and GTT of one device, backed by one ShmemStore: its own, or `store`,
+    the one the partitions of a GPU share (kmd/partition.py), which its owner closes;
+    a partition may then hold 1/`share` of the BOs the store allows."""
 
     def __init__(self, vram_size: int, gtt_size: int, shm_dir: str | None = None,
-                 huge_pages: bool = False):
-        self.store = ShmemStore(vram_size + gtt_size, shm_dir, huge=huge_pages)
+                 huge_pages: bool = False, store: ShmemStore | None = None, share: int = 1):
+        self._own_store = store is None
+        self.store = ShmemStore(vram_size + gtt_size, shm_dir, huge=huge_pages) if store is None else store
+        self._share = share
         self.vram = Heap(uapi.AMDGPU_GEM_DOMAIN_VRAM, vram_size)
         self.gtt = Heap(uapi.AMDGPU_GEM_DOMAIN_GTT, gtt_size)
         self.heaps = {h.domain: h for h in (self.vram, self.gtt)}
         # GDS, GWS and OA: no aperture, no BO file, not counted in bo_count (kmd/onchip.py).
         self.onchip = OnChipMemory()
         self.bo_count = 0
+
+    @property
+    def max_bos(self) -> int:
+        """The BO files this device may hold (vm.max_map_count bounds the store's)."""
+        return self.store.max_bos // self._share
 
     # Names the sysfs/INFO code and the tests read.
     @property
@@ -92,9 +101,9 @@ class DeviceMemory:
         zero-filled file owned by ``uid``. Raises MemoryError when the domain is full
         or the BO limit is reached, OSError when the file cannot be made or mapped;
         nothing is left allocated on failure."""
-        if self.bo_count >= self.store.max_bos:
+        if self.bo_count >= self.max_bos:
             raise MemoryError(f"the device holds {self.bo_count} BOs, its limit "
-                              f"(vm.max_map_count allows {self.store.max_bos})")
+                              f"(vm.max_map_count allows {self.max_bos})")
         heap = self.heaps[domain]
         block = heap.allocator.alloc(size, max(alignment, PAGE_SIZE))
         try:
@@ -164,6 +173,7 @@ class DeviceMemory:
         self.onchip.check()
 
     def close(self) -> None:
-        """Remove every BO file (daemon exit). The apertures stay mapped while views
-        of them live; they are released with the last one."""
-        self.store.close()
+        """Remove every BO file (daemon exit) of a store of its own. The apertures stay
+        mapped while views of them live; they are released with the last one."""
+        if self._own_store:
+            self.store.close()

@@ -88,22 +88,24 @@ class RingPerf:
         with self._lock:
             self.totals["submitted"] += 1
 
-    def job_done(self, job, started: float | None, ended: float, status: str, run_time: float | None = None) -> dict:
-        """Account a finished job (the ring's worker): its counters, kept on the job
-        (job.counters), added to the ring's totals and to its file's. Returns them.
-        `run_time`: its seconds on the engine when it was preempted (its busy_ns),
-        else ended - started."""
+    def ran(self, start: float, end: float) -> None:
+        """The engine ran a job from `start` to `end`: one run of it (a preempted job
+        has several), for the busy window."""
+        with self._lock:
+            self._intervals.append((start, end))
+            self._prune(end)
+
+    def job_done(self, job, started: float | None, ended: float, status: str, run_time: float) -> dict:
+        """Account a finished job (the ring's worker, which gave its runs to `ran`):
+        its counters, kept on the job (job.counters), added to the ring's totals and to
+        its file's. `run_time`: its seconds on the engine, its waits while preempted
+        excluded (its busy_ns). Returns the counters."""
         c = job.counters
-        if run_time is None:
-            run_time = 0 if started is None else ended - started
         busy = max(0, int(run_time * 1e9))
         c["busy_ns"] = busy
         with self._lock:
             add(self.totals, c)
             self.totals["jobs"] += 1
-            if started is not None:
-                self._intervals.append((started, ended))
-                self._prune(ended)
             rec = JobRecord(job.id, job.ctx.id, job.file.id, job.file.pid,
                             job.fence.seq if job.fence else 0, sum(n for _, n in job.ibs),
                             started if started is not None else ended, ended, status, job.error, dict(c))

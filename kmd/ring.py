@@ -23,7 +23,7 @@ import errno
 import threading
 import time
 
-from vgpu import uapi
+from vgpu import pm4, uapi
 
 from . import hw, perf, userptr
 from .fence import Fence
@@ -90,6 +90,8 @@ class Ring:
             if self.dev.trace.on:  # under the ring's lock: before the worker may run it
                 self.dev.trace.job_queued(self, job, self.entity_jobs(job))
             self._cv.notify_all()
+            if self._preempt_reason(self.running, 0.0) == "priority":
+                self._preempt("priority")  # here, not a wake-up of the timer later
         for dep in job.deps:  # a signalled dependency may make the job ready
             dep.add_callback(self._wake)
         return job.fence.seq
@@ -194,8 +196,10 @@ class Ring:
             failed_dep = next((d for d in job.deps if d.error), None)
             if failed_dep is not None and not job.error:
                 job.error = errno.ECANCELED  # drm_sched skips jobs whose dependency failed
-            if job.error:
-                return False
+        if job.error:  # cancelled (a reset, its file closed), maybe while it waited preempted
+            if job.result is not None and job.result.status == "preempted":
+                job.result = None  # its saved state is dropped: it never resumes
+            return False
         err = userptr.begin_job(self.dev, job)  # copy in its userptr BOs' pages (kmd/userptr.py)
         if err:
             job.error = err
@@ -208,8 +212,16 @@ class Ring:
             self._deadline = start + max(0.0, self.dev.timeout - job.run_time)
             self._slice_end = start + self.opts.timeslice if self.preemptible and self.opts.timeslice else None
             self._cv.notify_all()  # arm the timer
+        # With an L2 model, each run of the job is in amdgpu's frame of cache actions:
+        # the ACQUIRE_MEM gfx_v9_0_emit_mem_sync puts before the IBs, and the write-back
+        # and invalidate of the fence's RELEASE_MEM (gfx_v9_0_ring_emit_fence), even
+        # after a fault or a preemption, so a waiter on the fence (and the userptr copy
+        # back) sees what the job wrote (docs/cache.md).
+        l2_frame = getattr(self.engine, "l2", None) is not None
         preempted = False
         try:
+            if l2_frame:
+                perf.add(job.counters, self.engine.cache_sync(pm4.acquire_mem_l2_actions(pm4.ACQUIRE_WB_INV)))
             while job.ib_index < len(job.ibs):
                 va, size_dw = job.ibs[job.ib_index]
                 if job.resume is None and not self.preemptible:
@@ -233,10 +245,13 @@ class Ring:
             preempted = False
             self.dev.kmsg.log(f"ring {self.name}: engine error {e!r} in job {job.id}")
         finally:
+            if l2_frame:
+                perf.add(job.counters, self.engine.cache_sync(pm4.release_mem_l2_actions(pm4.RELEASE_WB_INV)))
             end = time.monotonic()
             job.run_time += end - start
             job.segment_start = None
             self.busy_time += end - start
+            self.perf.ran(start, end)
             if not preempted:
                 job.ended_at = end
                 self.jobs_done += 1
@@ -287,13 +302,20 @@ class Ring:
                     continue
                 reason = self._preempt_reason(job, now)
                 if reason is not None:
-                    if self._unlocked(self.engine.preempt) and self.running is job:
-                        self._asked = (job, reason)
-                    else:
+                    if not self._preempt(reason):
                         self._cv.wait(PREEMPT_RETRY_S)
                     continue
                 wake = [t for t in (self._deadline, self._slice_end) if t is not None and t > now]
                 self._cv.wait(min(wake) - now if wake else None)
+
+    def _preempt(self, reason: str) -> bool:
+        """Ask the engine to preempt the running job (ring lock held, so the job
+        cannot change under the request: the worker takes the lock to start the next
+        one). False when the engine had no IB running: the caller may ask again."""
+        if not self.engine.preempt():
+            return False
+        self._asked = (self.running, reason)
+        return True
 
     def _unlocked(self, fn):
         """Call `fn` without the ring's lock (an engine call may wait for the engine)."""

@@ -102,13 +102,17 @@ class RingScheduler:
         self.order: list[Entity] = []  # round-robin order (served entities move back)
         self.starved_pick = False      # the last job picked was served by the starvation bound
 
-    def push(self, job) -> None:
+    def _entity(self, job) -> Entity:
+        """`job`'s entity, made (at the back of the order) if it has none now."""
         key = (job.file.id, job.ctx.id)
         ent = self.entities.get(key)
         if ent is None:
             ent = self.entities[key] = Entity(job.ctx, job.file)
             self.order.append(ent)
-        ent.jobs.append(job)
+        return ent
+
+    def push(self, job) -> None:
+        self._entity(job).jobs.append(job)
 
     def pick(self):
         """Pop the next job to run, or None if no entity has a ready job."""
@@ -135,12 +139,7 @@ class RingScheduler:
         """Put preempted `job` back at the head of its entity: the entity's next job.
         The entity stays where round-robin put it when the job was picked (at the back
         of the order), so a time-sliced peer runs before it again."""
-        key = (job.file.id, job.ctx.id)
-        ent = self.entities.get(key)
-        if ent is None:
-            ent = self.entities[key] = Entity(job.ctx, job.file)
-            self.order.append(ent)
-        ent.jobs.appendleft(job)
+        self._entity(job).jobs.appendleft(job)
 
     def preempt_reason(self, running, slice_over: bool) -> str | None:
         """Why a ready entity should take the ring from job `running` now, or None:

@@ -11,9 +11,9 @@ values are those of the part DEV_INFO reports, read from kmd/info.py at each ope
 import struct
 import time
 
-from . import info
+from . import info, partition
 
-PCI_SLOT_NAME = "0000:00:00.0"
+PCI_SLOT_NAME = "0000:00:00.0"  # the whole GPU's; partition N is function N (kmd/partition.py)
 # Board identity by PCI device id: (subsystem vendor, subsystem device, class), from
 # the boards amdgpu drives with those ids (lspci -nnv): Vega 10 XT, a display
 # controller; Arcturus, the Instinct MI100 accelerator, class "display controller,
@@ -49,7 +49,7 @@ def uevent(dev) -> str:
             f"PCI_CLASS={c:X}\n"
             f"PCI_ID={p['vendor']:04X}:{p['device']:04X}\n"
             f"PCI_SUBSYS_ID={p['subsystem_vendor']:04X}:{p['subsystem_device']:04X}\n"
-            f"PCI_SLOT_NAME={PCI_SLOT_NAME}\n"
+            f"PCI_SLOT_NAME={dev.partition.pci_slot}\n"
             f"MODALIAS=pci:v{p['vendor']:08X}d{p['device']:08X}sv{p['subsystem_vendor']:08X}"
             f"sd{p['subsystem_device']:08X}bc{c >> 16:02X}sc{(c >> 8) & 0xFF:02X}i{c & 0xFF:02X}\n")
 
@@ -97,10 +97,46 @@ def engine_files(dev) -> dict:
             for r in dev.rings.values()}
 
 
+def cache_file(dev) -> str:
+    """vgpu_cache: `model none` without the L2 model (vgpu mount --cache-model), else
+    `model l2`, its size and line in bytes and its counters since the device started
+    (docs/cache.md), one `name value` a line."""
+    if dev.l2 is None:
+        return "model none\n"
+    lines = {"model": "l2", "size": dev.l2.size, "line": 128, **dev.l2.counters()}
+    return "".join(f"{k} {v}\n" for k, v in lines.items())
+
+
+def partition_files(dev) -> dict:
+    """How the GPU is split and what this device holds of it: amdgpu's
+    current_compute_partition / available_compute_partition (SPX, DPX...) and
+    current_memory_partition / available_memory_partition (NPS1, NPS2...), and
+    vgpu_partition/, one value per file: the partition's index and count, its
+    compute units and SDMA engines (physical numbers), its VRAM and GTT sizes."""
+    p = dev.partition
+    counts = partition.supported_counts()
+    return {
+        "current_compute_partition": lambda: f"{p.compute_mode}\n",
+        "available_compute_partition": lambda: ", ".join(partition.COMPUTE_MODES[n] for n in counts) + "\n",
+        "current_memory_partition": lambda: f"{p.memory_mode}\n",
+        "available_memory_partition": lambda: ", ".join(f"NPS{n}" for n in counts) + "\n",
+        "vgpu_partition": {
+            "index": lambda: f"{p.index}\n",
+            "count": lambda: f"{p.count}\n",
+            "compute_units": lambda: " ".join(map(str, p.cus)) + "\n",
+            "sdma_engines": lambda: " ".join(p.sdma_names) + "\n",
+            "vram_size": lambda: f"{p.vram_size}\n",
+            "gtt_size": lambda: f"{p.gtt_size}\n",
+        },
+    }
+
+
 def files(dev) -> dict:
     m = dev.memory
     meter = dev.busy_meter
     return {
+        # An unpartitioned GPU shows what an MI100 shows: no partition files.
+        **(partition_files(dev) if dev.partition.count > 1 else {}),
         "vendor": lambda: f"{pci_identity(dev)['vendor']:#06x}\n",
         "device": lambda: f"{pci_identity(dev)['device']:#06x}\n",
         "subsystem_vendor": lambda: f"{pci_identity(dev)['subsystem_vendor']:#06x}\n",
@@ -119,4 +155,5 @@ def files(dev) -> dict:
         "vgpu_num_bytes_moved": lambda: f"{dev.residency.bytes_moved}\n",
         "gpu_busy_percent": lambda: f"{meter.percent()}\n",
         "vgpu_engines": engine_files(dev),
+        "vgpu_cache": lambda: cache_file(dev),
     }

@@ -17,8 +17,8 @@ from .bo import (Bo, BoInfo, amdgpu_bo_handle_type_dma_buf_fd, amdgpu_bo_handle_
 from .cs import (AMDGPU_QUERY_FENCE_TIMEOUT_IS_ABSOLUTE, BoList, CsFence, CsRequest, IbInfo, bo_list_create,
                  bo_list_destroy, bo_list_update, cs_query_fence_status, cs_submit, cs_wait_fences, fence_of)
 from .ctx import Context, cs_ctx_create, cs_ctx_free, cs_ctx_override_priority
-from .device import (Device, DrmVersion, device_deinitialize, device_initialize, device_initialize_fd, get_cap,
-                     get_version, query_firmware_version, query_gpu_info, query_heap_info,
+from .device import (Device, DrmDevice, DrmVersion, device_deinitialize, device_initialize, device_initialize_fd,
+                     get_cap, get_devices, get_version, query_firmware_version, query_gpu_info, query_heap_info,
                      query_hw_ip_count, query_hw_ip_info, query_info, query_info_struct,
                      query_timestamp, query_gpuvm_fault, query_last_fault, query_job_counters)
 from .errors import (VgpuBusy, VgpuCanceled, VgpuError, VgpuInvalidArgument, VgpuNoSuchObject,

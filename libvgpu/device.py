@@ -88,6 +88,38 @@ class Device(Handle):
     close = free
 
 
+class DrmDevice(NamedTuple):
+    """One device of a mount, as drmGetDevices2 lists it: its PCI slot and its
+    primary and render nodes."""
+    pci_slot: str
+    primary: Path
+    render: Path
+
+
+def get_devices(path: str | os.PathLike) -> list[DrmDevice]:
+    """The devices of the mount ``path`` names (its mount point or a node under it),
+    in minor order, as libdrm's drmGetDevices2 finds them: the nodes of
+    ``MOUNT/sys/class/drm`` grouped by the PCI device each one's ``device`` link
+    leads to. One on a plain mount; one per partition on a ``vgpu mount
+    --partitions N`` (docs/kmd.md, "Partitions"). Raises :class:`VgpuError` when
+    the mount has no sysfs to read."""
+    mount = mount_point(path)
+    drm = mount / "sys" / "class" / "drm"
+    nodes: dict[str, dict[str, tuple[int, Path]]] = {}
+    try:
+        for name in os.listdir(drm):
+            for prefix, kind, base in (("card", "primary", 0), ("renderD", "render", 128)):
+                if name.startswith(prefix) and name[len(prefix):].isdigit():
+                    slot = os.path.basename(os.path.realpath(drm / name / "device"))
+                    nodes.setdefault(slot, {})[kind] = (int(name[len(prefix):]) - base,
+                                                        mount / "dev" / "dri" / name)
+    except OSError as e:
+        raise from_oserror(e, f"list {drm}") from e
+    found = [(n["primary"][0], DrmDevice(slot, n["primary"][1], n["render"][1]))
+             for slot, n in nodes.items() if "primary" in n and "render" in n]
+    return [d for _, d in sorted(found)]
+
+
 def device_initialize(path: str | os.PathLike) -> Device:
     """Open a vgpu device: ``path`` is the mount point (the render node is used)
     or a node (``MOUNT/dev/dri/card0`` / ``renderD128``). Like

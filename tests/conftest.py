@@ -23,12 +23,17 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(_STATE_DIR, ignore_errors=True)
 
 
+# Extra `vgpu mount` options for every test mount, to run the suite on another
+# hardware model: VGPU_TEST_MOUNT_ARGS=--cache-model runs it with the L2 model on.
+_EXTRA_MOUNT_ARGS = os.environ.get("VGPU_TEST_MOUNT_ARGS", "").split()
+
+
 def _mounted(*args):
     """Mount a fresh vgpu with `args` in a directory every uid can reach; always unmount
     and stop its daemon afterwards, even when the test fails, and print its log."""
     path = make_mount_dir()
     try:
-        mount(path, *args)
+        mount(path, *args, *[a for a in _EXTRA_MOUNT_ARGS if a not in args])
         yield path
     finally:
         unmount(path)
@@ -54,6 +59,19 @@ def long_timeout_mount():
 
 
 @pytest.fixture
+def cache_model_mount():
+    """A vgpu whose compute engines have the L2 cache model (docs/cache.md)."""
+    yield from _mounted("--vram", "64M", "--cache-model")
+
+
+@pytest.fixture
 def short_timeout_mount():
     """A vgpu whose ring timeout is 0.5 s, for hangs and resets."""
     yield from _mounted("--vram", "64M", "--timeout", "0.5")
+
+
+@pytest.fixture
+def partitions_mount():
+    """A vgpu split into 2 partitions (card0/renderD128, card1/renderD129), ring
+    timeout 0.5 s, for hangs in one partition."""
+    yield from _mounted("--vram", "64M", "--timeout", "0.5", "--partitions", "2")

@@ -12,6 +12,12 @@ previous submission when that ran on the other ring (same ring, same context: th
 scheduler's entity keeps the order already). Kernel arguments live at the top of the
 compute IB's buffer, so they live exactly as long as the IB.
 
+Cache actions (docs/cache.md), as a HIP runtime's acquire and release fences do: a
+compute IB starts with an ACQUIRE_MEM that invalidates the L2 (the CPU or SDMA may
+have written a kernel's inputs since it last ran), and every dispatch is followed by
+a RELEASE_MEM that writes the L2 back, so what a kernel stored is in memory before
+anything after it in the stream (a copy, an event, the host) can look.
+
 Positions in a stream are *marks* (a count of commands); events and freed memory
 blocks remember a mark and wait for it.
 """
@@ -114,7 +120,7 @@ class Stream:
             raise UMDError(f"a command of {need} bytes does not fit an IB of {IB_BYTES}")
         if seg is not None and seg.ring == ring and seg.room() < need:
             self.flush()      # the IB is full: submit what is queued
-        builder = libvgpu.SdmaIb() if ring == DMA else libvgpu.Pm4Ib()
+        builder = libvgpu.SdmaIb() if ring == DMA else libvgpu.Pm4Ib().acquire_mem(P.ACQUIRE_INV)
         seg = Segment(ring, self.device.ib_pool.acquire(), builder, deps=self._next_deps)
         self._next_deps = []
         self._pending.append(seg)
@@ -145,6 +151,8 @@ class Stream:
         seg.kernarg_top = top
         user_data = libvgpu.kernarg_user_data(seg.ib.va + top) if kernarg else []
         libvgpu.emit_dispatch(seg.builder, loaded, grid, block, user_data)
+        # The kernel's end-of-kernel release: write the L2 back, nothing else written.
+        seg.builder.release_mem(0, 0, P.DATA_SEL_NONE, event=P.EVENT_BOTTOM_OF_PIPE_TS, cache=P.RELEASE_WB)
         seg.programs.append((loaded.code_va, program))
         return self._added(seg, note, bos)
 

@@ -74,28 +74,43 @@ async def _stop_on_signal() -> None:
 
 
 def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | None = None,
-          limits=None, perms=None, huge_pages: bool = True, sched=None) -> int:
+          limits=None, perms=None, huge_pages: bool = True, sched=None, partitions: int = 1,
+          cache_model: bool = False) -> int:
     """Mount the device tree at ``mountpoint`` and serve it until unmounted or signalled.
     ``limits``: kmd.limits.Limits; ``perms``: vdev.options.NodePermissions, the modes
     and group of the device nodes (the defaults when None); ``huge_pages``: BO files
     on a private huge-page tmpfs when root (kmd/shmem.py); ``sched``: kmd.sched.SchedOptions
-    (preemption, time slicing, heartbeat; the defaults when None).
-    Returns 1 without mounting when the BO store cannot be set up (logged)."""
+    (preemption, time slicing, heartbeat; the defaults when None); ``partitions``: how
+    many isolated devices the GPU is split into (kmd/gpu.py; 1: the whole GPU, one Device).
+    ``cache_model``: the L2 cache model (docs/cache.md).
+    Returns 1 without mounting when the BO store cannot be set up or the GPU cannot
+    take that many partitions (logged)."""
     from kmd.device import Device  # imported here so `vgpu --help` stays light
+    from kmd.gpu import PartitionedGpu
+    from kmd.partition import split
     from kmd.shmem import StoreError
 
     from .fs import VgpuFs
 
     try:
-        dev = Device(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir, limits=limits,
-                     huge_pages=huge_pages, sched=sched)
+        if partitions != 1:   # one partition is the whole GPU: the Device checks its sizes
+            split(partitions, vram, gtt)
+    except ValueError as e:
+        log.error("cannot start: %s", e)
+        return 1
+    options = dict(vram_size=vram, gtt_size=gtt, timeout=timeout, shm_dir=shm_dir, limits=limits,
+                   huge_pages=huge_pages, sched=sched, cache_model=cache_model)
+    try:
+        dev = Device(**options) if partitions == 1 else PartitionedGpu(partitions, **options)
     except StoreError as e:
         log.error("cannot start: %s", e.strerror)
         return 1
     ops = VgpuFs(dev, perms)
     pyfuse3.init(ops, mountpoint, mount_options())
-    log.info("mounted vgpu at %s (pid %d); BO files in %s%s", mountpoint, os.getpid(), dev.memory.store.files,
-             " (private tmpfs, huge pages)" if dev.memory.store.huge else "")
+    store = dev.partitions[0].memory.store   # the partitions share one
+    log.info("mounted vgpu at %s (pid %d); BO files in %s%s%s", mountpoint, os.getpid(), store.files,
+             " (private tmpfs, huge pages)" if store.huge else "",
+             f"; {partitions} partitions" if partitions > 1 else "")
     try:
         trio.run(_serve)
     finally:
@@ -129,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(f"scheduling options: {e}")
     return serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout, args.shm_dir,
-                 limits=limits_from(args), perms=perms, huge_pages=not args.no_huge_pages, sched=sched)
+                 limits=limits_from(args), perms=perms, huge_pages=not args.no_huge_pages, sched=sched,
+                 partitions=args.partitions, cache_model=args.cache_model)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ import pyfuse3
 
 from vgpu.frame import FrameError
 
-from .kmd_interface import KmdDevice, KmdError, OwnedText, Stream
+from .kmd_interface import KmdError, KmdGpu, OwnedText, Stream
 from .nodes import (ALWAYS_READY, MAY_EXEC, MAY_READ, MAY_WRITE, BoFile, ControlFile, Credentials, Dir,
                     GeneratedFile, Handle, Node, PrimeFile, StreamFile, Symlink, SyncFile)
 from .options import NodePermissions
@@ -62,10 +62,8 @@ from .options import NodePermissions
 log = logging.getLogger(__name__)
 
 BO_INODE_BASE = 1 << 32
-# The device's place in the sysfs tree: one amdgpu at this PCI address, its DRM minors.
-PCI_SLOT = "0000:00:00.0"
+# The DRM minors' major: partition N (kmd/partition.py) has card<N> and renderD<128 + N>.
 DRM_MAJOR = 226
-DRM_NODES = (("card0", 0), ("renderD128", 128))
 _HEX_NAME = re.compile(r"[0-9a-f]{1,16}")
 
 
@@ -89,13 +87,14 @@ def _guard(fn):
 
 
 class VgpuFs(pyfuse3.Operations):
-    """MOUNT/ for one KMD device (the contract: vdev.kmd_interface.KmdDevice)."""
+    """MOUNT/ for one GPU, whole or partitioned (the contract: vdev.kmd_interface.KmdGpu,
+    whose partitions are each a KmdDevice)."""
 
     supports_dot_lookup = False
     enable_writeback_cache = False
     enable_acl = False
 
-    def __init__(self, dev: KmdDevice, perms: NodePermissions | None = None):
+    def __init__(self, dev: KmdGpu, perms: NodePermissions | None = None):
         super().__init__()
         self.dev = dev
         self.perms = perms = perms or NodePermissions()
@@ -114,9 +113,12 @@ class VgpuFs(pyfuse3.Operations):
         root = self._add(Dir(pyfuse3.ROOT_INODE, None, uid=self.owner))
         dev_dir = self._mkdir(root, "dev")
         dri = self._mkdir(dev_dir, "dri")
-        self._link(dri, "card0", ControlFile(self._ino(), render=False, mode=perms.card_mode, gid=perms.gid))
-        self._link(dri, "renderD128", ControlFile(self._ino(), render=True, mode=perms.render_mode,
-                                                  gid=perms.gid))
+        for part in dev.partitions:   # card<i> and renderD<128 + i> drive partition i
+            i = part.partition.index
+            self._link(dri, f"card{i}", ControlFile(self._ino(), render=False, mode=perms.card_mode,
+                                                    gid=perms.gid, device=part))
+            self._link(dri, f"renderD{128 + i}", ControlFile(self._ino(), render=True, mode=perms.render_mode,
+                                                             gid=perms.gid, device=part))
         self._link(dev_dir, "kmsg", GeneratedFile(self._ino(), lambda: dev.kmsg.text()))
         self.bo_dir = self._mkdir(root, "bo")
         self.prime_dir = self._mkdir(root, "prime")
@@ -126,7 +128,9 @@ class VgpuFs(pyfuse3.Operations):
         # Linux: devcd<N>/data is 0600 root; debugfs is mounted 0700 root.
         self._mkdir(cls, "devcoredump", provider=self._devcoredumps).file_mode = 0o600
         debug = self._mkdir(self._mkdir(sys_dir, "kernel"), "debug", mode=0o700)
-        self._mkdir(self._mkdir(debug, "dri"), "0", provider=dev.debugfs_files)
+        debug_dri = self._mkdir(debug, "dri")
+        for part in dev.partitions:
+            self._mkdir(debug_dri, str(part.partition.index), provider=part.debugfs_files)
         self._mkdir(debug, "tracing", provider=dev.tracing_files)
         self._mkdir(root, "proc", provider=dev.client_files, mode=0o555)  # proc/<pid>/fdinfo/<client>
 
@@ -160,31 +164,35 @@ class VgpuFs(pyfuse3.Operations):
         return self._link(parent, name, Symlink(self._ino(), target))
 
     def _build_sysfs(self, sys_dir: Dir) -> Dir:
-        """sys/ in Linux's shape for one amdgpu PCI device at PCI_SLOT, what libdrm's
-        drmGetDevices2 / drmGetDevice2 / drmGetNodeTypeFromFd read (docs/vdev.md,
-        "sysfs"). Returns sys/class/. Every link is relative: it stays in the mount."""
-        pci = self._mkdirs(sys_dir, f"devices/pci0000:00/{PCI_SLOT}")
-        pci.provider = self.dev.sysfs_files  # vendor, device, ..., uevent, mem_info_*
-        self._symlink(pci, "subsystem", "../../../bus/pci")
-        self._symlink(pci, "driver", "../../../bus/pci/drivers/amdgpu")
-        drm = self._mkdir(pci, "drm")
+        """sys/ in Linux's shape for one amdgpu PCI device per partition (function N
+        of PCI_BUS for partition N: 0000:00:00.0 alone when unpartitioned), what
+        libdrm's drmGetDevices2 / drmGetDevice2 / drmGetNodeTypeFromFd read
+        (docs/vdev.md, "sysfs"). Returns sys/class/. Every link is relative: it
+        stays in the mount."""
         cls = self._mkdir(sys_dir, "class")
         class_drm = self._mkdir(cls, "drm")
         self._link(class_drm, "version", GeneratedFile(self._ino(), lambda: "drm 1.1.0 20060810\n"))
         char = self._mkdirs(sys_dir, "dev/char")
-        for name, minor in DRM_NODES:
-            node = self._mkdir(drm, name)
-            self._link(node, "uevent", GeneratedFile(self._ino(), lambda n=name, m=minor: (
-                f"MAJOR={DRM_MAJOR}\nMINOR={m}\nDEVNAME=dri/{n}\nDEVTYPE=drm_minor\n")))
-            self._link(node, "dev", GeneratedFile(self._ino(), lambda m=minor: f"{DRM_MAJOR}:{m}\n"))
-            self._symlink(node, "device", f"../../../{PCI_SLOT}")
-            self._symlink(node, "subsystem", "../../../../../class/drm")
-            self._symlink(class_drm, name, f"../../devices/pci0000:00/{PCI_SLOT}/drm/{name}")
-            self._symlink(char, f"{DRM_MAJOR}:{minor}", f"../../devices/pci0000:00/{PCI_SLOT}/drm/{name}")
         bus = self._mkdirs(sys_dir, "bus/pci")
-        self._symlink(self._mkdir(bus, "devices"), PCI_SLOT, f"../../../devices/pci0000:00/{PCI_SLOT}")
-        self._symlink(self._mkdirs(bus, "drivers/amdgpu"), PCI_SLOT,
-                      f"../../../../devices/pci0000:00/{PCI_SLOT}")
+        bus_devices, driver = self._mkdir(bus, "devices"), self._mkdirs(bus, "drivers/amdgpu")
+        for part in self.dev.partitions:
+            slot, i = part.partition.pci_slot, part.partition.index
+            pci = self._mkdirs(sys_dir, f"devices/pci0000:00/{slot}")
+            pci.provider = part.sysfs_files  # vendor, device, ..., uevent, mem_info_*
+            self._symlink(pci, "subsystem", "../../../bus/pci")
+            self._symlink(pci, "driver", "../../../bus/pci/drivers/amdgpu")
+            drm = self._mkdir(pci, "drm")
+            for name, minor in ((f"card{i}", i), (f"renderD{128 + i}", 128 + i)):
+                node = self._mkdir(drm, name)
+                self._link(node, "uevent", GeneratedFile(self._ino(), lambda n=name, m=minor: (
+                    f"MAJOR={DRM_MAJOR}\nMINOR={m}\nDEVNAME=dri/{n}\nDEVTYPE=drm_minor\n")))
+                self._link(node, "dev", GeneratedFile(self._ino(), lambda m=minor: f"{DRM_MAJOR}:{m}\n"))
+                self._symlink(node, "device", f"../../../{slot}")
+                self._symlink(node, "subsystem", "../../../../../class/drm")
+                self._symlink(class_drm, name, f"../../devices/pci0000:00/{slot}/drm/{name}")
+                self._symlink(char, f"{DRM_MAJOR}:{minor}", f"../../devices/pci0000:00/{slot}/drm/{name}")
+            self._symlink(bus_devices, slot, f"../../../devices/pci0000:00/{slot}")
+            self._symlink(driver, slot, f"../../../../devices/pci0000:00/{slot}")
         return cls
 
     def _devcoredumps(self) -> dict:

@@ -4,7 +4,8 @@
 vdev reaches the driver only through the members listed here, and imports kmd only
 through this module, except where ``vdev.daemon`` builds the device it serves
 (with the mount options of ``vdev.options``, which reads ``kmd.limits.Limits``):
-``kmd.device.Device(vram_size=, gtt_size=, timeout=, shm_dir=, limits=)``, which raises
+``kmd.device.Device(vram_size=, gtt_size=, timeout=, shm_dir=, limits=)``, or
+``kmd.gpu.PartitionedGpu(count, ...)`` for ``--partitions``, which raise
 ``kmd.shmem.StoreError`` (an OSError whose ``strerror`` says what to do) when the BO
 store cannot be set up. ``kmd.device.Device`` is the implementation;
 tests/vdev/test_kmd_interface.py checks that it has every member with a compatible
@@ -33,7 +34,7 @@ from kmd.ioctl import PendingReply, Reply
 from kmd.trace import Reader, Stream
 
 __all__ = ["KmdError", "PendingReply", "Reply", "KernelLog", "BufferObject", "PrimeExport", "SyncExport",
-           "KmdDevice", "ProviderEntry", "OwnedText", "Reader", "Stream"]
+           "KmdGpu", "KmdDevice", "PartitionShare", "ProviderEntry", "OwnedText", "Reader", "Stream"]
 
 #: A generated file in a provider's answer: ``read()`` -> its text, taken once per
 #: open(); or ``(read, write)`` for a writable entry, ``write(data: bytes)`` run in
@@ -118,10 +119,60 @@ class SyncExport(Protocol):
 
 
 @runtime_checkable
-class KmdDevice(Protocol):
-    """The KMD of one mounted device, as vdev uses it."""
+class PartitionShare(Protocol):
+    """``KmdDevice.partition``: which share of the GPU a device drives (kmd/partition.py).
+    vdev names its nodes after it: card<index>, renderD<128 + index>, PCI function
+    ``pci_slot``, debugfs dri/<index>."""
+
+    index: int
+    pci_slot: str
+
+
+@runtime_checkable
+class KmdGpu(Protocol):
+    """The mount-wide views of the KMD behind one mount: a ``kmd.device.Device``
+    (the whole GPU, its own only partition) or a ``kmd.gpu.PartitionedGpu``
+    (``vgpu mount --partitions N``), whose lookups answer for every partition."""
 
     kmsg: KernelLog
+    partitions: list   # the KmdDevice of each partition, in index order
+
+    def bo_by_offset(self, offset: int) -> BufferObject | None:
+        """The live BO whose mmap offset is ``offset``, or None (never created, or
+        freed). Does not wait."""
+
+    def prime_by_token(self, token: int) -> PrimeExport | None:
+        """The export behind ``prime/<token-hex>``, or None once nothing holds it.
+        Does not wait."""
+
+    def sync_file_by_token(self, token: int) -> SyncExport | None:
+        """The export behind ``sync/<token-hex>``, or None once its exporter closed
+        it. Does not wait."""
+
+    def client_files(self) -> dict[str, dict]:
+        """The tree of proc/: {pid: {"fdinfo": {client id: OwnedText}}}, one file per
+        open DRM file (docs/observability.md); asked at each lookup and listing, the
+        read functions run on the loop and do not wait."""
+
+    def tracing_files(self) -> dict[str, ProviderEntry]:
+        """The entries of sys/kernel/debug/tracing/ (nested dicts are directories),
+        as sysfs_files() (docs/tracing.md)."""
+
+    def devcoredumps(self) -> dict[int, str]:
+        """The crash dumps kept now, {N: text}: sys/class/devcoredump/devcd<N>/data
+        (docs/crash-dumps.md). Asked at each lookup and listing; does not wait."""
+
+    def shutdown(self) -> None:
+        """Stop the engines and remove the BO store; the daemon calls it once, after
+        the file system is unmounted."""
+
+
+@runtime_checkable
+class KmdDevice(KmdGpu, Protocol):
+    """The KMD of one device (one partition): what its nodes card<i> and renderD<128+i>,
+    its sysfs directory and its debugfs dri/<i> reach."""
+
+    partition: PartitionShare
 
     def open_file(self, pid: int, uid: int, comm: str = "?", render: bool = True) -> object:
         """A new DRM file for one open() of card0 (``render=False``) or renderD128
@@ -143,38 +194,9 @@ class KmdDevice(Protocol):
         callbacks (vdev.nodes.wait_pending). Raises KmdError for a refused request
         (also from ``finish()``, failing the read())."""
 
-    def bo_by_offset(self, offset: int) -> BufferObject | None:
-        """The live BO whose mmap offset is ``offset``, or None (never created, or
-        freed). Does not wait."""
-
-    def prime_by_token(self, token: int) -> PrimeExport | None:
-        """The export behind ``prime/<token-hex>``, or None once nothing holds it.
-        Does not wait."""
-
-    def sync_file_by_token(self, token: int) -> SyncExport | None:
-        """The export behind ``sync/<token-hex>``, or None once its exporter closed
-        it. Does not wait."""
-
     def sysfs_files(self) -> dict[str, ProviderEntry]:
-        """The entries of sys/class/drm/card0/device/, asked at each lookup and
+        """The entries of sys/class/drm/card<i>/device/, asked at each lookup and
         listing. The read functions run on the loop: they must not wait."""
 
-    def client_files(self) -> dict[str, dict]:
-        """The tree of proc/: {pid: {"fdinfo": {client id: OwnedText}}}, one file per
-        open DRM file (docs/observability.md); asked at each lookup and listing, the
-        read functions run on the loop and do not wait."""
-
     def debugfs_files(self) -> dict[str, ProviderEntry]:
-        """The entries of sys/kernel/debug/dri/0/, as sysfs_files()."""
-
-    def tracing_files(self) -> dict[str, ProviderEntry]:
-        """The entries of sys/kernel/debug/tracing/ (nested dicts are directories),
-        as sysfs_files() (docs/tracing.md)."""
-
-    def devcoredumps(self) -> dict[int, str]:
-        """The crash dumps kept now, {N: text}: sys/class/devcoredump/devcd<N>/data
-        (docs/crash-dumps.md). Asked at each lookup and listing; does not wait."""
-
-    def shutdown(self) -> None:
-        """Stop the engines and remove the BO store; the daemon calls it once, after
-        the file system is unmounted."""
+        """The entries of sys/kernel/debug/dri/<i>/, as sysfs_files()."""

@@ -30,7 +30,7 @@ import trio
 
 from vgpu.frame import encode_reply, parse_request
 
-from .kmd_interface import (BufferObject, KmdDevice, KmdError, PendingReply, PrimeExport, Reader, Reply, Stream,
+from .kmd_interface import (BufferObject, KmdDevice, KmdError, KmdGpu, PendingReply, PrimeExport, Reader, Reply, Stream,
                             SyncExport)
 
 log = logging.getLogger(__name__)
@@ -149,12 +149,12 @@ class Node:
         """access(2) for ``uid``: True unless the node is private to its owner."""
         return True
 
-    def open(self, dev: KmdDevice, flags: int, ctx) -> "Handle":
+    def open(self, dev: KmdGpu, flags: int, ctx) -> "Handle":
         """A new Handle for one open() with ``flags`` by ``ctx`` (pid, uid); raises
         FUSEError (EACCES here: the node has no open files)."""
         _fail(errno.EACCES)
 
-    def readlink(self, dev: KmdDevice, ctx) -> bytes:
+    def readlink(self, dev: KmdGpu, ctx) -> bytes:
         """The target of a symlink; EINVAL for anything else, as readlink(2) says."""
         _fail(errno.EINVAL)
 
@@ -190,11 +190,14 @@ class ControlFile(Node):
     cache_timeout = LONG_TIMEOUT
     truncatable = True  # `> card0` in a shell opens with O_TRUNC
 
-    def __init__(self, inode: int, render: bool, mode: int = 0o666, uid: int = 0, gid: int = 0):
+    def __init__(self, inode: int, render: bool, mode: int = 0o666, uid: int = 0, gid: int = 0,
+                 device: KmdDevice | None = None):
         super().__init__(inode, stat.S_IFREG | mode, uid, gid)
         self.render = render
+        self.device = device  # the partition this node drives (None: the mount's one device)
 
     def open(self, dev, flags, ctx) -> "ControlHandle":
+        dev = self.device or dev
         f = dev.open_file(pid=ctx.pid, uid=ctx.uid, comm=_proc_comm(ctx.pid), render=self.render)
         return ControlHandle(dev, f)
 

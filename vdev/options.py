@@ -1,8 +1,10 @@
 """The device options of `vgpu mount` and `python3 -m vdev.daemon`, defined once
-(docs/vdev.md, "Mounting and the daemon"): who may open the device nodes
-(`--mode`, `--render-mode`, `--group`), the object limits (`--max-bos`,
-`--max-bos-per-file`, ..., kmd/limits.py) and the scheduling (`--no-preempt`,
-`--timeslice-ms`, `--heartbeat-ms`, `--heartbeat-misses`, kmd.sched.SchedOptions). `vgpu mount` passes what it was given
+(docs/vdev.md, "Mounting and the daemon"): how many partitions the GPU is split
+into (`--partitions`), who may open the device nodes (`--mode`, `--render-mode`,
+`--group`), the object limits (`--max-bos`, `--max-bos-per-file`, ...,
+kmd/limits.py) and the scheduling (`--no-preempt`, `--timeslice-ms`, `--heartbeat-ms`,
+`--heartbeat-misses`, kmd.sched.SchedOptions) and the hardware models
+(`--cache-model`, docs/cache.md). `vgpu mount` passes what it was given
 on to the daemon (`device_argv`). Light: no FUSE, no trio.
 """
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import grp
 from dataclasses import dataclass
 
+from kmd import partition
 from kmd.limits import KINDS, Limits
 from kmd.sched import SchedOptions
 
@@ -57,7 +60,26 @@ def _count(text: str) -> int:
     return value
 
 
+def partition_count(text: str) -> int:
+    """--partitions N: a count the GPU can be split into (kmd/partition.py)."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if count not in partition.supported_counts():
+        try:
+            partition.split(count, 1 << 30, 1 << 30)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return count
+
+
 def add_device_options(p: argparse.ArgumentParser) -> None:
+    gpu = p.add_argument_group("partitions (docs/kmd.md, \"Partitions\")")
+    gpu.add_argument("--partitions", type=partition_count, default=1, metavar="N",
+                     help="split the GPU into N isolated devices, card0..N-1 and renderD128.., each "
+                          "with its share of compute units, SDMA engines, VRAM and GTT (default 1; "
+                          f"the GPU takes {', '.join(map(str, partition.supported_counts()))})")
     nodes = p.add_argument_group("device nodes (docs/vdev.md)")
     nodes.add_argument("--mode", type=octal_mode, default=DEFAULT_CARD_MODE, metavar="MODE",
                        help="mode of dev/dri/card0 (default 0660)")
@@ -66,6 +88,10 @@ def add_device_options(p: argparse.ArgumentParser) -> None:
     nodes.add_argument("--group", default=DEFAULT_GROUP, metavar="GROUP",
                        help="group of both nodes, a name or a number (default video; "
                             "root if there is no group video)")
+    hardware = p.add_argument_group("hardware models")
+    hardware.add_argument("--cache-model", action="store_true",
+                          help="give the compute engines a write-back L2 cache that RELEASE_MEM / "
+                               "ACQUIRE_MEM must write back and invalidate (docs/cache.md; off by default)")
     limits = p.add_argument_group("object limits (docs/kmd.md, \"Limits\")")
     defaults = Limits()
     for name in Limits.names():
@@ -134,12 +160,16 @@ def device_argv(args) -> list[str]:
     """The options of `args` to pass on to the daemon, the ones that differ from
     their defaults."""
     argv = []
+    if args.partitions != 1:
+        argv += ["--partitions", str(args.partitions)]
     if args.mode != DEFAULT_CARD_MODE:
         argv += ["--mode", f"{args.mode:04o}"]
     if args.render_mode != DEFAULT_RENDER_MODE:
         argv += ["--render-mode", f"{args.render_mode:04o}"]
     if args.group != DEFAULT_GROUP:
         argv += ["--group", args.group]
+    if getattr(args, "cache_model", False):
+        argv.append("--cache-model")
     for name in Limits.names():
         value = getattr(args, name, None)
         if value is not None:

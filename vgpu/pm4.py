@@ -177,7 +177,23 @@ MAX_IB_DEPTH = 4                # chained IBs deeper than this are a fault
 # RELEASE_MEM (soc15d.h PACKET3_RELEASE_MEM_*): dw1 EVENT_TYPE [5:0], EVENT_INDEX
 # [11:8] (recorded, not checked); dw2 DST_SEL [17:16], INT_SEL [26:24], DATA_SEL [31:29].
 EVENT_CACHE_FLUSH_AND_INV_TS = 0x14     # what gfx_v9_0_ring_emit_fence uses
+EVENT_BOTTOM_OF_PIPE_TS = 0x28          # Mesa V_028A90_BOTTOM_OF_PIPE_TS: an EOP event, no flush
 EVENT_INDEX_EOP = 5
+# RELEASE_MEM dw1 cache actions, done at the event before the data write (soc15d.h
+# EOP_*). vgpu models the L2 only (docs/cache.md): TC_WB writes its dirty lines
+# back, TC_ACTION invalidates it; the L1 / volatile / metadata / NC qualifiers are
+# accepted and change nothing (vgpu has one memory type and no L1).
+EOP_TCL1_VOL_ACTION_EN = 1 << 12
+EOP_TC_VOL_ACTION_EN = 1 << 13
+EOP_TC_WB_ACTION_EN = 1 << 15
+EOP_TCL1_ACTION_EN = 1 << 16
+EOP_TC_ACTION_EN = 1 << 17
+EOP_TC_NC_ACTION_EN = 1 << 19
+EOP_TC_MD_ACTION_EN = 1 << 21
+# The two fences gfx_v9_0_ring_emit_fence emits: write back only
+# (AMDGPU_FENCE_FLAG_TC_WB_ONLY), and the default write back + invalidate.
+RELEASE_WB = EOP_TC_WB_ACTION_EN | EOP_TC_NC_ACTION_EN
+RELEASE_WB_INV = EOP_TCL1_ACTION_EN | EOP_TC_ACTION_EN | EOP_TC_WB_ACTION_EN | EOP_TC_MD_ACTION_EN
 RELEASE_DST_MEM, RELEASE_DST_TC_L2 = 0, 1
 DATA_SEL_NONE, DATA_SEL_32, DATA_SEL_64, DATA_SEL_TIMESTAMP = 0, 1, 2, 3
 INT_SEL_NONE, INT_SEL_INT, INT_SEL_INT_WRITE_CONFIRM = 0, 1, 2
@@ -214,6 +230,42 @@ DMA_CMD_SAIC, DMA_CMD_DAIC = 1 << 28, 1 << 29
 DMA_CMD_RAW_WAIT, DMA_CMD_DIS_WC = 1 << 30, 1 << 31
 DMA_SRC_NAMES = ("addr", "gds", "data", "addr_l2")
 DMA_DST_NAMES = ("addr", "gds", "nowhere", "addr_l2")
+
+# ACQUIRE_MEM dw1 CP_COHER_CNTL (soc15d.h PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_*): the
+# caches to act on before later packets read memory. As for RELEASE_MEM, vgpu models
+# the L2: TC_WB_ACTION_ENA writes it back, TC_ACTION_ENA invalidates it; the other
+# caches' bits are accepted and do nothing.
+COHER_TC_NC_ACTION_ENA = 1 << 3
+COHER_TC_WC_ACTION_ENA = 1 << 4
+COHER_TC_INV_METADATA_ACTION_ENA = 1 << 5
+COHER_TCL1_VOL_ACTION_ENA = 1 << 15
+COHER_TC_WB_ACTION_ENA = 1 << 18
+COHER_TCL1_ACTION_ENA = 1 << 22
+COHER_TC_ACTION_ENA = 1 << 23
+COHER_SH_KCACHE_ACTION_ENA = 1 << 27
+COHER_SH_ICACHE_ACTION_ENA = 1 << 29
+# What gfx_v9_0_emit_mem_sync puts before every job's IBs: write back and invalidate.
+ACQUIRE_WB_INV = (COHER_SH_ICACHE_ACTION_ENA | COHER_SH_KCACHE_ACTION_ENA | COHER_TC_ACTION_ENA
+                  | COHER_TCL1_ACTION_ENA | COHER_TC_WB_ACTION_ENA)
+# An invalidate of the L2 and the shader caches without a write-back.
+ACQUIRE_INV = (COHER_SH_ICACHE_ACTION_ENA | COHER_SH_KCACHE_ACTION_ENA | COHER_TC_ACTION_ENA
+               | COHER_TCL1_ACTION_ENA)
+
+# The L2 actions a packet asks for, as flags (kmd/hw L2Cache.sync takes them).
+L2_WRITEBACK, L2_INVALIDATE = 1, 2
+L2_ACTION_NAMES = {0: "none", L2_WRITEBACK: "wb", L2_INVALIDATE: "inv", L2_WRITEBACK | L2_INVALIDATE: "wb+inv"}
+
+
+def release_mem_l2_actions(event_dw: int) -> int:
+    """L2_WRITEBACK / L2_INVALIDATE flags of RELEASE_MEM's dw1 (EOP_TC_WB / EOP_TC_ACTION)."""
+    return ((L2_WRITEBACK if event_dw & EOP_TC_WB_ACTION_EN else 0)
+            | (L2_INVALIDATE if event_dw & EOP_TC_ACTION_EN else 0))
+
+
+def acquire_mem_l2_actions(coher_cntl: int) -> int:
+    """L2_WRITEBACK / L2_INVALIDATE flags of ACQUIRE_MEM's CP_COHER_CNTL."""
+    return ((L2_WRITEBACK if coher_cntl & COHER_TC_WB_ACTION_ENA else 0)
+            | (L2_INVALIDATE if coher_cntl & COHER_TC_ACTION_ENA else 0))
 
 
 class Pm4Ib:
@@ -265,10 +317,11 @@ class Pm4Ib:
 
     def release_mem(self, addr: int, value: int = 0, data_sel: int = DATA_SEL_64,
                     int_sel: int = INT_SEL_NONE, int_ctx: int = 0,
-                    event: int = EVENT_CACHE_FLUSH_AND_INV_TS) -> Pm4Ib:
-        """End-of-pipe write: after earlier dispatches finish, write `value` (32 or
-        64 bits) or the GPU timestamp to `addr`, optionally raise an interrupt."""
-        return self._pkt(PKT3_RELEASE_MEM, event | EVENT_INDEX_EOP << 8,
+                    event: int = EVENT_CACHE_FLUSH_AND_INV_TS, cache: int = 0) -> Pm4Ib:
+        """End-of-pipe write: after earlier dispatches finish and the `cache` actions
+        (EOP_* bits: RELEASE_WB, RELEASE_WB_INV) are done, write `value` (32 or 64
+        bits) or the GPU timestamp to `addr`, optionally raise an interrupt."""
+        return self._pkt(PKT3_RELEASE_MEM, event | EVENT_INDEX_EOP << 8 | cache,
                          data_sel << 29 | int_sel << 24 | RELEASE_DST_MEM << 16,
                          addr, addr >> 32, value, value >> 32, int_ctx)
 
@@ -298,9 +351,12 @@ class Pm4Ib:
         """CP DMA fill: `nbytes` (a multiple of 4) at `dst` with the dword `value`."""
         return self.dma_data(dst, value & 0xFFFFFFFF, nbytes, src_sel=DMA_SRC_DATA)
 
-    def acquire_mem(self, base: int = 0, size: int = 0xFFFFFFFF) -> Pm4Ib:
-        """Cache invalidate before later packets read memory (a no-op in vgpu)."""
-        return self._pkt(PKT3_ACQUIRE_MEM, 0, size, 0, base >> 8, base >> 40, 10)
+    def acquire_mem(self, coher_cntl: int = ACQUIRE_INV, base: int = 0,
+                    size: int = 0xFFFFFFFF) -> Pm4Ib:
+        """Cache actions (CP_COHER_CNTL bits: ACQUIRE_INV, ACQUIRE_WB_INV) before later
+        packets read memory, over the whole address space as amdgpu emits it (the
+        range is recorded; vgpu acts on the whole L2, docs/cache.md)."""
+        return self._pkt(PKT3_ACQUIRE_MEM, coher_cntl, size, 0, base >> 8, base >> 40, 10)
 
     def raw(self, *dws: int) -> Pm4Ib:
         self.dwords.extend(dw & 0xFFFFFFFF for dw in dws)
@@ -350,7 +406,8 @@ def describe_packet(dws, pos: int) -> tuple[str, int]:
     elif op == PKT3_RELEASE_MEM:
         sel = {0: "none", 1: "value32", 2: "value64", 3: "timestamp"}.get(b[1] >> 29, f"data_sel{b[1] >> 29}")
         value = b[4] | b[5] << 32 if b[1] >> 29 == DATA_SEL_64 else b[4]
-        text = (f"RELEASE_MEM event={b[0] & 0x3F:#x} addr={_addr(b, 2)} {sel}"
+        text = (f"RELEASE_MEM event={b[0] & 0x3F:#x} l2={L2_ACTION_NAMES[release_mem_l2_actions(b[0])]}"
+                f" addr={_addr(b, 2)} {sel}"
                 + (f"={value:#x}" if b[1] >> 29 in (DATA_SEL_32, DATA_SEL_64) else "")
                 + f" int_sel={b[1] >> 24 & 7}")
     elif op == PKT3_WAIT_REG_MEM:
@@ -369,7 +426,8 @@ def describe_packet(dws, pos: int) -> tuple[str, int]:
         text = (f"DMA_DATA {src} dst={DMA_DST_NAMES[dst_sel]}:{_addr(b, 3)} "
                 f"bytes={b[5] & DMA_BYTE_COUNT_MASK}{cmd}")
     else:
-        text = f"ACQUIRE_MEM coher_cntl={b[0]:#x} size={b[1]:#x} base={(b[3] | b[4] << 32) << 8:#x}"
+        text = (f"ACQUIRE_MEM coher_cntl={b[0]:#x} l2={L2_ACTION_NAMES[acquire_mem_l2_actions(b[0])]}"
+                f" size={b[1]:#x} base={(b[3] | b[4] << 32) << 8:#x}")
     return text, 1 + n
 
 

@@ -241,26 +241,49 @@ def cmd_dmesg(args) -> int:
 
 
 def cmd_info(args) -> int:
-    sysfs = os.path.join(mount_point(args.mount), "sys", "class", "drm", "card0", "device")
+    """The sysfs numbers of each device of the mount: card0's alone, or, on a mount
+    with --partitions N, a line saying what each partition holds, then its numbers."""
+    drm = os.path.join(mount_point(args.mount), "sys", "class", "drm")
     try:
-        # The text attributes: not the drm/ directory, the subsystem and driver links,
-        # or the binary PCI config space.
-        names = sorted(n for n in os.listdir(sysfs) if n != "config"
-                       and os.path.isfile(os.path.join(sysfs, n)) and not os.path.islink(os.path.join(sysfs, n)))
-        values = {n: _read(os.path.join(sysfs, n)).strip() for n in names}
+        cards = sorted((n for n in os.listdir(drm) if n.startswith("card") and n[4:].isdigit()),
+                       key=lambda n: int(n[4:]))
+        devices = [(card, _device_values(os.path.join(drm, card, "device"))) for card in cards]
     except OSError as e:
-        print(f"vgpu info: {sysfs}: {e.strerror}", file=sys.stderr)
+        print(f"vgpu info: {e.filename or drm}: {e.strerror}", file=sys.stderr)
         return 1
-    for name in names:
-        value = values[name]
-        if name.startswith("mem_info_") and value.isdigit():
-            value = f"{value} ({int(value) / (1 << 20):.1f} MiB)"
-        if "\n" in value:
-            value = value.replace("\n", "\n    ")
-            print(f"{name}:\n    {value}")
-        else:
-            print(f"{name}: {value}")
+    for card, (values, partition) in devices:
+        indent = ""
+        if len(devices) > 1:
+            print(f"{card}: {_partition_line(partition)}")
+            indent = "    "
+        for name, value in values.items():
+            if name.startswith("mem_info_") and value.isdigit():
+                value = f"{value} ({int(value) / (1 << 20):.1f} MiB)"
+            if "\n" in value:
+                value = value.replace("\n", f"\n{indent}    ")
+                print(f"{indent}{name}:\n{indent}    {value}")
+            else:
+                print(f"{indent}{name}: {value}")
     return 0
+
+
+def _device_values(sysfs: str) -> tuple[dict[str, str], dict[str, str]]:
+    """A device directory's text attributes (not the drm/ directory, the subsystem
+    and driver links, or the binary PCI config space), and its vgpu_partition/ files."""
+    names = sorted(n for n in os.listdir(sysfs) if n != "config"
+                   and os.path.isfile(os.path.join(sysfs, n)) and not os.path.islink(os.path.join(sysfs, n)))
+    part = os.path.join(sysfs, "vgpu_partition")
+    partition = {n: _read(os.path.join(part, n)).strip() for n in os.listdir(part)} if os.path.isdir(part) else {}
+    return {n: _read(os.path.join(sysfs, n)).strip() for n in names}, partition
+
+
+def _partition_line(p: dict[str, str]) -> str:
+    """'partition 1 of 2: compute units 1, SDMA engines sdma1, VRAM 32.0 MiB, GTT 64.0 MiB'."""
+    if not p:
+        return "(no partition information)"
+    mib = {k: f"{int(p.get(k, 0)) / (1 << 20):.1f} MiB" for k in ("vram_size", "gtt_size")}
+    return (f"partition {p.get('index')} of {p.get('count')}: compute units {p.get('compute_units')}, "
+            f"SDMA engines {p.get('sdma_engines')}, VRAM {mib['vram_size']}, GTT {mib['gtt_size']}")
 
 
 def cmd_trace(args) -> int:

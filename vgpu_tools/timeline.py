@@ -113,6 +113,7 @@ class ProcessTree:
             verdict = self.known.get(p, False)
             for q in seen:
                 self.known.setdefault(q, verdict)
+            self.known.setdefault(pid, verdict)  # pid 0: the KMD's own (a context save area)
         return self.known[pid]
 
 

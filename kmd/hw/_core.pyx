@@ -6,7 +6,7 @@ docs/hw.md for the rules.  Hot paths (translation, memmove/memset over runs of
 host-contiguous pages, POLL_REGMEM sleeps) run without the GIL.
 """
 from cython.operator cimport dereference as deref
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memset
 from libcpp.atomic cimport atomic
 from libcpp.shared_mutex cimport shared_mutex
@@ -25,7 +25,7 @@ from kmd.hw.sdma import (REASON_ILLEGAL_OPCODE, REASON_TRUNCATED, SdmaResult, Sd
 # it also defines COMPILED_DEFS, the compiled values by name.
 include "_sdma_defs.pxi"
 
-__all__ = ["PageTable", "SdmaEngine", "ComputeEngine", "InterruptRing", "GpuFault", "PTE_READ", "PTE_WRITE",
+__all__ = ["PageTable", "SdmaEngine", "ComputeEngine", "L2Cache", "InterruptRing", "GpuFault", "PTE_READ", "PTE_WRITE",
            "PTE_EXEC"]
 
 # Large copies bypass the cache with streaming (non-temporal) stores, as glibc's
@@ -773,4 +773,5 @@ cdef class SdmaEngine:
 
 # -- compute unit ----------------------------------------------------------
 
+include "_l2.pxi"
 include "_cu.pxi"

@@ -113,9 +113,12 @@ cdef enum CuCode:
     CU_PREEMPTED        # the preempt flag or the test trigger was seen before an instruction
 
 # CuShared.stop: what preempt() / abort() ask of the workers (one int, read before
-# every instruction). An abort overrides a preemption, never the reverse.
+# every instruction). An abort overrides a preemption, never the reverse. STOP_COUNT:
+# the test trigger is armed, so every instruction takes stop_code's slow path, which
+# counts; with it disarmed the trigger costs nothing.
 DEF STOP_ABORT = 1
 DEF STOP_PREEMPT = 2
+DEF STOP_COUNT = 3
 
 _CU_REASONS = (None, _cu_py.REASON_ILLEGAL, _cu_py.REASON_BAD_REGISTER,
                _cu_py.REASON_UNMAPPED, _cu_py.REASON_PERMISSION, _cu_py.REASON_MISALIGNED,
@@ -183,6 +186,7 @@ cdef struct CuShared:
     atomic[uint64_t]* next_saved    # the next saved workgroup to take (one at a time)
     uint64_t nsaved                 # plan positions [0, nsaved) are saved workgroups
     atomic[uint64_t]* fault_wg
+    VgpuL2* l2              # the L2 model (docs/cache.md), NULL when the mount has none
     uint64_t code_va
     DInst* win
     int64_t win_bytes
@@ -223,6 +227,9 @@ cdef struct CuThread:
     uint64_t tlb_lookups
     uint64_t tlb_misses
     uint64_t walks          # page-table walks outside the TLB (fetches past the window)
+    uint64_t l2_key         # the line of this instruction's previous access (l2_at)
+    int32_t l2_slot
+    VgpuL2Tally l2          # the L2 counters of this thread's work
     uint64_t waves_run      # waves launched (a restored workgroup's are not)
     uint64_t limit          # the chunk stops before instruction `limit` (test trigger)
     uint64_t trigger_left   # instructions left before the test trigger, CU_NO_LIMIT
@@ -626,6 +633,27 @@ cdef inline void tlb_check(CuThread* T) noexcept nogil:
         T.tlb_gen = gen
 
 
+cdef inline void l2_begin(CuThread* T) noexcept nogil:
+    """A memory instruction starts with the L2 model on: hold the cache for all its
+    lanes (no other thread evicts a line it uses); its first access is a new request."""
+    T.sh.l2.lock()
+    T.l2_key = <uint64_t>NO_PAGE
+
+
+cdef inline uint8_t* l2_at(CuThread* T, uint8_t* p, uint64_t addr, uint32_t write_size) noexcept nogil:
+    """The cached copy of the byte at host address p (GPU address addr), between
+    l2_begin and T.sh.l2.unlock(): a lane in the line of the previous lane rides on
+    its request; `write_size` bytes are marked dirty (a store or an atomic)."""
+    cdef uint32_t off = addr & (L2_LINE - 1)    # the page offset names the line
+    cdef uint64_t key = <uint64_t>p - off
+    if key != T.l2_key:
+        T.l2_slot = T.sh.l2.lookup(key, True, &T.l2)
+        T.l2_key = key
+    if write_size:
+        T.sh.l2.mark(T.l2_slot, off, write_size)
+    return T.sh.l2.line(T.l2_slot) + off
+
+
 cdef inline uint64_t gaddr(uint32_t* s, uint32_t* v, const DInst* d, int l) noexcept nogil:
     cdef uint64_t base
     if d.src1 == OPR_OFF:
@@ -704,7 +732,8 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
     cdef uint8_t* q
     cdef uint32_t* D
     tlb_check(T)
-    if (op == OP_GLOBAL_LOAD_DWORD or op == OP_GLOBAL_STORE_DWORD) and m == <uint32_t>0xFFFFFFFFU:
+    if (op == OP_GLOBAL_LOAD_DWORD or op == OP_GLOBAL_STORE_DWORD) and m == <uint32_t>0xFFFFFFFFU \
+            and T.sh.l2 == NULL:
         # Fast path: all 32 lanes touch 32 consecutive dwords in one page (the common
         # a[i] pattern): one translation and one 128-byte copy. Same result and same
         # first fault as the lane loop below, which handles every other case.
@@ -752,6 +781,8 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
                 if p == NULL:
                     return 1
                 last_page, last_host = addr >> PAGE_SHIFT, p - (addr & PAGE_MASK)
+            if T.sh.l2 != NULL:
+                p = l2_at(T, p, addr, 0)
             if op == OP_GLOBAL_LOAD_DWORD:
                 memcpy(&vals[l], p, 4)
             elif op == OP_GLOBAL_LOAD_UBYTE:
@@ -780,6 +811,8 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
                 if p == NULL:
                     return 1
                 last_page, last_host = addr >> PAGE_SHIFT, p - (addr & PAGE_MASK)
+            if T.sh.l2 != NULL:
+                p = l2_at(T, p, addr, size)
             x = D[l]
             memcpy(p, &x, size)     # little-endian host: the low bytes
         return 0
@@ -795,6 +828,8 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
         q = translate(T, addr, ACCESS_WRITE, f)
         if q == NULL:
             return 1
+        if T.sh.l2 != NULL:         # the atomic is done in the L2, as on hardware
+            p = q = l2_at(T, p, addr, 4)
         a = v[(d.src2 - OPR_VGPR) * CU_WAVE + l]
         b = v[(d.src2 - OPR_VGPR + 1) * CU_WAVE + l] if op == OP_GLOBAL_ATOMIC_CMPSWAP_B32 else 0
         old = cu_atomic_load(<uint32_t*>p)
@@ -959,6 +994,8 @@ cdef int s_load(CuThread* T, uint32_t* s, const DInst* d, int n, CuFault* f) noe
         p = translate(T, addr, ACCESS_READ, f)
         if p == NULL:
             return 1
+        if T.sh.l2 != NULL:
+            p = l2_at(T, p, addr, 0)
         memcpy(&vals[k], p, 4)
     for k in range(n):
         s[d.dst + k] = vals[k]
@@ -999,15 +1036,20 @@ cdef const DInst* fetch(CuThread* T, int64_t pc, CuFault* f) noexcept nogil:
 
 
 cdef int stop_code(CuThread* T) noexcept nogil:
-    """Why run_wave stops before an instruction: an abort, a preemption, or the test
-    trigger, which preempts the whole dispatch."""
-    cdef int expected = 0
-    if T.inst >= T.limit:
+    """Whether run_wave stops before an instruction (CuShared.stop is set): CU_ABORTED,
+    CU_PREEMPTED, or CU_OK while the armed test trigger has not reached its count (when
+    it does, it preempts the whole dispatch)."""
+    cdef int expected = STOP_COUNT
+    cdef int stop = T.sh.stop.load()
+    if stop == STOP_COUNT:
+        if T.inst < T.limit:
+            return CU_OK
         T.limit = CU_NO_LIMIT
         T.trigger_left = CU_NO_LIMIT
         T.fired = True
         T.sh.stop.compare_exchange_strong(expected, STOP_PREEMPT)
-    return CU_ABORTED if T.sh.stop.load() == STOP_ABORT else CU_PREEMPTED
+        stop = T.sh.stop.load()
+    return CU_ABORTED if stop == STOP_ABORT else CU_PREEMPTED
 
 
 @cython.cdivision(True)
@@ -1033,8 +1075,10 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
     cdef bint taken
     cdef timespec ts
     while True:
-        if sh.stop.load() or T.inst >= T.limit:
-            return stop_code(T)
+        if sh.stop.load():
+            code = stop_code(T)
+            if code != CU_OK:
+                return code
         d = fetch(T, w.pc, f)
         if d == NULL:
             return f.code
@@ -1243,7 +1287,13 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             if op == OP_GLOBAL_LOAD_DWORDX2 or op == OP_GLOBAL_STORE_DWORDX2 or \
                     op == OP_GLOBAL_ATOMIC_ADD_U64 or op == OP_GLOBAL_ATOMIC_ADD_F64 or \
                     OP_GLOBAL_ATOMIC_MAX_I64 <= op <= OP_GLOBAL_ATOMIC_CMPSWAP_B64:
-                if m and wide_mem(T, s, v, w, d, f):
+                if m and T.sh.l2 != NULL:
+                    l2_begin(T)
+                    code = wide_mem(T, s, v, w, d, f)
+                    T.sh.l2.unlock()
+                    if code:
+                        return f.code
+                elif m and wide_mem(T, s, v, w, d, f):
                     return f.code
                 T.op_lane[op] += active
             else:
@@ -1251,7 +1301,13 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
         elif op == OP_DS_BPERMUTE_B32 or op == OP_DS_PERMUTE_B32:
             lane_permute(v, d, m)
         elif op >= OP_GLOBAL_LOAD_DWORD:
-            if m and global_mem(T, s, v, w, d, f):
+            if m and T.sh.l2 != NULL:
+                l2_begin(T)
+                code = global_mem(T, s, v, w, d, f)
+                T.sh.l2.unlock()
+                if code:
+                    return f.code
+            elif m and global_mem(T, s, v, w, d, f):
                 return f.code
             T.op_lane[op] += active
         elif op >= OP_DS_MIN_I32:
@@ -1281,7 +1337,13 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     R[l] = cu_ctz(bit_reverse(x))    # leading zeros
             merge(v + (d.dst - OPR_VGPR) * CU_WAVE, R, m)
         elif op >= OP_S_LOAD_DWORD:
-            if s_load(T, s, d, 1 << (op - OP_S_LOAD_DWORD), f):
+            if T.sh.l2 != NULL:
+                l2_begin(T)
+                code = s_load(T, s, d, 1 << (op - OP_S_LOAD_DWORD), f)
+                T.sh.l2.unlock()
+                if code:
+                    return f.code
+            elif s_load(T, s, d, 1 << (op - OP_S_LOAD_DWORD), f):
                 return f.code
         elif op >= OP_S_CMP_EQ_I32:
             a, b = sread(T, s, w, d.src0, d.imm), sread(T, s, w, d.src1, d.imm)
@@ -1612,12 +1674,14 @@ cdef class ComputeEngine:
     """One compute unit (comp_0.0 ...): dispatch() runs one grid to completion.
 
     Same API and results as kmd.hw.cu_ref.ComputeEngine (docs/isa.md 7); workgroups
-    run on `threads` threads without the GIL.
+    run on `threads` threads without the GIL. `l2`: the device's L2Cache when the
+    mount models one (docs/cache.md): global and scalar memory then go through it.
     """
 
     cdef readonly str name
     cdef readonly object ih
     cdef readonly int threads
+    cdef readonly L2Cache l2
     cdef atomic[int] _stop
     cdef atomic[uint64_t] _next_wg
     cdef atomic[uint64_t] _next_saved
@@ -1626,10 +1690,11 @@ cdef class ComputeEngine:
     cdef bint _running
     cdef object _trigger
 
-    def __init__(self, str name, ih, int threads=2):
+    def __init__(self, str name, ih, int threads=2, L2Cache l2=None):
         if not 1 <= threads <= _cu_py.CSA_MAX_SLOTS:
             raise ValueError(f"ComputeEngine: threads must be 1..{_cu_py.CSA_MAX_SLOTS}, "
                              f"not {threads}")
+        self.l2 = l2
         self.name = name
         self.ih = ih
         self.threads = threads
@@ -1652,10 +1717,12 @@ cdef class ComputeEngine:
         (from another thread): the workgroups running are saved to the CSA, those not
         started stay so, and the result is 'preempted' with its resume. Returns False
         (and does nothing) when no dispatch is running."""
-        cdef int expected = 0
+        cdef int cur = self._stop.load()
         if not self._running:
             return False
-        self._stop.compare_exchange_strong(expected, STOP_PREEMPT)
+        while cur != STOP_ABORT and cur != STOP_PREEMPT:    # 0 or STOP_COUNT
+            if self._stop.compare_exchange_weak(cur, STOP_PREEMPT):
+                break
         return True
 
     def preempt_after(self, n):
@@ -1672,7 +1739,7 @@ cdef class ComputeEngine:
                                                        grid, block, user_data)
         key = (code_va, sgprs, vgprs, lds_bytes, grid, block, tuple(user_data))
         area = _cu_py.check_resume(resume, key, csa, self.threads)
-        self._stop.store(0)
+        self._stop.store(0 if self._trigger is None else STOP_COUNT)
         self._running = True
         pin = pt.pin()
         try:
@@ -1712,6 +1779,7 @@ cdef class ComputeEngine:
         sh.stop, sh.next_wg, sh.fault_wg = &self._stop, &self._next_wg, &self._fault_wg
         sh.next_saved = &self._next_saved
         sh.nsaved = len(resume.saved) if resume is not None else 0
+        sh.l2 = self.l2.c if self.l2 is not None else NULL
         sh.code_va, sh.sgprs, sh.vgprs, sh.lds_bytes = code_va, sgprs, vgprs, lds_bytes
         sh.gx, sh.gy, sh.gz, sh.total, sh.nwork = grid[0], grid[1], grid[2], total, nwork
         sh.nwaves = len(layout)
@@ -1906,6 +1974,7 @@ cdef class ComputeEngine:
         """The dispatch's performance counters (kmd/hw/compute.py dispatch_counters),
         from the per-thread tallies: the work the units did, cancelled work included."""
         cdef uint64_t inst, lane, lookups = 0, misses = 0, walks = 0, waves = 0, lanes = 0
+        cdef VgpuL2Tally t
         cdef size_t i, j
         cdef int op
         ops = {}
@@ -1924,10 +1993,18 @@ cdef class ComputeEngine:
             for j in range(threads[i].log.size()):
                 lanes += threads[i].log[j].lane
         window_pages = _cu_py.pages_spanned(sh.code_va, sh.win_bytes)
+        l2 = None
+        if sh.l2 != NULL:
+            l2 = dict.fromkeys(L2_COUNTERS, 0)
+            for i in range(threads.size()):
+                t = threads[i].l2
+                for name, value in zip(L2_COUNTERS, (t.hits, t.misses, t.writebacks, t.evictions,
+                                                     t.invalidations)):
+                    l2[name] += value
         return _cu_py.dispatch_counters(ops, waves=waves, lane_instructions=lanes,
                                         tlb_hits=lookups - misses, tlb_misses=misses,
                                         walks=walks + misses + window_pages,
-                                        dispatches=1 if first_part else 0)
+                                        dispatches=1 if first_part else 0, l2=l2)
 
     cdef _thread_wave(self, r, CuShared* sh, CuThread* T, uint64_t index, int wi):
         """r with the state of wave wi of the workgroup running on T."""

@@ -287,7 +287,8 @@ cdef int wide_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst*
     if op == OP_GLOBAL_ATOMIC_CMPSWAP_B64:       # v[n:n+3]: the data, then the compare value
         read64(s, v, d.src2 + 2, Cmp)
     access = ACCESS_READ if op == OP_GLOBAL_LOAD_DWORDX2 else ACCESS_WRITE
-    if (op == OP_GLOBAL_LOAD_DWORDX2 or op == OP_GLOBAL_STORE_DWORDX2) and m == <uint32_t>0xFFFFFFFFU:
+    if (op == OP_GLOBAL_LOAD_DWORDX2 or op == OP_GLOBAL_STORE_DWORDX2) and m == <uint32_t>0xFFFFFFFFU \
+            and T.sh.l2 == NULL:
         # Fast path, as global_mem's: 32 consecutive qwords in one page (the x[i] of an
         # f64 array): one translation, one 256-byte copy; the same result and first fault.
         addr = gaddr(s, v, d, 0)
@@ -319,6 +320,8 @@ cdef int wide_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst*
                 if p == NULL:
                     return 1
                 last_page, last_host = addr >> PAGE_SHIFT, p - (addr & PAGE_MASK)
+            if T.sh.l2 != NULL:
+                p = l2_at(T, p, addr, 0 if op == OP_GLOBAL_LOAD_DWORDX2 else 8)
             if op == OP_GLOBAL_LOAD_DWORDX2:
                 memcpy(&R[l], p, 8)
             else:
@@ -332,6 +335,8 @@ cdef int wide_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst*
             q = translate(T, addr, ACCESS_WRITE, f)
             if q == NULL:
                 return 1
+            if T.sh.l2 != NULL:
+                p = q = l2_at(T, p, addr, 8)
             old = cu_atomic_load64(<uint64_t*>p)
             while not cu_atomic_cas64(<uint64_t*>q, &old, atomic64(op, old, Dt[l], Cmp[l])):
                 pass            # old now holds the value the other thread wrote

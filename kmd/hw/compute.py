@@ -113,11 +113,12 @@ def pages_spanned(va: int, n: int) -> int:
 
 def dispatch_counters(ops: dict[int, tuple[int, int]], *, waves: int, lane_instructions: int,
                       tlb_hits: int = 0, tlb_misses: int = 0, walks: int = 0,
-                      dispatches: int = 1) -> dict[str, int]:
+                      dispatches: int = 1, l2: dict | None = None) -> dict[str, int]:
     """COMPUTE_COUNTERS of one dispatch from {opcode: (instructions, active lanes)}
     (the lanes are needed, and read, for the vmem and lds opcodes only). A resumed
     part of a preempted dispatch counts no dispatch and only the waves it launched,
-    so the parts add up to the dispatch."""
+    so the parts add up to the dispatch. `l2`: the L2 model's counters of the
+    dispatch when the engine has one (docs/cache.md)."""
     c = dict.fromkeys(COMPUTE_COUNTERS, 0)
     c.update(dispatches=dispatches, waves=waves, lane_instructions=lane_instructions, tlb_hits=tlb_hits,
              tlb_misses=tlb_misses, pt_walks=walks)
@@ -130,6 +131,8 @@ def dispatch_counters(ops: dict[int, tuple[int, int]], *, waves: int, lane_instr
         c["bytes_stored"] += stored * per
         c["atomics"] += lanes if atomic else 0
         c["barriers"] += inst if op == I.OP_S_BARRIER else 0
+    if l2 is not None:
+        c.update(l2)
     return c
 
 

@@ -110,10 +110,14 @@ class _Stop(Exception):
         self.dispatch = dispatch    # 'preempted' inside a dispatch: its DispatchResume
 
 
-def default_compute_engine(name: str, ih):
+def default_compute_engine(name: str, ih, cus: int = 2, l2=None):
     """The compute units kmd.hw selects: the Cython core's ComputeEngine, or the
-    reference executor's under VGPU_HW=ref (both export one)."""
-    return ComputeEngine(name, ih)
+    reference executor's under VGPU_HW=ref (both export one), with `cus` compute
+    units (worker threads; the reference runs on one whatever the number), on the L2
+    model `l2` (kmd.hw.L2Cache) when the device has one."""
+    if l2 is not None:
+        return ComputeEngine(name, ih, threads=cus, l2=l2)
+    return ComputeEngine(name, ih, threads=cus)
 
 
 _COMPARE = (
@@ -124,11 +128,16 @@ _COMPARE = (
 
 class CommandProcessor:
     """One compute ring's command processor. `compute` is the ComputeEngine that
-    runs dispatches; by default it is made on the first dispatch."""
+    runs dispatches; by default it is made on the first dispatch, with `cus`
+    compute units. `l2`: the device's L2 model (kmd.hw.L2Cache, docs/cache.md) when
+    the mount has one: RELEASE_MEM and ACQUIRE_MEM then do their cache actions, and
+    the compute units go through it. Without it the cache bits change nothing."""
 
-    def __init__(self, name: str, ih, compute=None) -> None:
+    def __init__(self, name: str, ih, compute=None, cus: int = 2, l2=None) -> None:
         self.name, self.ih = name, ih
+        self.l2 = l2
         self._compute = compute
+        self._cus = cus
         self._running = False
         self._abort = False
         self._preempt = False
@@ -138,7 +147,7 @@ class CommandProcessor:
     @property
     def compute(self):
         if self._compute is None:
-            self._compute = default_compute_engine(self.name, self.ih)
+            self._compute = default_compute_engine(self.name, self.ih, self._cus, self.l2)
         return self._compute
 
     def abort(self) -> bool:
@@ -262,16 +271,18 @@ class CommandProcessor:
         if want is not None and len(body) != want:
             raise _Stop("fault", REASON_ILLEGAL_PACKET)
         try:
-            if op == P.PKT3_NOP or op == P.PKT3_ACQUIRE_MEM:
-                return  # ACQUIRE_MEM: no caches to invalidate, memory is coherent
-            if op == P.PKT3_SET_SH_REG:
+            if op == P.PKT3_NOP:
+                return
+            if op == P.PKT3_ACQUIRE_MEM:
+                self.cache_sync(P.acquire_mem_l2_actions(body[0]), res)
+            elif op == P.PKT3_SET_SH_REG:
                 self._set_sh_reg(body)
             elif op == P.PKT3_DISPATCH_DIRECT:
                 self._dispatch(pt, body, res)
             elif op == P.PKT3_INDIRECT_BUFFER:
                 self._indirect_buffer(pt, body, res)
             elif op == P.PKT3_RELEASE_MEM:
-                self._release_mem(pt, body)
+                self._release_mem(pt, body, res)
             elif op == P.PKT3_WAIT_REG_MEM:
                 self._wait_reg_mem(pt, body)
             elif op == P.PKT3_WRITE_DATA:
@@ -348,13 +359,25 @@ class CommandProcessor:
             raise _Stop("fault", REASON_MISALIGNED)
         return addr
 
-    def _release_mem(self, pt, body) -> None:
+    def cache_sync(self, actions: int, res: CpResult | None = None) -> dict:
+        """The L2 actions (vgpu.pm4 L2_* flags) of a RELEASE_MEM or ACQUIRE_MEM, or of
+        the KMD's job frame; their counters go to `res`. Nothing without an L2 model."""
+        if self.l2 is None or not actions:
+            return {}
+        counters = self.l2.sync(actions)
+        if res is not None:
+            res.count(counters)
+        return counters
+
+    def _release_mem(self, pt, body, res: CpResult) -> None:
         data_sel, int_sel, dst_sel = body[1] >> 29, body[1] >> 24 & 7, body[1] >> 16 & 3
         if data_sel > P.DATA_SEL_TIMESTAMP or int_sel > 3 or dst_sel > P.RELEASE_DST_TC_L2:
             raise _Stop("fault", REASON_ILLEGAL_PACKET)
         addr = body[2] | body[3] << 32
         # Dispatches run to completion before the next packet, so the end-of-pipe
-        # event has already happened when this packet runs.
+        # event has already happened when this packet runs; its cache actions are
+        # done before the data is written (what makes the data a release).
+        self.cache_sync(P.release_mem_l2_actions(body[0]), res)
         if data_sel == P.DATA_SEL_32:
             pt.write(self._aligned(addr, 4), struct.pack("<I", body[4]))
         elif data_sel == P.DATA_SEL_64:

@@ -15,7 +15,7 @@ import numpy as np
 from kmd.hw import compute as C
 from kmd.hw import wide_ref
 from kmd.hw.ih import InterruptRing
-from kmd.hw.mmu import PTE_EXEC, GpuFault
+from kmd.hw.mmu import PTE_EXEC, PTE_READ, PTE_WRITE, GpuFault
 from kmd.hw.run_control import RunControl
 from vgpu import isa as I
 
@@ -64,12 +64,15 @@ def _lanes(mask: int):
 class ComputeEngine(RunControl):
     """One compute unit (comp_0.0 ...): dispatch() runs one grid to completion, or
     until preempt(): abort() and preempt() stop it before the next instruction
-    (docs/preemption.md)."""
+    (docs/preemption.md). `l2`: the device's kmd.hw.l2_ref.L2Cache when the mount
+    models one (docs/cache.md): global and scalar memory then go through it."""
 
-    def __init__(self, name: str, ih: InterruptRing, threads: int = 2) -> None:
+    def __init__(self, name: str, ih: InterruptRing, threads: int = 2, l2=None) -> None:
         self.name = name
         self.ih = ih
         self.threads = threads          # the reference always runs on one thread
+        self.l2 = l2
+        self.l2_port = l2.port() if l2 is not None else None
 
     def dispatch(self, pt, code_va: int, *, sgprs: int, vgprs: int, lds_bytes: int,
                  grid: tuple[int, int, int], block: tuple[int, int, int],
@@ -98,6 +101,7 @@ class ComputeEngine(RunControl):
 class _Dispatch(wide_ref.WideOps):
     def __init__(self, engine, pt, code_va, sgprs, vgprs, lds_bytes, block, user_data):
         self.engine, self.pt, self.code_va = engine, pt, code_va
+        self.l2 = engine.l2_port
         self.sgprs, self.vgprs, self.lds_bytes = sgprs, vgprs, lds_bytes
         self.layout = C.wave_layout(block)
         self.user_data = user_data
@@ -113,11 +117,12 @@ class _Dispatch(wide_ref.WideOps):
         self.limit = engine._trigger if engine._trigger is not None else 1 << 64
 
     def result(self, status, wave, pc, reason=None, fault=None, trap_code=0):
+        l2 = self.l2.take_tally() if self.l2 is not None else None
         r = C.ComputeResult(status, reason, fault, pc, instructions=self.instructions,
                             lane_instructions=self.lane_instructions, trap_code=trap_code,
                             counters=C.dispatch_counters(self.ops, waves=self.waves,
                                                          lane_instructions=self.lane_instructions,
-                                                         dispatches=self.dispatches))
+                                                         dispatches=self.dispatches, l2=l2))
         if isinstance(wave, dict):      # _final_wave
             for name, value in wave.items():
                 setattr(r, name, value)
@@ -261,6 +266,8 @@ class _Dispatch(wide_ref.WideOps):
             info, inst, handler = self.fetch(w.pc)
             next_pc = w.pc + I.INST_BYTES
             active = bin(w.exec).count("1")
+            if self.l2 is not None:
+                self.l2.begin()
             new_pc = handler(w, inst) if handler else self.execute(w, info, inst)
             self.instructions += 1
             self.lane_instructions += active
@@ -556,16 +563,41 @@ class _Dispatch(wide_ref.WideOps):
 
     # -- memory helpers ---------------------------------------------------------------------
     def pt_read(self, va: int, n: int) -> bytes:
+        if self.l2 is not None:
+            return b"".join(self.l2.load(self.host(va + k, "read"), va + k, min(4, n - k))
+                            for k in range(0, n, 4))
         try:
             return self.pt.read(va, n)
         except GpuFault as f:
             raise C.WaveFault(f.reason, f) from None
 
     def pt_write(self, va: int, data: bytes) -> None:
+        if self.l2 is not None:
+            for k in range(0, len(data), 4):
+                self.l2.store(self.host(va + k, "write"), va + k, data[k:k + 4])
+            return
         try:
             self.pt.write(va, data)
         except GpuFault as f:
             raise C.WaveFault(f.reason, f) from None
+
+    def host(self, va: int, access: str) -> int:
+        """The host address of `va` for an access through the L2 model, which reaches
+        memory a dword at most at a time (as the core's lanes and s_load do): the
+        page-table check of pt.read/pt.write, per dword."""
+        host, flags = self.pt.translate(va & _M64) if va <= _M64 else (None, 0)
+        if host is None:
+            raise C.WaveFault(C.REASON_UNMAPPED, GpuFault(va & _M64, access, "unmapped"))
+        if not flags & (PTE_READ if access == "read" else PTE_WRITE):
+            raise C.WaveFault(C.REASON_PERMISSION, GpuFault(va, access, "permission"))
+        return host
+
+    def check_atomic(self, va: int) -> None:
+        """Through the L2, an atomic is one request: both permissions are checked
+        before it, read first (as the core does)."""
+        if self.l2 is not None:
+            self.host(va, "read")
+            self.host(va, "write")
 
     def gaddr(self, w, i, lane: int) -> int:
         if i.base == I.OPR_OFF:
@@ -612,6 +644,7 @@ class _Dispatch(wide_ref.WideOps):
         for l in _lanes(w.exec):
             addr = self.gaddr(w, i, l)
             self._aligned(addr, 4, "read")
+            self.check_atomic(addr)
             old, = struct.unpack("<I", self.pt_read(addr, 4))
             new = op(old, *(d[l] for d in data)) & _M32
             self.pt_write(addr, struct.pack("<I", new))

@@ -270,6 +270,7 @@ class WideOps:
         for l in [l for l in range(I.WAVE_SIZE) if w.exec >> l & 1]:
             addr = self.gaddr(w, i, l)
             self._aligned(addr, 8, "read")
+            self.check_atomic(addr)
             old = _Q.unpack(self.pt_read(addr, 8))[0]
             self.pt_write(addr, _Q.pack(fn(old, data[l], cmp[l])))
             if i.dst != I.OPR_OFF:

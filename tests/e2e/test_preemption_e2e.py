@@ -10,7 +10,6 @@ import pytest
 from tests.conftest import _mounted
 from tests.e2e.test_samples import passed, run_sample
 from tests.helpers import make_mount_dir, read_text, vgpu_cli
-from tests.kmd.test_preempt import needs_preempt
 
 LOW_ROUNDS = ["--low-rounds", "130000", "--arrive-after", "0.2"]   # LOW about a second
 
@@ -26,7 +25,6 @@ def gpu_order(out: str) -> list[str]:
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="a HIGH context needs root")
-@needs_preempt
 def test_preemption_sample_high_ends_before_low(long_timeout_mount):
     out = passed(run_sample("preemption", long_timeout_mount, *LOW_ROUNDS))
     assert "LOW was preempted and resumed" in out, out
@@ -47,7 +45,6 @@ def test_preemption_sample_without_preemption_high_waits(no_preempt_mount):
     assert order.index("LOW ends") < order.index("HIGH starts"), out
 
 
-@needs_preempt
 def test_timeslice_sample_two_processes_progress_together(vgpu_mount):
     out = passed(run_sample("timeslice", vgpu_mount, "--rounds", "20000", "--chunks", "6"))
     assert "the two jobs progressed together" in out, out
@@ -61,7 +58,6 @@ def test_timeslice_sample_without_preemption_runs_one_job_then_the_other(no_pree
     assert re.search(r"order of chunk ends: (A{6}B{6}|B{6}A{6})", out), out
 
 
-@needs_preempt
 def test_scheduling_options_in_debugfs_and_kmsg():
     for mount in _mounted("--vram", "16M", "--timeslice-ms", "3", "--heartbeat-ms", "200",
                           "--heartbeat-misses", "4"):

@@ -3,8 +3,8 @@ given `--device MOUNT/dev/dri/renderD128`: one device-path rule for all of them
 (samples/session.py add_device_argument). Each runs at its smallest size, in its own
 process, with an empty kernel cache; what a sample prints is checked by the sample's
 own test (test_sdma_e2e.py, test_compute_e2e.py, test_gpu_hang_sample.py,
-test_syncobj_timeline_sample.py, test_preemption_e2e.py, test_eviction_e2e.py), which run it through
-:func:`run_sample` too."""
+test_syncobj_timeline_sample.py, test_preemption_e2e.py, test_partitions_e2e.py,
+test_cache_model_e2e.py, test_eviction_e2e.py), which run it through :func:`run_sample` too."""
 import os
 import subprocess
 import sys
@@ -29,8 +29,13 @@ SAMPLES = {
     "sync_bug_ib_reuse": [],
     "preemption": ["--low-rounds", "40000", "--arrive-after", "0.05"],
     "timeslice": ["--rounds", "2000", "--chunks", "4"],
+    "partitions": [],
+    "cache_flush_bug": [],
     "vram_oversubscription": [],
 }
+#: The mount a sample needs, when not a plain one.
+MOUNTS = {"gpu_hang": "short_timeout_mount", "partitions": "partitions_mount",
+          "cache_flush_bug": "cache_model_mount"}     # the L2 model, or the bug cannot show
 UMD_SAMPLES = [name for name in SAMPLES if name.startswith("umd_")]
 DEVICE_PATHS = {"mount": "", "render-node": "dev/dri/renderD128"}   # --device, relative to the mount
 
@@ -58,8 +63,8 @@ def passed(r: subprocess.CompletedProcess) -> str:
 @pytest.mark.parametrize("path", DEVICE_PATHS.values(), ids=DEVICE_PATHS.keys())
 @pytest.mark.parametrize("name", SAMPLES)
 def test_sample_passes(name, path, request, tmp_path):
-    # gpu_hang waits for the ring timeout: 0.5 s instead of 2 s
-    mount = request.getfixturevalue("short_timeout_mount" if name == "gpu_hang" else "vgpu_mount")
+    # gpu_hang and partitions wait for the ring timeout: 0.5 s instead of 2 s
+    mount = request.getfixturevalue(MOUNTS.get(name, "vgpu_mount"))
     device = os.path.join(mount, path) if path else mount
     out = passed(run_sample(name, device, *SAMPLES[name], cache_dir=tmp_path))
     if name in UMD_SAMPLES:

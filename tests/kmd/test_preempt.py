@@ -5,6 +5,8 @@ The jobs that keep a ring busy poll a dword the test writes (SDMA POLL_REGMEM), 
 what runs when is decided by the test, never by a sleep being long enough; the
 checks are orders and results, never durations."""
 import errno
+import json
+import re
 import struct
 import time
 
@@ -12,8 +14,7 @@ import pytest
 
 from kmd import sched
 from kmd.device import Device
-from kmd.hw import SdmaEngine, SdmaIb
-from kmd.hw.cp import CommandProcessor
+from kmd.hw import SdmaIb
 from vgpu import uapi
 
 from .conftest import MiB
@@ -22,11 +23,6 @@ from .test_sched import new_ctx
 
 DMA = uapi.AMDGPU_HW_IP_DMA
 LOW, HIGH = uapi.AMDGPU_CTX_PRIORITY_LOW, uapi.AMDGPU_CTX_PRIORITY_HIGH
-
-
-#: the engines' side of preemption (engine.preempt, run(resume=)) is built apart (#15)
-ENGINES_PREEMPT = all(hasattr(cls, "preempt") for cls in (SdmaEngine, CommandProcessor))
-needs_preempt = pytest.mark.skipif(not ENGINES_PREEMPT, reason="the engines cannot preempt yet")
 
 
 def make_dev(timeout=1.0, **opts):
@@ -93,7 +89,6 @@ def b_dword(s, index):
 
 
 # -- preemption by priority -------------------------------------------------------------
-@needs_preempt
 def test_a_high_job_preempts_a_running_low_job_which_resumes_and_completes(devs):
     dev = devs()
     s = Setup(dev, root(dev))
@@ -115,6 +110,24 @@ def test_a_high_job_preempts_a_running_low_job_which_resumes_and_completes(devs)
     assert f"preempted job {job_lo} ctx {low}" in kmsg and "by priority" in kmsg
     text = ring(dev).describe()
     assert "preemptions:  1 (priority 1)" in text and f"last preempted: job {job_lo}" in text
+
+
+def test_a_preempted_job_whose_file_closes_is_dropped_not_resumed(devs):
+    dev = devs()
+    s1, s2 = Setup(dev, root(dev)), Setup(dev, root(dev))
+    lo = spin_then_fill(s1, 0, 1, new_ctx(s1, LOW))
+    until(lambda: running(dev, lo), "the LOW job runs")
+    hi = spin_then_fill(s2, 0, 2, new_ctx(s2, HIGH))      # preempts it, and holds the ring
+    until(lambda: running(dev, hi), "the HIGH job runs")
+    low_fence = fence_of(dev, lo)
+    dev.close_file(s1.f)
+    set_flag(s2, 0)
+    assert s2.wait(hi) == 0
+    until(lambda: low_fence.signaled, "the dropped job's fence signals")
+    assert low_fence.error != 0
+    job_lo = ring(dev).history[0][0]
+    rec = next(r for r in ring(dev).perf.records if r.job_id == job_lo)
+    assert rec.status == errno.errorcode[low_fence.error]          # skipped: it never resumed
 
 
 def test_a_normal_job_does_not_preempt_a_low_one(devs):
@@ -150,7 +163,6 @@ def test_no_preempt_keeps_the_job_boundary_order(devs):
 
 
 # -- time slicing -------------------------------------------------------------------------
-@needs_preempt
 def test_two_entities_of_one_priority_share_the_ring_in_time_slices(devs):
     dev = devs(timeslice=0.002)
     s = Setup(dev, root(dev))
@@ -183,7 +195,6 @@ def test_without_time_slicing_a_job_keeps_the_ring(devs):
 
 
 # -- the timeout counts a job's own run time ----------------------------------------------
-@needs_preempt
 def test_the_timeout_counts_only_the_time_a_job_ran(devs):
     """A LOW job preempted by HIGH jobs for longer than the timeout does not time out:
     it has run for less than the timeout. (Before preemption, it timed out at 1 s.)"""
@@ -240,7 +251,6 @@ def test_heartbeat_declares_a_non_preemptible_stuck_engine_hung(devs):
     until(lambda: not ring(dev).hb.pending, "the outstanding pulse is served")
 
 
-@needs_preempt
 def test_a_preemptible_long_job_answers_the_heartbeat(devs):
     """With preemption on, the pulse preempts the long job, runs, and the job resumes:
     no miss, no reset, the job's result is right."""
@@ -277,3 +287,41 @@ def test_invalid_options():
     for bad in ({"timeslice": -1}, {"heartbeat": -0.5}, {"heartbeat_misses": 0}):
         with pytest.raises(ValueError):
             sched.SchedOptions(**bad)
+
+
+# -- what shows a preemption: tracepoints and the timeline ---------------------------------
+def test_tracepoints_and_timeline_show_the_preemption(devs):
+    from vgpu_tools import timeline
+    from .test_trace import FIELDS, enable_all, parse
+    dev = devs()
+    s = Setup(dev, root(dev))
+    pipe = dev.trace.open_pipe()
+    enable_all(dev)
+    rec = dev.open_timeline()
+    low, high = new_ctx(s, LOW), new_ctx(s, HIGH)
+    lo = spin_then_fill(s, 0, 1, low)
+    until(lambda: running(dev, lo), "the LOW job runs")
+    hi = s.submit(SdmaIb().write_linear(VA_B + 4, [2]), ctx=high)
+    assert s.wait(hi) == 0
+    set_flag(s, 0)
+    assert s.wait(lo) == 0
+    job_lo = ring(dev).history[0][0]
+    events = parse(pipe.read(1 << 20).decode())
+    mine = [e for e in events if e["event"] in ("vgpu_job_preempt", "vgpu_job_resume")]
+    assert [e["event"] for e in mine] == ["vgpu_job_preempt", "vgpu_job_resume"]
+    for e in mine:
+        assert re.fullmatch(FIELDS[e["event"]], e["fields"]), e
+    assert mine[0]["fields"].startswith(f"sched_job={job_lo}, ring_name=sdma0, seqno={lo}, reason=priority")
+    assert mine[1]["fields"] == f"sched_job={job_lo}, ring_name=sdma0, seqno={lo}, preemptions=1"
+    runs = [e for e in events if e["event"] == "drm_run_job" and f"id={job_lo}," in e["fields"]]
+    assert len(runs) == 1                      # a resumed run is not a new drm_run_job
+    records = [json.loads(line) for line in rec.read(1 << 22).decode().splitlines()]
+    rec.close()
+    trace = timeline.build(records)["traceEvents"]
+    spans = [e for e in trace if e.get("cat") == "job" and e["args"]["job"] == job_lo]
+    assert [e["name"].endswith("(resumed)") for e in spans] == [False, True]
+    assert spans[0]["args"]["preempted_by"] == "priority" and spans[1]["args"]["run"] == "2 of 2"
+    assert spans[0]["ts"] + spans[0]["dur"] <= spans[1]["ts"]
+    hi_span = next(e for e in trace if e.get("cat") == "job" and e["args"]["seq"] == hi)
+    assert spans[0]["ts"] + spans[0]["dur"] <= hi_span["ts"] <= spans[1]["ts"]  # HIGH ran in the gap
+    assert any(e.get("ph") == "i" and e["name"] == "preempted (priority)" for e in trace)

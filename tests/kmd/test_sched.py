@@ -59,7 +59,8 @@ def test_high_priority_first(dev, root_client):
     last = [s.submit(SdmaIb().nop(), ctx=high) for _ in range(3)][-1]
     release(s)
     drain(s)
-    assert order(dev)[1:] == [high] * 3 + [low] * 3
+    # the blocker (NORMAL) may be preempted by the HIGH jobs and resume after them
+    assert [c for c in order(dev)[1:] if c != s.ctx] == [high] * 3 + [low] * 3
 
 
 def test_round_robin_within_a_priority(dev, client):
@@ -84,7 +85,7 @@ def test_starvation_bound(dev, root_client):
         s.submit(SdmaIb().nop(), ctx=high)
     release(s)
     drain(s)
-    ran = order(dev)[1:]
+    ran = [c for c in order(dev)[1:] if c != s.ctx]  # without the blocker, maybe preempted and resumed
     assert ran.index(low) == sched.STARVATION_LIMIT  # served after exactly LIMIT higher jobs
 
 

@@ -46,7 +46,22 @@ def check(obj, proto) -> None:
 
 def test_device_keeps_the_vdev_contract(dev):
     check(dev, K.KmdDevice)
+    check(dev, K.KmdGpu)
+    check(dev.partition, K.PartitionShare)
     check(dev.kmsg, K.KernelLog)
+
+
+def test_a_partitioned_gpu_keeps_the_vdev_contract():
+    from kmd.gpu import PartitionedGpu
+
+    gpu = PartitionedGpu(2, vram_size=4 * MiB, gtt_size=4 * MiB)
+    try:
+        check(gpu, K.KmdGpu)
+        check(gpu.kmsg, K.KernelLog)
+        for part in gpu.partitions:
+            check(part, K.KmdDevice)
+    finally:
+        gpu.shutdown()
 
 
 def test_objects_handed_to_vdev_keep_the_contract(dev):
