@@ -45,6 +45,7 @@ class Residency:
         self.evictions = 0     # BOs pushed out of their domain to make room
         self.bytes_moved = 0   # bytes of every move: evictions and moves back
         self.cause = None      # the DrmFile whose GEM_CREATE or CS is placing BOs (tracing)
+        self.system: dict[int, object] = {}   # BOs evicted to SYSTEM: at most VRAM + GTT's size
 
     # -- new BOs ---------------------------------------------------------------
     def place_new(self, size: int, align: int, domains: int, f) -> Placement:
@@ -78,6 +79,7 @@ class Residency:
         """Drop a freed (or closing) BO from the LRU lists: it is never moved again."""
         for lru in self.lru.values():
             lru.pop(id(bo), None)
+        self.system.pop(id(bo), None)
 
     # -- submission ------------------------------------------------------------
     def validate(self, bos, f=None) -> int:
@@ -163,13 +165,20 @@ class Residency:
 
     def _move(self, bo, domain: int) -> None:
         """Place `bo`'s file in `domain` (kmd.memory.DeviceMemory.move), then point its
-        domain, storage and every VM's PTEs at the new place. MemoryError: no room."""
+        domain, storage and every VM's PTEs at the new place. MemoryError: no room
+        (SYSTEM holds at most VRAM + GTT's size: its pages are tmpfs pages too, as
+        TTM limits system pages)."""
+        limit = self.memory.vram_allocator.size + self.memory.gtt_size
+        if domain == SYSTEM and sum(b.size for b in self.system.values()) + bo.size > limit:
+            raise MemoryError(f"SYSTEM holds {limit} bytes of evicted BOs at most")
         new = self.memory.move(bo.placement, domain, bo.size, bo.alignment)
         old = bo.domain
         self.forget(bo)
         bo.relocate(new, self.memory.storage(new))
         if domain in self.lru:
             self.lru[domain][id(bo)] = bo
+        elif domain == SYSTEM:
+            self.system[id(bo)] = bo
         self.bytes_moved += bo.size
         for f in self.dev.files.values():
             if f.vm.maps_bo(bo):
