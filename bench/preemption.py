@@ -8,7 +8,7 @@ kernels of samples/preemption.py (spin_hash, each IB bracketed by RELEASE_MEM GP
 timestamps on CLOCK_MONOTONIC):
 
 - *HIGH arrival -> start*: a LOW context starts a spin_hash of about a second
-  (4096 threads x 130,000 rounds); 0.3 s after its start timestamp a HIGH context
+  (4096 threads x 450,000 rounds); 0.3 s after its start timestamp a HIGH context
   submits a short spin_hash. Arrival is the client's clock just before the CS, start
   the HIGH IB's first timestamp. Median of the rounds, per mount.
 - *Cost when nothing preempts*: one NORMAL context runs a spin_hash job of about
@@ -28,7 +28,7 @@ from pathlib import Path
 from . import util
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
-LOW_ROUNDS, HIGH_ROUNDS, ARRIVE_AFTER = 130_000, 50, 0.3
+LOW_ROUNDS, HIGH_ROUNDS, ARRIVE_AFTER = 450_000, 50, 0.3
 COST_ROUNDS, COST_JOBS = 3_000, 8
 
 
