@@ -273,51 +273,39 @@ def cas_counter64(counter: uint64[:], n: int64):
             old = seen
 
 
+@umd.jit(device=True)
+def more_math(v, w, out, i):
+    # the same Numba-style calls on float64 and float32 arguments
+    out[0, i] = math.tan(v)
+    out[1, i] = math.atan(v)
+    out[2, i] = math.atan2(v, w)
+    out[3, i] = math.asin(v)
+    out[4, i] = math.acos(v)
+    out[5, i] = math.sinh(v)
+    out[6, i] = math.cosh(v)
+    out[7, i] = math.asinh(v)
+    out[8, i] = math.acosh(v)
+    out[9, i] = math.atanh(v)
+    out[10, i] = math.hypot(v, w)
+    out[11, i] = math.expm1(v)
+    out[12, i] = math.log1p(v)
+    out[13, i] = math.radians(v)
+    out[14, i] = math.degrees(v)
+    out[15, i] = math.erf(v)
+
+
 @umd.jit
 def more_math64(x: f64[:], y: f64[:], out: f64[:, :]):
     i = umd.grid(1)
     if i < x.size:
-        v = x[i]
-        out[0, i] = math.tan(v)
-        out[1, i] = math.atan(v)
-        out[2, i] = math.atan2(v, y[i])
-        out[3, i] = math.asin(v)
-        out[4, i] = math.acos(v)
-        out[5, i] = math.sinh(v)
-        out[6, i] = math.cosh(v)
-        out[7, i] = math.asinh(v)
-        out[8, i] = math.acosh(v)
-        out[9, i] = math.atanh(v)
-        out[10, i] = math.hypot(v, y[i])
-        out[11, i] = math.expm1(v)
-        out[12, i] = math.log1p(v)
-        out[13, i] = math.radians(v)
-        out[14, i] = math.degrees(v)
-        out[15, i] = math.erf(v)
+        more_math(x[i], y[i], out, i)
 
 
 @umd.jit
 def more_math32(x: f32[:], y: f32[:], out: f32[:, :]):
     i = umd.grid(1)
     if i < x.size:
-        v = x[i]
-        out[0, i] = math.tan(v)
-        out[1, i] = math.atan(v)
-        out[2, i] = math.atan2(v, y[i])
-        out[3, i] = math.asin(v)
-        out[4, i] = math.acos(v)
-        out[5, i] = math.sinh(v)
-        out[6, i] = math.cosh(v)
-        out[7, i] = math.asinh(v)
-        out[8, i] = math.acosh(v)
-        out[9, i] = math.atanh(v)
-        out[10, i] = math.hypot(v, y[i])
-        out[11, i] = math.expm1(v)
-        out[12, i] = math.log1p(v)
-        out[13, i] = math.radians(v)
-        out[14, i] = math.degrees(v)
-        out[15, i] = math.erf(v)
-
+        more_math(x[i], y[i], out, i)
 
 @umd.jit
 def draws(states: u64[:, :], raw: uint64[:, :], u32s: f32[:, :], u64s: f64[:, :], n32: f32[:],
