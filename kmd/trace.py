@@ -64,6 +64,10 @@ SYSTEM_OF = {event: system for system, events in EVENTS.items() for event in eve
 
 #: events trace_pipe's buffer holds before it overwrites the oldest
 PIPE_CAPACITY = 16384
+#: bytes an event counts for in buffer_size_kb: vgpu's buffer holds events, not
+#: bytes, so the file shows and takes the capacity at this nominal size per event
+#: (16,384 events show as 1024, Linux's order of magnitude)
+EVENT_BYTES = 64
 #: records one recording holds before it drops the oldest
 RECORD_CAPACITY = 1 << 17
 #: bytes of an ioctl's extra data kept in its record (a CS's chunks fit)
@@ -142,6 +146,15 @@ class TraceBuffer:
             items = [self._items.popleft() for _ in range(n)]
             lost, self.lost = self.lost, 0
             return lost, items
+
+    def resize(self, capacity: int) -> None:
+        """Hold `capacity` entries from now on; a shrink drops the oldest and counts
+        them as lost, as ring_buffer_resize() loses what no longer fits."""
+        with self._lock:
+            self.capacity = capacity
+            while len(self._items) > capacity:
+                self._items.popleft()
+                self.lost += 1
 
     def peek(self) -> tuple[list, int]:
         """(every entry now, entries ever written), nothing removed (the `trace` file)."""
@@ -310,6 +323,21 @@ class Tracer:
             self.tracing_on = int(text) != 0
             self._update()
 
+    def buffer_size_kb(self) -> str:
+        return f"{self.pipe.capacity * EVENT_BYTES // 1024}\n"
+
+    def set_buffer_size_kb(self, value: bytes) -> None:
+        """A write to buffer_size_kb: a whole number of KiB, at least 1 (EINVAL
+        otherwise), at most 64 times the default (ENOMEM past it: memory is bounded)."""
+        text = value.strip()
+        if not text.isdigit() or int(text) < 1:
+            raise KmdError(errno.EINVAL, f"buffer_size_kb takes a number of KiB >= 1, not {text[:16]!r}")
+        capacity = int(text) * 1024 // EVENT_BYTES
+        if capacity > 64 * PIPE_CAPACITY:
+            raise KmdError(errno.ENOMEM, f"buffer_size_kb {int(text)} is over the limit "
+                           f"{64 * PIPE_CAPACITY * EVENT_BYTES // 1024}")
+        self.pipe.resize(capacity)
+
     def open_pipe(self) -> Reader:
         return Reader(self.pipe, format_event, lost_line)
 
@@ -351,6 +379,9 @@ class Tracer:
             "trace_pipe": Stream(self.open_pipe),
             "trace": (self.trace_text, lambda data: self.pipe.clear()),
             "tracing_on": (lambda: f"{int(self.tracing_on)}\n", self.set_tracing_on),
+            "buffer_size_kb": (self.buffer_size_kb, self.set_buffer_size_kb),
+            # one buffer: Linux sums its per-CPU buffers here
+            "buffer_total_size_kb": self.buffer_size_kb,
             "trace_clock": lambda: "local global counter uptime perf [mono] mono_raw boot\n",
             "available_events": lambda: "".join(f"{SYSTEM_OF[n]}:{n}\n" for n in everything),
             "events": events,

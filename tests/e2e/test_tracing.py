@@ -129,21 +129,39 @@ for p in sys.argv[1:]:
     assert r.stdout.split() == ["EACCES"] * len(paths)
 
 
-def test_readers_that_never_read_or_read_slowly_do_not_hold_up_submissions(vgpu_mount):
+SLOW_READER = """
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
+out = os.open(sys.argv[2], os.O_WRONLY | os.O_APPEND)
+while not os.path.exists(sys.argv[3]):
+    try:
+        os.write(out, os.read(fd, 64))
+    except BlockingIOError:
+        pass
+    time.sleep(0.05)
+"""
+
+
+def test_readers_that_never_read_or_read_slowly_do_not_hold_up_submissions(vgpu_mount, tmp_path):
     tracing = os.path.join(vgpu_mount, TRACING)
+    write(f"{tracing}/buffer_size_kb", "1")  # 16 events: 60 jobs make about 400
+    assert read_text(f"{tracing}/buffer_size_kb") == "1\n"
     write(f"{tracing}/events/enable", "1")
-    idle = os.open(f"{tracing}/trace_pipe", os.O_RDONLY)  # opened, never read
+    idle = os.open(f"{tracing}/trace_pipe", os.O_RDONLY | os.O_NONBLOCK)  # opened, never read
     timeline = os.open(os.path.join(vgpu_mount, TRACING, "vgpu_timeline"), os.O_RDONLY)
-    slow = subprocess.Popen([sys.executable, "-c", "import os, sys, time\nfd = os.open(sys.argv[1], os.O_RDONLY)\n"
-                             "while True:\n    os.read(fd, 64)\n    time.sleep(0.05)\n", f"{tracing}/trace_pipe"],
+    seen, stop = tmp_path / "slow.out", tmp_path / "stop"
+    seen.write_bytes(b"")
+    slow = subprocess.Popen([sys.executable, "-c", SLOW_READER, f"{tracing}/trace_pipe", str(seen), str(stop)],
                             env=_env(), cwd=ROOT)
     try:
-        # 2,400 jobs: about 17,000 events, more than trace_pipe's buffer holds
-        r = run_client(SUBMITTER, vgpu_mount, 2400, check=True, timeout=600)
+        r = run_client(SUBMITTER, vgpu_mount, 60, check=True, timeout=600)
         assert r.stdout == "done\n"
-        # the buffer overwrote what nobody read, and says so to the next reader
-        first = os.read(idle, 256).decode()
-        assert re.match(r"CPU:\d+ \[LOST \d+ EVENTS\]\n", first), first
+        stop.write_bytes(b"")
+        assert slow.wait(timeout=60) == 0
+        # The buffer overwrote what nobody read and says so to the next reader: the
+        # slow one, or the idle one if the slow one did not read after the last loss.
+        text = seen.read_text() + os.read(idle, 1 << 16).decode()
+        assert re.search(r"^CPU:\d+ \[LOST \d+ EVENTS\]$", text, re.M), text
         ready, _, _ = select.select([timeline], [], [], 0)
         assert ready  # poll() says POLLIN: records are waiting
     finally:
@@ -151,6 +169,21 @@ def test_readers_that_never_read_or_read_slowly_do_not_hold_up_submissions(vgpu_
         slow.wait()
         os.close(idle)
         os.close(timeline)
+
+
+def test_buffer_size_kb_takes_a_positive_number(vgpu_mount):
+    path = os.path.join(vgpu_mount, TRACING, "buffer_size_kb")
+    assert read_text(path) == "1024\n"
+    for bad in ("0", "-4", "lots", "99999999"):
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, bad.encode())
+            raise AssertionError(f"buffer_size_kb took {bad!r}")
+        except OSError as e:
+            assert e.errno == (errno.ENOMEM if bad == "99999999" else errno.EINVAL), bad
+        finally:
+            os.close(fd)
+    assert read_text(path) == "1024\n"
 
 
 def test_a_reader_blocked_on_trace_pipe_can_be_interrupted(vgpu_mount):

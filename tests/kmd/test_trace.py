@@ -137,6 +137,26 @@ def test_a_full_buffer_drops_the_oldest_and_says_so(dev, client):
     parse("\n".join(lines[1:]))
 
 
+def test_buffer_size_kb_resizes_and_a_shrink_counts_what_it_drops(dev, client):
+    read, write = tracing(dev, "buffer_size_kb")
+    assert read() == "1024\n" == tracing(dev, "buffer_total_size_kb")()
+    enable_all(dev)
+    s = Setup(dev, client)
+    for _ in range(3):
+        copy_and_wait(s)
+    held = len(dev.trace.pipe)
+    assert held > 16
+    write(b"1\n")  # 16 events of a nominal 64 bytes
+    assert read() == "1\n" and len(dev.trace.pipe) == 16
+    lines = dev.trace.open_pipe().read(1 << 20).decode().splitlines()
+    assert lines[0].endswith(f"[LOST {held - 16} EVENTS]") and len(lines) == 17
+    for bad, err in ((b"0", errno.EINVAL), (b"x", errno.EINVAL), (b"-1", errno.EINVAL), (b"99999999", errno.ENOMEM)):
+        with pytest.raises(KmdError) as e:
+            write(bad)
+        assert e.value.errno == err
+    assert read() == "1\n"
+
+
 def test_trace_file_is_a_snapshot_and_a_write_clears_it(dev, client):
     enable_all(dev)
     copy_and_wait(Setup(dev, client))
