@@ -12,12 +12,16 @@ Runtime: Device, memory pool, SDMA copies, streams, events, kernel launch, debug
 switches (this half). Kernel compiler: umd.kernel, umd.types, umd.compiler.
 """
 from . import debug, memcheck, random
-from .array import DeviceArray, empty, empty_like, full, to_device, zeros
+from .array import (DeviceArray, as_cuda_array, device_array, device_array_like, empty, empty_like, full,
+                    is_cuda_array, to_device, zeros)
 from .copy import memcpy_dtod, memcpy_dtoh, memcpy_htod, memset, memset_d32
-from .device import Device, get_device, set_device, synchronize
+from .device import (Device, MemoryInfo, close_devices, get_device, list_devices, select_device, set_device,
+                     synchronize)
+from .devices import current_context, detect, get_current_device, gpus, is_available
 from .errors import (ArgumentTypeError, GPUError, GPUFault, GPUHang, KernelCompileError, LaunchError, OutOfMemory,
                      UMDError, VersionMismatch)
-from .event import Event, elapsed_time
+from .event import Event, elapsed_time, event
+from .host import MappedArray, mapped_array, pinned, pinned_array
 from .intrinsics import (activemask, all_sync, any_sync, atomic, atomic_add, atomic_cas, atomic_max, ballot_sync,
                          block_dim, block_idx, blockDim, blockIdx, brev, clz, const, ffs, fma, grid, grid_dim,
                          gridDim, gridsize, laneid, lanemask_lt, local, math, popc, shared, shared_array,
@@ -28,16 +32,25 @@ from .kernel import DeviceFunction, Kernel, jit, kernel
 from .memcheck import MemcheckError
 from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
 from .profiler import LaunchProfile, Profile, profile
-from .stream import Stream, default_stream
+from .stream import Stream, default_stream, stream
 from .types import Ptr, f32, f64, float32, float64, i32, i64, int32, int64, u32, u64, uint32, uint64
 
-device_array, device_array_like = empty, empty_like      # Numba's names
+# Numba's names. `umd.stream` and `umd.event` are these functions, as in Numba, not the
+# modules of the same names (import from umd.stream / umd.event for those).
+close = close_devices
+event_elapsed_time = elapsed_time
 
 
 def memory_stats(device: Device | None = None) -> dict:
     """The pool statistics of ``device`` (default: the current device): bytes in_use,
     cached, peak, and counters."""
     return (device or get_device()).pool.stats()
+
+
+def defer_cleanup(device: Device | None = None):
+    """``with umd.defer_cleanup():`` memory freed inside the block goes back to the
+    pool of ``device`` (default: the current device) only at its end (Numba's)."""
+    return (device or get_device()).pool.defer_cleanup()
 
 
 def empty_cache(device: Device | None = None) -> None:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import os
 import weakref
+from typing import NamedTuple
 
 import libvgpu
 from vgpu import uapi
+from vgpu.paths import node_path
 
 from . import debug, memcheck
+from .attributes import compute_capability, device_attribute
 from .debug import DebugFlag
 from .errors import UMDError, VersionMismatch
 from .memory import EventSlots, IbPool
@@ -80,10 +83,23 @@ def check_kmd(dev: libvgpu.Device) -> None:
                                   f"needs {rings}: {_UPGRADE_KMD}")
 
 
+class MemoryInfo(NamedTuple):
+    """Numba's ``Context.get_memory_info()``: bytes of VRAM free and in total."""
+    free: int
+    total: int
+
+
 class Device:
-    """An open vgpu device and the runtime's state for it. Use :func:`get_device`
-    (the current device) or ``Device(path)``; ``close()`` or ``with`` frees
-    everything in reverse order.
+    """An open vgpu device and the runtime's state for it: Numba's Device and its
+    Context in one. Use :func:`get_device` (the current device), ``umd.gpus[i]`` or
+    ``Device(path)``; ``close()`` frees everything in reverse order. ``with`` on a
+    device of ``umd.gpus`` makes it current for the block (Numba's ``with
+    cuda.gpus[i]:``); on one made with ``Device(path)`` it closes it at the end.
+
+    ``id`` is its index in :func:`list_devices` (the mount's render nodes in minor
+    order: a partition's number), ``pci_slot`` its PCI slot; Numba's attributes
+    (``MULTIPROCESSOR_COUNT``, ``WARP_SIZE``...) are read from the KMD
+    (umd/attributes.py).
 
     ``path`` (default ``VGPU_MOUNT``, else ``/tmp/vgpu``) is the mount point or a
     device node under it (``MOUNT/dev/dri/renderD128``, ``MOUNT/dev/dri/card0``):
@@ -101,11 +117,15 @@ class Device:
         self.mount = str(self.lv.mount)
         try:
             check_kmd(self.lv)
+            self.id, self.pci_slot = _find_node(self.lv)
+            self.compute_capability = compute_capability(self.lv.info)
         except BaseException:
             self.lv.close()
             raise
         v = self.lv.version
         self.name = f"{v.name} {v.major}.{v.minor}.{v.patchlevel} ({v.desc})"
+        self._listed = False          # kept by the device list (umd.gpus), see __enter__
+        self._outer: list = []        # the devices current before each `with` of a listed one
         self.pool = memcheck.pool_for(self)
         self.ib_pool = IbPool(self.lv)
         self.kernels: dict[bytes, object] = {}    # code object bytes -> LoadedKernel
@@ -114,6 +134,7 @@ class Device:
         self.streams: weakref.WeakSet = weakref.WeakSet()   # every live Stream adds itself
         self._default_stream = None    # made on first use by umd.stream.default_stream(device)
         self._event_slots: EventSlots | None = None
+        self.deferred_buffers: list = []   # (GpuBuffer, [(stream, mark)]): umd/host.py's mapped memory
         self.closed = False
 
     def synchronize(self) -> None:
@@ -146,6 +167,9 @@ class Device:
             self.kernels.clear()
             self.const_arrays.clear()
             self.ib_pool.free()
+            for buf, _ in self.deferred_buffers:
+                buf.free()
+            self.deferred_buffers.clear()
             if self._event_slots is not None:
                 self._event_slots.free()
             self.pool.release_all()
@@ -154,24 +178,92 @@ class Device:
             if _current is self:
                 _current = None
 
+    def __getattr__(self, name: str):
+        if name.isupper():
+            return device_attribute(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def get_memory_info(self) -> MemoryInfo:
+        """(free, total) bytes of the device's VRAM, from the KMD's memory info
+        (AMDGPU_INFO_MEMORY): the heap less what every process has allocated; the
+        pool's cached blocks count as allocated until :func:`umd.empty_cache`."""
+        heap = libvgpu.query_heap_info(self.lv, uapi.AMDGPU_GEM_DOMAIN_VRAM)
+        return MemoryInfo(max(heap.usable_heap_size - heap.heap_usage, 0), heap.total_heap_size)
+
+    @property
+    def device(self) -> "Device":
+        """Numba's ``Context.device``: the device and its context are one object here."""
+        return self
+
     def __enter__(self) -> "Device":
+        if self._listed:
+            self._outer.append(_current)
+            set_device(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        if not self._listed:
+            self.close()
+            return
+        global _current
+        outer = self._outer.pop()
+        _current = outer if outer is not None and not outer.closed else None
 
     def __repr__(self) -> str:
         return f"<umd.Device {self.mount}: {self.name}>"
 
 
+def _find_node(lv: libvgpu.Device) -> tuple[int, str]:
+    """(index, PCI slot) of the open node among the mount's devices (sysfs)."""
+    node = os.path.realpath(lv.node)
+    for i, d in enumerate(libvgpu.get_devices(lv.mount)):
+        if node in (os.path.realpath(d.render), os.path.realpath(d.primary)):
+            return i, d.pci_slot
+    raise UMDError(f"{lv.node} is not among the devices {lv.mount}/sys/class/drm lists")
+
+
 _current: Device | None = None
+#: The devices of umd.gpus / list_devices / select_device, by the real path of their
+#: node: one open Device per node for the process, as Numba has one context per device.
+_listed: dict[str, Device] = {}
+
+
+def _default_path() -> str:
+    return str(os.environ.get("VGPU_MOUNT") or DEFAULT_MOUNT)
+
+
+def _listed_device(path: str | os.PathLike) -> Device:
+    """The process's Device for ``path`` (a node, or a mount: its render node), opened
+    on first use."""
+    key = os.path.realpath(node_path(path))
+    dev = _listed.get(key)
+    if dev is None or dev.closed:
+        dev = Device(path)
+        dev._listed = True
+        _listed[key] = dev
+    return dev
+
+
+def list_devices(mount: str | os.PathLike | None = None) -> list[Device]:
+    """Every device of the mount (default: the current device's, else VGPU_MOUNT's),
+    in minor order: one, or one per partition (`vgpu mount --partitions N`). Each is
+    opened once per process and kept until :func:`close`."""
+    if mount is None:
+        mount = _current.mount if _current is not None and not _current.closed else _default_path()
+    try:
+        nodes = libvgpu.get_devices(mount)
+    except OSError as e:
+        raise UMDError(f"cannot list the vgpu devices at {mount}: {e.strerror or e}; mount one with "
+                       f"`vgpu mount {mount}` or set VGPU_MOUNT") from e
+    return [_listed_device(d.render) for d in nodes]
 
 
 def get_device() -> Device:
-    """The current device, opened at VGPU_MOUNT (or /tmp/vgpu) on first use."""
+    """The current device: on first use, the device at VGPU_MOUNT (or /tmp/vgpu; the
+    first partition of a partitioned mount), which is ``list_devices()[0]``."""
     global _current
     if _current is None or _current.closed:
-        _current = Device()
+        _current = _listed_device(_default_path())
     return _current
 
 
@@ -180,6 +272,26 @@ def set_device(dev: Device | str | os.PathLike) -> Device:
     global _current
     _current = dev if isinstance(dev, Device) else Device(dev)
     return _current
+
+
+def select_device(device_id: int) -> Device:
+    """Numba's select_device: make device ``device_id`` of :func:`list_devices` current."""
+    devices = list_devices()
+    if not 0 <= device_id < len(devices):
+        raise UMDError(f"select_device({device_id}): the mount has {len(devices)} devices "
+                       f"(0..{len(devices) - 1})")
+    return set_device(devices[device_id])
+
+
+def close_devices() -> None:
+    """Numba's cuda.close(): wait for and close every device of the process (listed
+    ones and the current one); the next call that needs a device opens it again."""
+    global _current
+    devices = list(_listed.values()) + ([_current] if _current is not None else [])
+    _listed.clear()
+    _current = None
+    for dev in devices:
+        dev.close()
 
 
 def synchronize() -> None:

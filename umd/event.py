@@ -21,10 +21,13 @@ from .trace import traced
 
 class Event:
     """A point in a stream of ``device`` (the current device if None), as cudaEvent_t.
-    Timing is always on: every record takes a GPU timestamp."""
+    Every record writes a GPU timestamp (it is how the event marks its place);
+    ``timing=False`` (Numba's, cudaEventDisableTiming) only makes
+    :meth:`elapsed_time` refuse the event, as CUDA does."""
 
-    def __init__(self, device: Device | None = None):
+    def __init__(self, device: Device | None = None, timing: bool = True):
         self.device = device if device is not None else get_device()
+        self.timing = timing
         self._slot = self.device.event_slots().acquire()
         self.stream = None
         self.mark = 0
@@ -37,7 +40,7 @@ class Event:
     def record(self, stream: Stream | None = None) -> "Event":
         """Record the event at the current end of ``stream`` (a stream of the event's
         device; default: that device's default stream)."""
-        s = stream if stream is not None else default_stream(self.device)
+        s = stream or default_stream(self.device)      # None, or Numba's 0
         if s.device is not self.device:
             raise UMDError(f"Event.record: the stream is on {s.device.mount}, the event on "
                            f"{self.device.mount}")
@@ -62,6 +65,11 @@ class Event:
         self._check_recorded("synchronize")
         debug.log(DebugFlag.SYNC, f"event {id(self):x} synchronize (mark {self.mark} of {self.stream.name})")
         self.stream.wait_mark(self.mark)
+
+    def wait(self, stream: Stream | None = None) -> None:
+        """Make later work on ``stream`` (default: the device's default stream) wait
+        for this event (Numba's Event.wait, cudaStreamWaitEvent)."""
+        (stream or default_stream(self.device)).wait_event(self)
 
     def fence(self):
         """The CS fence of the submission holding the event (None if already done)."""
@@ -94,7 +102,15 @@ class Event:
 
 def elapsed_time(start: Event, end: Event) -> float:
     """Milliseconds between two recorded events, from their GPU timestamps."""
+    for ev in (start, end):
+        if not ev.timing:
+            raise UMDError("elapsed_time: an event was made with timing=False")
     t0, t1 = start.timestamp(), end.timestamp()
     if not t0 or not t1:
         raise UMDError("elapsed_time: an event has no timestamp (was it recorded?)")
     return (t1 - t0) / 1e6
+
+
+def event(timing: bool = True) -> Event:
+    """Numba's cuda.event(timing=True): an Event of the current device."""
+    return Event(timing=timing)

@@ -29,16 +29,17 @@ import struct
 import numpy as np
 
 import libvgpu
+from vgpu import isa
 
 from . import debug, profiler
+from .attributes import MAX_GRID_DIM
 from .compiler import ArgSpec, CompiledKernel
 from .debug import DebugFlag
 from .errors import ArgumentTypeError, LaunchError
 from .stream import current_stream
 from .trace import traced
 
-MAX_BLOCK_THREADS = 1024
-MAX_GRID_DIM = (1 << 32) - 1
+MAX_BLOCK_THREADS = isa.MAX_BLOCK_THREADS
 _FORMATS = {"ptr": "<Q", "u32": "<I", "i32": "<i", "f32": "<f", "u64": "<Q", "i64": "<q",
             "f64": "<d"}
 _HIDDEN = {"__grid_dim_x": ("grid", 0), "__grid_dim_y": ("grid", 1), "__grid_dim_z": ("grid", 2),
@@ -190,23 +191,37 @@ def stage_host_arrays(compiled, args, stream):
     checked, copied to a device array for the launch, and copied back after it.
     A DeviceArray view that is not C-contiguous (``d[::2]``, ``d.T``) is staged the
     same way through a contiguous device copy: kernels index arrays in C order.
+    Mapped host arrays (umd.mapped_array) go in place; an object with
+    ``__cuda_array_interface__`` goes as the DeviceArray :func:`as_cuda_array` makes.
     Returns the arguments to pass and the (staged copy, original) pairs to copy back."""
-    from .array import DeviceArray, to_device
+    from .array import DeviceArray, as_cuda_array, is_cuda_array, to_device
     user = [a for a in compiled.args if not a.name.startswith("__")]
     named = isinstance(args, dict)
     items = [(a, args.get(a.name)) for a in user] if named else list(zip(user, args))
     out = dict(args) if named else list(args)
     back = []
     for k, (spec, value) in enumerate(items):
-        if spec.kind == "ptr" and isinstance(value, DeviceArray) and not value.is_c_contiguous():
+        if spec.kind != "ptr":
+            continue
+        if isinstance(value, np.ndarray) and hasattr(value, "ptr"):
+            # mapped host memory (umd.mapped_array): used in place
+            if value.device is not stream.device or not value.flags.c_contiguous:
+                raise LaunchError(f"{compiled.name}: argument {spec.name} is mapped memory of "
+                                  "another device, or a strided view of it; kernels take C-contiguous "
+                                  "mapped arrays of their stream's device")
+            continue
+        if not isinstance(value, (DeviceArray, np.ndarray)) and is_cuda_array(value):
+            value = as_cuda_array(value, device=stream.device)     # another library's array
+            out[spec.name if named else k] = value
+        if isinstance(value, DeviceArray) and not value.is_c_contiguous():
             check_array(compiled, spec, value)
             back.append((value.copy(stream), value))
             out[spec.name if named else k] = back[-1][0]
             continue
-        if spec.kind != "ptr" or not isinstance(value, np.ndarray):
+        if not isinstance(value, np.ndarray):
             continue
         check_array(compiled, spec, value)
-        dev = to_device(value, stream=stream)
+        dev = to_device(np.ascontiguousarray(value), stream=stream)     # kernels index in C order
         if value.flags.writeable:
             back.append((dev, value))
         out[spec.name if named else k] = dev

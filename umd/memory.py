@@ -22,6 +22,7 @@ nor the event module.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,7 +130,11 @@ class Allocation:
         return self.block.buf.bo
 
     def free(self) -> None:
-        if self.block is not None:
+        if self.block is None:
+            return
+        if self.pool.deferred is not None:     # inside umd.defer_cleanup(): at its end
+            self.pool.deferred.append(self)
+        else:
             self.pool.free(self)
 
     def __del__(self):
@@ -153,6 +158,8 @@ class MemoryPool:
         self._blocks: dict[int, Block] = {}         # ptr -> every block the pool owns
         self.in_use = self.cached = self.peak = 0
         self.allocs = self.hits = self.misses = self.frees = 0
+        self.deferred: list[Allocation] | None = None   # frees held by defer_cleanup()
+        self._defer_depth = 0
 
     # -- allocation -----------------------------------------------------------------
     def alloc(self, nbytes: int, what=None) -> Allocation:
@@ -227,6 +234,22 @@ class MemoryPool:
         self._free.setdefault(block.size, []).append(block)
         self.cached += block.size
         debug.log(DebugFlag.MEM, f"free {block.size:#x} block at {block.ptr:#x} (cached)")
+
+    @contextlib.contextmanager
+    def defer_cleanup(self):
+        """Hold every free until the outermost ``with`` ends (Numba's
+        defer_cleanup): memory freed inside is not reused inside."""
+        if self._defer_depth == 0:
+            self.deferred = []
+        self._defer_depth += 1
+        try:
+            yield
+        finally:
+            self._defer_depth -= 1
+            if self._defer_depth == 0:
+                held, self.deferred = self.deferred, None
+                for allocation in held:
+                    allocation.free()
 
     def empty_cache(self) -> None:
         """Free every cached block's BO (after the work that used them)."""

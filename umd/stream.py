@@ -24,6 +24,7 @@ blocks remember a mark and wait for it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno as E
 from dataclasses import dataclass, field
 
@@ -314,6 +315,15 @@ class Stream:
         """True when all work queued so far is done."""
         return self.query_mark(self.mark)
 
+    @contextlib.contextmanager
+    def auto_synchronize(self):
+        """``with stream.auto_synchronize():`` synchronizes the stream when the block
+        ends (Numba's), also when it raised."""
+        try:
+            yield self
+        finally:
+            self.synchronize()
+
     def wait_event(self, event) -> None:
         """Make later work on this stream wait for ``event`` (recorded on any stream)."""
         debug.log(DebugFlag.API, f"{self.name}.wait_event({event!r})")
@@ -344,5 +354,11 @@ def default_stream(device: Device | None = None) -> Stream:
 
 def current_stream(stream: Stream | None = None) -> Stream:
     """``stream``, or the current device's default stream: what a call without a
-    stream (memcpy_*, memset, launch_kernel) runs on."""
-    return stream if stream is not None else default_stream()
+    stream (memcpy_*, memset, launch_kernel) runs on. Numba's ``stream=0`` is the
+    default stream too."""
+    return stream or default_stream()        # None, or Numba's 0
+
+
+def stream(priority="normal") -> Stream:
+    """Numba's cuda.stream(): a new stream on the current device."""
+    return Stream(priority=priority)

@@ -77,7 +77,7 @@ def test_memcpy_round_trips_d2d_and_memset(vgpu_mount):
             d = umd.to_device(h)
             assert (d.copy_to_host() == h).all(), n
             e = umd.empty_like(d)
-            d.copy_to_device(e)
+            e.copy_to_device(d)
             assert (e.copy_to_host() == h).all(), n
             umd.memset(e.ptr + 1, 0xAB, n - 1) if n > 1 else None
             want = h.copy(); want[1:] = 0xAB; want[0] = h[0]
@@ -242,7 +242,7 @@ def test_objects_keep_their_device(vgpu_mount):
         assert a.device is other and umd.memory_stats(other)["in_use"] == 4096
         assert umd.memory_stats()["in_use"] == 0
         b = umd.empty_like(a, device=other)
-        a.copy_to_device(b)
+        b.copy_to_device(a)
         b.fill(2.0)
         ev = umd.Event(other).record()
         assert ev.stream is umd.default_stream(other) is not umd.default_stream()
