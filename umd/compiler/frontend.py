@@ -42,7 +42,7 @@ import numpy as np
 from umd import intrinsics as K
 from umd.types import PtrType, ScalarType, bool_, f32, f64, i32, i64, u32, u64
 
-from . import ir
+from . import ir, wraparound
 from .errors import KernelCompileError
 from .functions import DeviceFunction, JitFunction
 from .ir import const
@@ -282,6 +282,7 @@ class Scope:
     call_line: int | None = None            # the kernel line its IR is attributed to
     caller: "Scope | None" = None
     annotations: dict = dataclasses.field(default_factory=dict)
+    stores: dict = dataclasses.field(default_factory=dict)   # name -> times assigned
 
 
 class FunctionLowering:
@@ -292,6 +293,7 @@ class FunctionLowering:
         src = _source_of(pyfn)
         self.scope = Scope(pyfn, src.node.name, src, _environment(pyfn, extra_env))
         self.scope.annotations = self.annotations(pyfn, self.scope)
+        self.scope.stores = wraparound.store_counts(src.node)
         self.source_file = src.file
         self.first_line = src.first_line
         self.counter = 0
@@ -306,6 +308,7 @@ class FunctionLowering:
         self.inlines = 0
         self.locals_made = 0
         self.traps: dict[int, str] = {}
+        self.bounds: dict[int, int] = {}       # Var.id -> a lower bound (wraparound.py)
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -611,6 +614,7 @@ class FunctionLowering:
         if isinstance(end, ir.Var) and end.local:        # evaluated once, like Python
             end = self.emit("mov", self.temp(t, "end"), [end], st)
         positive = None
+        step_lb = self.lower_bound(step)
         if isinstance(step, ir.Const):
             upward = (ir.wrap32(step.value, i32) if step.type != u32 else step.value) > 0
             step = self.convert(step, t, st)
@@ -630,6 +634,9 @@ class FunctionLowering:
         user = self.local_for(name, t, st)
         ctr = self.new_local(f"{self.scope.prefix}{name}.ctr", t) if assigned else user
         self.emit("mov", ctr, [start], st)
+        counts_up = upward if positive is None else step_lb is not None and step_lb >= 0
+        if counts_up and self.scope.stores.get(name) == 1 and self.lower_bound(start) is not None:
+            self.bounds[ctr.id] = self.lower_bound(start)   # it only grows (a 0 step traps)
         header = []
         saved, self.block = self.block, header
         if positive is None:
@@ -668,7 +675,11 @@ class FunctionLowering:
         wider = _widened(v.type, value)
         if wider is not None:
             raise _Widen(v.name, wider)
-        self.emit("mov", v, [self.convert(value, v.type, node)], node)
+        value = self.convert(value, v.type, node)
+        self.emit("mov", v, [value], node)
+        name = v.name[len(self.scope.prefix):]
+        if self.scope.stores.get(name) == 1 and self.lower_bound(value) is not None:
+            self.bounds[v.id] = self.lower_bound(value)     # assigned once: its value's bound
 
     def snapshot(self, value, node):
         """A value that later assignments to a local variable do not change."""
@@ -778,12 +789,27 @@ class FunctionLowering:
                 raise self.error(node, f"an array index must be an integer, not {part.type!r}")
             if part.type == bool_ or part.type.wide:     # extents are i32: so are element numbers
                 part = self.convert(part, i32, node)
+            part = self.wrap_index(arr, k, part, node)
             if idx is None:
                 idx = part
             else:
                 idx = self.binop("add", self.binop("mul", idx, self.shape_of(arr, k), node),
                                  part, node)
         return idx
+
+    def wrap_index(self, arr, k: int, part, node):
+        """Numba's wraparound: a negative index counts from the end of dimension k
+        (wraparound.py); nothing to do for one that cannot be negative, nor on a
+        `Ptr[T]` (umd's C pointer, which may be a bare device address of no known size)."""
+        lb = self.lower_bound(part)
+        if lb is not None and lb >= 0 or isinstance(arr, ir.Var) and not arr.type.ndim:
+            return part
+        extent = self.shape_of(arr, k)
+        if isinstance(part, ir.Const):
+            return self.binop("add", part, extent, node)
+        negative = self.fold_or_emit("lt", bool_, [part, ir.Const(0, part.type)], node)
+        shift = self.fold_or_emit("select", i32, [negative, extent, ir.Const(0, i32)], node)
+        return self.fold_or_emit("add", i32, [part, shift], node)
 
     def subscript(self, node):
         """(array, element number) of an indexing expression, or (None, item) for a tuple."""
@@ -1153,8 +1179,29 @@ class FunctionLowering:
                     return q
                 return self.fold_or_emit("sub", t, [a, self.fold_or_emit("mul", t, [q, b], node)],
                                          node)
-            return self.int_floordiv(op, t, a, b, node)
-        return self.fold_or_emit(op, t, [a, b], node)
+            return self.bounded(op, self.int_floordiv(op, t, a, b, node), a, b)
+        return self.bounded(op, self.fold_or_emit(op, t, [a, b], node), a, b)
+
+    def lower_bound(self, v) -> int | None:
+        """A lower bound of an integer value, None if unknown (wraparound.py)."""
+        if isinstance(v, ir.Const):
+            return v.value if v.type.is_int else None
+        if not v.type.is_int:
+            return None
+        if isinstance(v, ir.Special) or v.type == bool_ or not v.type.signed:
+            return 0
+        if v.arg is not None and v.name.startswith("__"):      # dimensions and extents
+            return 0
+        return self.bounds.get(v.id)
+
+    def bounded(self, op, result, a, b):
+        """`result` (= op(a, b)), its lower bound recorded."""
+        if isinstance(result, ir.Var) and result.type.is_int:
+            lb = wraparound.lower_bound(op, self.lower_bound(a), self.lower_bound(b),
+                                        isinstance(b, ir.Const))
+            if lb is not None:
+                self.bounds[result.id] = lb
+        return result
 
     def int_floordiv(self, op, t, a, b, node):
         """Python's (and Numba's) integer // and %: the quotient floors, the remainder
@@ -1714,6 +1761,7 @@ class FunctionLowering:
         self.inline_stack.append(pyfn)
         try:
             scope.annotations = self.annotations(pyfn, scope)
+            scope.stores = wraparound.store_counts(fdef)
             ret = scope.annotations.get("return")
             if ret is not None:
                 if not isinstance(ret, ScalarType) or ret == bool_:

@@ -1,0 +1,49 @@
+"""Kernels written the way Numba CUDA's documentation and tutorials write them, for the
+kernel-language rows of docs/umd.md's Numba table: negative indices, print, the math
+functions Python's math module has, match_any/match_all, Python's builtins on mixed
+types. `cuda.` became `umd.` and each argument got its annotation; nothing else
+changed. tests/umd/test_kernel_language.py runs them against numpy."""
+import math
+
+import numpy as np
+
+import umd
+from umd import f32, f64, i32, i64, u32, u64
+
+
+# -- negative indices wrap around (Numba's default) ---------------------------------------
+@umd.jit
+def last_items(a: f32[:], m: f32[:, :], ends: f32[:], last_col: f32[:]):
+    i = umd.grid(1)
+    if i == 0:
+        ends[0] = a[-1]
+        ends[1] = a[-2]
+        ends[2] = m[-1, -1]
+    if i < m.shape[0]:
+        last_col[i] = m[i, -1]
+
+
+@umd.jit
+def reverse(a: f32[:], out: f32[:]):
+    i = umd.grid(1)
+    if i < a.size:
+        out[i] = a[-1 - i]                  # a run-time negative index
+
+
+@umd.jit
+def rotate_rows(m: i32[:, :], out: i32[:, :]):
+    i, j = umd.grid(2)
+    if i < m.shape[0] and j < m.shape[1]:
+        out[i, j] = m[i - 1, j - 3]        # row -1 is the last row, as in numpy
+
+
+@umd.jit
+def negative_shared_and_local(a: f32[:], out: f32[:]):
+    tile = umd.shared.array(32, f32)
+    loc = umd.local.array(4, f32)
+    t = umd.threadIdx.x
+    tile[t] = a[t]
+    loc[-1] = a[t] * 2
+    umd.syncthreads()
+    k = t - 1
+    out[t] = tile[k] + loc[3] + tile[-32]   # thread 0 reads tile[-1], the last one
