@@ -19,7 +19,7 @@ from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 4
+COMPILER_VERSION = 5
 
 
 def _unwrap(obj, env):
