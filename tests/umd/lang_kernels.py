@@ -47,3 +47,19 @@ def negative_shared_and_local(a: f32[:], out: f32[:]):
     umd.syncthreads()
     k = t - 1
     out[t] = tile[k] + loc[3] + tile[-32]   # thread 0 reads tile[-1], the last one
+
+
+# -- print -------------------------------------------------------------------------------
+@umd.jit
+def print_values(x: f32[:]):
+    i = umd.grid(1)
+    if i < x.size:
+        print("thread", i, x[i])
+
+
+@umd.jit
+def print_types(a: i64, b: u32, c: f64, d: u64):
+    if umd.grid(1) == 0:
+        print("i64", a, "u32", b, "f64", c, "u64", d, "bool", a < 0)
+        print()
+        print(-7, 2.5)

@@ -51,3 +51,32 @@ def test_nonnegative_indices_are_not_tested():
     """grid(1), thread ids and upward loop counters need no wraparound test."""
     asm = build(K.reverse).asm_text
     assert asm.count("v_cndmask") + asm.count("s_cselect") == 1       # only a[-1 - i]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_print_from_every_thread(engine):
+    """2 blocks of 32 threads, each prints once: every line once, in Numba's format
+    (an integer as %lld, a float32 as %f of its double); the order is unspecified."""
+    x = (RNG.standard_normal(64) * 100).astype(np.float32)
+    printed = {}
+    run(build(K.print_values), 2, 32, x, engine=engine, printed=printed)
+    want = ["thread %d %f" % (i, float(x[i])) for i in range(64)]
+    assert sorted(printed["lines"]) == sorted(want) and printed["dropped"] == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_print_formats_each_type(engine):
+    printed = {}
+    run(build(K.print_types), 1, 32, -(1 << 40), (1 << 32) - 1, 0.1, (1 << 64) - 1,
+        engine=engine, printed=printed)
+    assert printed["lines"] == [f"i64 {-(1 << 40)} u32 {(1 << 32) - 1} f64 0.100000 u64 "
+                                f"{(1 << 64) - 1} bool True", "", "-7 2.500000"]
+
+
+def test_print_buffer_full_drops_the_rest():
+    x = np.arange(64, dtype=np.float32)
+    printed = {}
+    record = 4 + 2 * 8                      # the format word, i and x[i]
+    run(build(K.print_values), 2, 32, x, print_bytes=10 * record, printed=printed)
+    assert len(printed["lines"]) == 10 and printed["dropped"] == 54
+    assert len(set(printed["lines"])) == 10

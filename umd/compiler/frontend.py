@@ -42,7 +42,7 @@ import numpy as np
 from umd import intrinsics as K
 from umd.types import PtrType, ScalarType, bool_, f32, f64, i32, i64, u32, u64
 
-from . import ir, wraparound
+from . import ir, prints, wraparound
 from .errors import KernelCompileError
 from .functions import DeviceFunction, JitFunction
 from .ir import const
@@ -308,6 +308,7 @@ class FunctionLowering:
         self.inlines = 0
         self.locals_made = 0
         self.traps: dict[int, str] = {}
+        self.prints: list[prints.Format] = []   # the print() sites (compiler/prints.py)
         self.bounds: dict[int, int] = {}       # Var.id -> a lower bound (wraparound.py)
 
     # -- helpers ---------------------------------------------------------------------
@@ -419,6 +420,7 @@ class FunctionLowering:
                            self.first_line, lds_bytes=self.lds)
         func.traps = dict(self.traps)
         func.consts = dict(self.consts)
+        func.prints = list(self.prints)
         return func
 
     @staticmethod
@@ -1321,6 +1323,8 @@ class FunctionLowering:
         if isinstance(fn, JitFunction):
             raise self.error(node, f"{name} is a kernel: kernels cannot call kernels; make it a "
                              "device function (@umd.jit(device=True)) to call it")
+        if fn is print:
+            return self.print_call(node)
         if node.keywords:
             raise self.error(node, f"{name}(): keyword arguments are not supported")
         args = [self.expr(a) for a in node.args]
@@ -1402,6 +1406,58 @@ class FunctionLowering:
             raise self.error(node, f"call to plain Python function {name!r}: decorate it with "
                              "@umd.jit(device=True) to call it from a kernel")
         raise self.error(node, f"call to unsupported function {name!r}")
+
+    def print_call(self, node):
+        """print(...) as Numba's (compiler/prints.py): string constants, integers and
+        floats, space-separated; one record appended to the launch's print buffer."""
+        if node.keywords:
+            raise self.error(node, "print(): keyword arguments (sep=, end=, file=) are not "
+                             "supported, as in Numba")
+        fmt, words = [], []
+        for a in node.args:
+            if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                fmt.append(["s", a.value])
+                continue
+            if isinstance(a, ast.Starred):
+                raise self.error(a, "unsupported construct: *unpacking")
+            v = self.expr(a)
+            if isinstance(v, _PyObject) and isinstance(v.obj, str):
+                fmt.append(["s", v.obj])
+                continue
+            self.check_value(v, a)
+            if v.type.is_float:
+                kind, bits = "f", self.fold_or_emit("bitcast", u64, [self.convert(v, f64, a)], a)
+            else:
+                kind = "b" if v.type == bool_ else "d" if v.type.signed else "u"
+                wide = self.convert(v, i64 if v.type.signed else u64, a)
+                bits = self.convert(wide, u64, a)
+            fmt.append([kind, ""])
+            words.append(self.convert(bits, u32, node))
+            words.append(self.convert(self.binop("shr", bits, ir.Const(32, u32), node), u32, node))
+        self.prints.append(fmt)
+        buf = self.print_buffer()
+        first = self.library("print_reserve", [buf, ir.Const(prints.record_bytes(fmt), u32)], node)
+        saved, self.block = self.block, []
+        self.emit("store", None, [first, ir.Const(len(self.prints), u32)], node, array=buf)
+        for k, w in enumerate(words, 1):
+            idx = self.fold_or_emit("add", i32, [first, ir.Const(k, i32)], node)
+            self.emit("store", None, [idx, w], node, array=buf)
+        stores, self.block = self.block, saved
+        fits = self.fold_or_emit("ge", bool_, [first, ir.Const(0, i32)], node)
+        self.block.append(ir.If(fits, stores, [], self.line(node)))
+        return None
+
+    def print_buffer(self) -> ir.Var:
+        """The hidden argument `__print_buf`: the launch's print buffer, seen as u32s."""
+        v = self.hidden.get(prints.ARG_NAME)
+        if v is None:
+            self.karg_offset = -(-self.karg_offset // 8) * 8
+            spec = ir.ArgSpec(prints.ARG_NAME, "ptr", self.karg_offset, 8, "u32", 0)
+            self.karg_offset += 8
+            v = ir.Var(prints.ARG_NAME, PtrType(u32), -len(self.args) - 1, arg=spec)
+            self.args.append(v)
+            self.hidden[prints.ARG_NAME] = v
+        return v
 
     def intrinsic(self, fn, name, node, args, nargs, values, discard):
         op = fn.name

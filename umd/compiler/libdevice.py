@@ -672,3 +672,13 @@ def block_count(pred):
     n = cnt[0]
     gpu.syncthreads()
     return n
+
+
+def print_reserve(buf, nbytes):
+    # a print() record's first word in the print buffer (compiler/prints.py has the
+    # layout), or -1 when it does not fit: then the drop is counted instead
+    off = gpu.atomic.add(buf, 0, nbytes)
+    if off + nbytes > buf[2]:
+        gpu.atomic.add(buf, 1, 1)
+        return -1
+    return i32(off >> 2) + 4
