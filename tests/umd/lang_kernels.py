@@ -63,3 +63,58 @@ def print_types(a: i64, b: u32, c: f64, d: u64):
         print("i64", a, "u32", b, "f64", c, "u64", d, "bool", a < 0)
         print()
         print(-7, 2.5)
+
+
+# -- the math functions Numba takes from Python's math module ------------------------------
+@umd.jit(device=True)
+def special_functions(x, y, out, i):
+    out[i, 0] = math.fmod(x[i], y[i])
+    out[i, 1] = math.erfc(x[i])
+    out[i, 2] = math.gamma(x[i])
+    out[i, 3] = math.lgamma(x[i])
+
+
+@umd.jit(device=True)
+def float_parts(x, y, k, out, ex, flags, i):
+    out[i, 0] = math.copysign(y[i], x[i])
+    out[i, 1] = umd.cbrt(x[i])
+    m, e = math.frexp(x[i])
+    out[i, 2] = m
+    ex[i] = e
+    out[i, 3] = math.ldexp(x[i], k[i])
+    flags[i] = math.isnan(x[i]) + 2 * math.isinf(x[i]) + 4 * math.isfinite(x[i])
+
+
+@umd.jit
+def special64(x: f64[:], y: f64[:], out: f64[:, :]):
+    i = umd.grid(1)
+    if i < x.size:
+        special_functions(x, y, out, i)
+
+
+@umd.jit
+def special32(x: f32[:], y: f32[:], out: f32[:, :]):
+    i = umd.grid(1)
+    if i < x.size:
+        special_functions(x, y, out, i)
+
+
+@umd.jit
+def parts64(x: f64[:], y: f64[:], k: i32[:], out: f64[:, :], ex: i32[:], flags: i32[:]):
+    i = umd.grid(1)
+    if i < x.size:
+        float_parts(x, y, k, out, ex, flags, i)
+
+
+@umd.jit
+def parts32(x: f32[:], y: f32[:], k: i32[:], out: f32[:, :], ex: i32[:], flags: i32[:]):
+    i = umd.grid(1)
+    if i < x.size:
+        float_parts(x, y, k, out, ex, flags, i)
+
+
+@umd.jit
+def select_and_cbrt(p: i32[:], a: f32[:], b: i32[:], out: f32[:]):
+    i = umd.grid(1)
+    if i < out.size:
+        out[i] = umd.selp(p[i] > 0, a[i], b[i]) + math.cbrt(f32(8.0))

@@ -60,7 +60,9 @@ _PY_MATH = {getattr(pymath, n): r for n, r in (
     ("isfinite", "isfinite"), ("tan", "tan"), ("atan", "atan"), ("atan2", "atan2"),
     ("asin", "asin"), ("acos", "acos"), ("sinh", "sinh"), ("cosh", "cosh"), ("asinh", "asinh"),
     ("acosh", "acosh"), ("atanh", "atanh"), ("hypot", "hypot"), ("expm1", "expm1"),
-    ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"), ("erf", "erf"))}
+    ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"), ("erf", "erf"),
+    ("erfc", "erfc"), ("gamma", "gamma"), ("lgamma", "lgamma"), ("fmod", "fmod"),
+    ("frexp", "frexp"), ("ldexp", "ldexp")) + (("cbrt", "cbrt"),) * hasattr(pymath, "cbrt")}
 _NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32, np.float64: f64, np.int64: i64,
                 np.uint64: u64}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
@@ -1512,6 +1514,13 @@ class FunctionLowering:
             ft, it = (f64, u64) if op == "from_bits64" else (f32, u32)
             x = args[0] if args[0].type != bool_ else self.convert(args[0], it, node)
             return self.fold_or_emit("bitcast", ft, [self.convert(x, it, node)], node)
+        if op == "selp":            # Numba's cuda.selp(pred, a, b)
+            nargs(3)
+            values()
+            t = self.unify(args[1], args[2])
+            return self.fold_or_emit("select", t, [self.truth(args[0], node),
+                                                   self.convert(args[1], t, node),
+                                                   self.convert(args[2], t, node)], node)
         if op.startswith("math."):
             return self.math(op[5:], name, node, args, nargs, values)
         if op.startswith("warp."):
@@ -1575,9 +1584,11 @@ class FunctionLowering:
     def math(self, mname, name, node, args, nargs, values):
         """umd.math.X and Python's math.X (the `i` forms return integers, as Python's
         math.floor/ceil/trunc do)."""
-        binary = mname in ("fmin", "fmax", "pow", "copysign", "atan2", "hypot")
+        binary = mname in ("fmin", "fmax", "pow", "copysign", "atan2", "hypot", "fmod", "ldexp")
         nargs(3 if mname == "fma" else 2 if binary else 1)
         values()
+        if mname in ("frexp", "ldexp"):
+            return self.frexp_ldexp(mname, node, args)
         if mname in ("isnan", "isinf", "isfinite"):
             x = args[0]
             if not x.type.is_float:
@@ -1630,10 +1641,32 @@ class FunctionLowering:
                     "pow": "pow64", "tan": "tan64", "atan": "atan64", "atan2": "atan2_64",
                     "asin": "asin64", "acos": "acos64", "sinh": "sinh64", "cosh": "cosh64",
                     "asinh": "asinh64", "acosh": "acosh64", "atanh": "atanh64",
-                    "hypot": "hypot64", "expm1": "expm1_64", "log1p": "log1p64", "erf": "erf64"}
+                    "hypot": "hypot64", "expm1": "expm1_64", "log1p": "log1p64", "erf": "erf64",
+                    "erfc": "erfc64", "gamma": "gamma64", "lgamma": "lgamma64", "fmod": "fmod64",
+                    "cbrt": "cbrt64"}
     # the functions the vISA has no float32 instruction for
     _VIA_F64 = {"tan", "atan", "atan2", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
-                "atanh", "hypot", "expm1", "log1p", "erf"}
+                "atanh", "hypot", "expm1", "log1p", "erf", "erfc", "gamma", "lgamma", "fmod",
+                "cbrt"}
+
+    def frexp_ldexp(self, mname, node, args):
+        """math.frexp(x) -> (m, e) and math.ldexp(x, e), on f32 and f64 (an integer x
+        as f64, as Python's): the float64 routines, whose f32 results are exact."""
+        x = args[0]
+        t = x.type if x.type.is_float else f64
+        x64 = self.convert(x, f64, node)
+        if mname == "ldexp":
+            if not args[1].type.is_int:
+                raise self.error(node, f"math.ldexp(x, i): i must be an integer, not {args[1].type!r}")
+            e = args[1]
+            if e.type.wide:             # clamp before the 32-bit routine sees it
+                e = self.fold_or_emit("min", e.type, [e, ir.Const(1 << 20, e.type)], node)
+                if e.type.signed:
+                    e = self.fold_or_emit("max", e.type, [e, ir.Const(-(1 << 20), e.type)], node)
+            r = self.library("ldexp64", [x64, self.convert(e, i32, node)], node)
+            return self.convert(r, t, node)
+        m, e = self.library("frexp64", [x64], node).items
+        return _Tuple([self.convert(m, t, node), e])
 
     def math_f64(self, mname, node, args):
         """A math function with a 64-bit operand: the result is f64."""
