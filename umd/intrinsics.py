@@ -125,6 +125,8 @@ shfl_xor_sync = Intrinsic("warp.shfl_xor_sync", "umd.shfl_xor_sync")     # (mask
 ballot_sync = Intrinsic("warp.ballot_sync", "umd.ballot_sync")  # (mask, predicate) -> u32
 any_sync = Intrinsic("warp.any_sync", "umd.any_sync")           # (mask, predicate) -> bool
 all_sync = Intrinsic("warp.all_sync", "umd.all_sync")           # (mask, predicate) -> bool
+match_any_sync = Intrinsic("warp.match_any_sync", "umd.match_any_sync")   # (mask, value) -> u32
+match_all_sync = Intrinsic("warp.match_all_sync", "umd.match_all_sync")   # -> (u32, bool)
 activemask = Intrinsic("warp.activemask", "umd.activemask")     # () -> u32
 lanemask_lt = Intrinsic("warp.lanemask_lt", "umd.lanemask_lt")  # () -> u32: the lanes below
 syncwarp = Intrinsic("warp.syncwarp", "umd.syncwarp")           # (mask=0xffffffff)
@@ -146,4 +148,5 @@ __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "threadIdx", "blo
            "threadfence_system", "fma", "cbrt", "selp",
            "atomic", "atomic_add", "atomic_max", "atomic_cas", "math", "warpsize", "laneid",
            "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync",
-           "any_sync", "all_sync", "activemask", "lanemask_lt", "syncwarp", "popc", "ffs", "clz", "brev"]
+           "any_sync", "all_sync", "match_any_sync", "match_all_sync", "activemask", "lanemask_lt",
+           "syncwarp", "popc", "ffs", "clz", "brev"]

@@ -118,3 +118,21 @@ def select_and_cbrt(p: i32[:], a: f32[:], b: i32[:], out: f32[:]):
     i = umd.grid(1)
     if i < out.size:
         out[i] = umd.selp(p[i] > 0, a[i], b[i]) + math.cbrt(f32(8.0))
+
+
+# -- match_any_sync / match_all_sync -----------------------------------------------------------
+@umd.jit
+def match(v32: i32[:], v64: i64[:], vf: f64[:], any32: u32[:], any64: u32[:], anyf: u32[:],
+          all32: u32[:, :], all64: u32[:, :]):
+    i = umd.grid(1)
+    if i < v32.size:                    # a ragged size: the last wave is partial
+        mask = umd.activemask()
+        any32[i] = umd.match_any_sync(mask, v32[i])
+        any64[i] = umd.match_any_sync(mask, v64[i])
+        anyf[i] = umd.match_any_sync(mask, vf[i])
+        m, p = umd.match_all_sync(mask, v32[i])
+        all32[i, 0] = m
+        all32[i, 1] = p
+        m, p = umd.match_all_sync(mask, v64[i] // 32)
+        all64[i, 0] = m
+        all64[i, 1] = p

@@ -178,3 +178,34 @@ def test_selp_and_cbrt(engine):
     out = np.zeros(5, np.float32)
     run(build(K.select_and_cbrt), 1, 32, p, a, b, out, engine=engine)
     np.testing.assert_array_equal(out, np.where(p > 0, a, b.astype(np.float32)) + 2)
+
+
+def _waves(n):
+    """(first thread, active-lane mask) of each 32-lane wave of a 1-D launch over n."""
+    for w in range(0, n, 32):
+        yield w, (1 << min(32, n - w)) - 1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_match_any_and_all(engine):
+    n = 77                                      # two full waves and one of 13 lanes
+    rng = np.random.default_rng(7)
+    v32 = rng.integers(-2, 2, n).astype(np.int32)
+    v64 = (rng.integers(0, 3, n) << 40).astype(np.int64)     # differ in the high word only
+    v64[64:] = (np.arange(64, n) // 32) * 32 + 5             # one value on the last wave
+    vf = rng.choice([0.0, -0.0, 1.5, np.nan], n)             # bits: -0.0 is not 0.0
+    outs = [np.zeros(n, np.uint32) for _ in range(3)] + [np.zeros((n, 2), np.uint32) for _ in range(2)]
+    run(build(K.match), 3, 32, v32, v64, vf, *outs, engine=engine)
+    any32, any64, anyf, all32, all64 = outs
+    bits = vf.view(np.uint64)
+    for w, live in _waves(n):
+        lanes = range(w, min(w + 32, n))
+        for vals, got in ((v32, any32), (v64, any64), (bits, anyf)):
+            for i in lanes:
+                want = sum(1 << (j - w) for j in lanes if vals[j] == vals[i])
+                assert got[i] == want, (i, got[i], want)
+        for vals, got in ((v32, all32), (v64 // 32, all64)):
+            same = all(vals[j] == vals[w] for j in lanes)
+            for i in lanes:
+                assert tuple(got[i]) == ((live, 1) if same else (0, 0)), (i, tuple(got[i]))
+    assert all64[64:, 1].all() and not all64[:64, 1].any()

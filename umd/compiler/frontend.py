@@ -1549,6 +1549,19 @@ class FunctionLowering:
             nargs(0)
             below = self.binop("shl", const(1, u32), self.convert(self.laneid(node), u32, node), node)
             return self.binop("sub", below, const(1, u32), node)
+        if kind in ("match_any_sync", "match_all_sync"):
+            # compared as bits, 32 or 64 of them, as CUDA's __match_*_sync
+            nargs(2)
+            values()
+            v = args[1]
+            if v.type.is_float:
+                v = self.fold_or_emit("bitcast", u64 if v.type.wide else u32, [v], node)
+            elif v.type == bool_:
+                v = self.convert(v, i32, node)
+            mask = self.convert(args[0], u32, node)
+            if kind == "match_any_sync":
+                return self.library("match_any", [mask, v], node)
+            return _Tuple(list(self.library("match_all", [mask, v], node).items))
         if kind in ("ballot_sync", "any_sync", "all_sync"):
             nargs(2)
             values()

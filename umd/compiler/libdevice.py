@@ -921,3 +921,27 @@ def print_reserve(buf, nbytes):
         gpu.atomic.add(buf, 1, 1)
         return -1
     return i32(off >> 2) + 4
+
+
+def match_any(mask, value):
+    # CUDA's __match_any_sync: the lanes of mask running this call whose value has this
+    # lane's bits. One round per distinct value: the lowest lane left broadcasts its
+    # value, the lanes holding it take the ballot as their result
+    todo = gpu.ballot_sync(mask, True)
+    res = u32(0)
+    while todo != 0:
+        v = gpu.shfl_sync(0xFFFFFFFF, value, gpu.ffs(todo) - 1)
+        same = gpu.ballot_sync(mask, value == v)
+        if value == v:
+            res = same
+        todo = todo & ~same
+    return res
+
+
+def match_all(mask, value):
+    # CUDA's __match_all_sync: (mask, True) when every lane of mask running this call
+    # has the lowest one's value, else (0, False)
+    live = gpu.ballot_sync(mask, True)
+    v = gpu.shfl_sync(0xFFFFFFFF, value, gpu.ffs(live) - 1)
+    ok = gpu.ballot_sync(mask, value == v) == live
+    return (mask if ok else u32(0)), ok
