@@ -136,3 +136,86 @@ def match(v32: i32[:], v64: i64[:], vf: f64[:], any32: u32[:], any64: u32[:], an
         m, p = umd.match_all_sync(mask, v64[i] // 32)
         all64[i, 0] = m
         all64[i, 1] = p
+
+
+# -- idioms of Numba's documentation and tutorials -------------------------------------------
+@umd.jit
+def histogram_floor(x: f32[:], hist: i32[:]):
+    i = umd.grid(1)
+    if i >= x.shape[0]:                 # the early return of the tutorials
+        return
+    b = math.floor(x[i] * 4)            # an integer, as in Python and Numba
+    if 0 <= b < hist.shape[0]:
+        umd.atomic.add(hist, b, 1)
+
+
+@umd.jit
+def mixed_builtins(x: f32[:], out: f32[:, :], iout: i32[:, :]):
+    i = umd.blockDim.x * umd.blockIdx.x + umd.threadIdx.x
+    if i < x.size:
+        out[i, 0] = min(x[i], 1)
+        out[i, 1] = max(x[i], 0)
+        out[i, 2] = abs(x[i])
+        out[i, 3] = float(i) / 2
+        iout[i, 0] = int(x[i])
+        iout[i, 1] = round(x[i])
+        iout[i, 2] = abs(i - 40)
+        iout[i, 3] = min(i, 7, 9)
+
+
+@umd.jit
+def double_chained(a: f32[:, :], out: f32[:, :]):
+    i, j = umd.grid(2)
+    if i < a.shape[0] and j < a.shape[1]:
+        out[i][j] = a[i][j] * 2         # a[i] is a row, as in Numba
+        out[i][j] += 1
+
+
+@umd.jit(device=True)
+def row_sum(row):
+    s = 0.0
+    for j in range(len(row)):
+        s += row[j]
+    return s
+
+
+@umd.jit
+def row_sums(a: f32[:, :], out: f32[:], counts: i32[:, :]):
+    i = umd.grid(1)
+    if i < a.shape[0]:
+        row = a[i]
+        out[i] = row_sum(row)
+        umd.atomic.add(counts[i % 2], i % 3, 1)
+
+
+@umd.jit
+def cube_rows(a: i32[:, :, :], out: i32[:, :]):
+    i, j = umd.grid(2)
+    if i < a.shape[0] and j < a.shape[1]:
+        plane = a[i]
+        line = plane[j]
+        out[i, j] = line[0] + line[-1] + a[i, j][line.shape[0] - 1] + plane.shape[1]
+
+
+@umd.jit
+def divmod_and_collatz(a: i32[:], q: i32[:], r: i32[:], steps: i32[:]):
+    i = umd.grid(1)
+    if i < a.size:
+        q[i], r[i] = divmod(a[i], 7)
+        n = abs(a[i]) + 1
+        k = 0
+        while True:
+            if n <= 1:
+                break
+            n = n // 2 if n % 2 == 0 else 3 * n + 1
+            k += 1
+        steps[i] = k
+
+
+@umd.jit
+def running_reverse(x: f32[:], out: f32[:]):
+    if umd.grid(1) == 0:
+        acc = 0.0
+        for k in range(x.size - 1, -1, -1):
+            acc = acc * 0.5 + x[k]
+        out[0] = acc

@@ -209,3 +209,68 @@ def test_match_any_and_all(engine):
             for i in lanes:
                 assert tuple(got[i]) == ((live, 1) if same else (0, 0)), (i, tuple(got[i]))
     assert all64[64:, 1].all() and not all64[:64, 1].any()
+
+
+# -- idioms of Numba's documentation and tutorials ---------------------------------------------
+@pytest.mark.parametrize("engine", ENGINES)
+def test_histogram_with_math_floor_index(engine):
+    x = RNG.uniform(-1, 3, 100).astype(np.float32)
+    hist = np.zeros(8, np.int32)
+    run(build(K.histogram_floor), 4, 32, x, hist, engine=engine)
+    b = np.floor(x * np.float32(4)).astype(int)
+    np.testing.assert_array_equal(hist, np.bincount(b[(b >= 0) & (b < 8)], minlength=8))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_builtins_on_mixed_types(engine):
+    x = RNG.uniform(-3, 3, 77).astype(np.float32)
+    x[:4] = [2.5, -2.5, 0.5, 1.5]                       # round() halves to even, as Python's
+    out, iout = np.zeros((77, 4), np.float32), np.zeros((77, 4), np.int32)
+    run(build(K.mixed_builtins), 3, 32, x, out, iout, engine=engine)
+    i = np.arange(77)
+    np.testing.assert_array_equal(out, np.stack([np.minimum(x, 1), np.maximum(x, 0), abs(x),
+                                                 i / 2], 1).astype(np.float32))
+    np.testing.assert_array_equal(iout, np.stack([x.astype(np.int32), [round(float(v)) for v in x],
+                                                  abs(i - 40), np.minimum(i, 7)], 1))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_row_views(engine):
+    a = RNG.standard_normal((19, 23)).astype(np.float32)
+    out = np.zeros_like(a)
+    run(build(K.double_chained), (3, 3), (8, 8), a, out, engine=engine)
+    np.testing.assert_array_equal(out, a * 2 + 1)
+    sums, counts = np.zeros(19, np.float32), np.zeros((2, 3), np.int32)
+    run(build(K.row_sums), 1, 32, a, sums, counts, engine=engine)
+    np.testing.assert_allclose(sums, a.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
+    want = np.zeros((2, 3), np.int32)
+    for r in range(19):
+        want[r % 2, r % 3] += 1
+    np.testing.assert_array_equal(counts, want)
+    c = RNG.integers(-9, 9, (5, 6, 7)).astype(np.int32)
+    got = np.zeros((5, 6), np.int32)
+    run(build(K.cube_rows), (1, 1), (8, 8), c, got, engine=engine)
+    np.testing.assert_array_equal(got, c[:, :, 0] + 2 * c[:, :, -1] + 7)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_divmod_while_true_and_reverse_range(engine):
+    a = RNG.integers(-50, 50, 70).astype(np.int32)
+    q, r, steps = (np.zeros_like(a) for _ in range(3))
+    run(build(K.divmod_and_collatz), 3, 32, a, q, r, steps, engine=engine)
+    np.testing.assert_array_equal(q, a // 7)
+    np.testing.assert_array_equal(r, a % 7)
+
+    def collatz(n):
+        k = 0
+        while n > 1:
+            n, k = (n // 2 if n % 2 == 0 else 3 * n + 1), k + 1
+        return k
+    np.testing.assert_array_equal(steps, [collatz(abs(int(v)) + 1) for v in a])
+    x = RNG.standard_normal(50).astype(np.float32)
+    out = np.zeros(1, np.float32)
+    run(build(K.running_reverse), 1, 32, x, out, engine=engine)
+    acc = np.float32(0)
+    for v in x[::-1]:
+        acc = np.float32(acc * np.float32(0.5) + v)
+    assert out[0] == acc

@@ -148,6 +148,23 @@ class LocalArray:
     type = None
 
 
+class _View:
+    """`a[i]` of a 2-D or 3-D array (Numba's row view), known at compile time: the
+    array and the leading indices; indexing it indexes the array (`a[i][j]` is
+    `a[i, j]`), and it has the remaining dimensions' shape."""
+
+    def __init__(self, arr, prefix: list) -> None:
+        self.arr, self.prefix = arr, prefix
+
+    @property
+    def name(self) -> str:
+        return getattr(self.arr, "name", "a shared array")
+
+    @property
+    def elem(self) -> ScalarType:
+        return _elem(self.arr)
+
+
 class _Missing:
     pass
 
@@ -172,7 +189,7 @@ def _hashable(obj) -> bool:
 
 
 def _is_array(v) -> bool:
-    return isinstance(v, (ir.SharedArray, LocalArray)) or (
+    return isinstance(v, (ir.SharedArray, LocalArray, _View)) or (
         isinstance(v, ir.Var) and isinstance(v.type, PtrType))
 
 
@@ -760,11 +777,15 @@ class FunctionLowering:
 
     # -- arrays ----------------------------------------------------------------------
     def ndim_of(self, arr) -> int:
+        if isinstance(arr, _View):
+            return self.ndim_of(arr.arr) - len(arr.prefix)
         if isinstance(arr, ir.Var):
             return arr.type.ndim or 1
         return len(arr.shape)
 
     def shape_of(self, arr, k: int):
+        if isinstance(arr, _View):
+            return self.shape_of(arr.arr, len(arr.prefix) + k)
         if isinstance(arr, ir.Var) and arr.name in self.consts:    # a constant array's own
             return ir.Const(self.consts[arr.name][1][k], i32)
         if isinstance(arr, ir.Var):
@@ -772,7 +793,7 @@ class FunctionLowering:
         return ir.Const(arr.shape[k], i32)
 
     def array_name(self, arr) -> str:
-        return arr.name if isinstance(arr, (ir.Var, LocalArray)) else "a shared array"
+        return arr.name if isinstance(arr, (ir.Var, LocalArray, _View)) else "a shared array"
 
     def flat_index(self, arr, indices: list, node):
         """The element number of arr[indices] (row-major)."""
@@ -847,6 +868,15 @@ class FunctionLowering:
                              "argument, a shared or a local array) or a tuple")
         idx = self.expr(sl)
         parts = idx.items if isinstance(idx, _Tuple) else [idx]
+        if isinstance(base, _View):
+            base, parts = base.arr, base.prefix + parts
+        nd = self.ndim_of(base)
+        if len(parts) < nd and not (isinstance(base, ir.Var) and not base.type.ndim):
+            for part in parts:                      # a row view: a[i] of a 2-D array
+                self.check_value(part, node)
+                if not part.type.is_int:
+                    raise self.error(node, f"an array index must be an integer, not {part.type!r}")
+            return None, _View(base, parts)
         return base, self.flat_index(base, parts, node)
 
     def load(self, arr, idx, node):
@@ -1368,6 +1398,10 @@ class FunctionLowering:
         if fn is pow:
             nargs(2)
             return self.binop("pow", args[0], args[1], node)
+        if fn is divmod:
+            nargs(2)
+            return _Tuple([self.binop("floordiv", args[0], args[1], node),
+                           self.binop("mod", args[0], args[1], node)])
         if fn is round:
             nargs(1)
             values()
@@ -1785,6 +1819,10 @@ class FunctionLowering:
         if len(args) != n:
             raise self.error(node, f"{qualname}() takes {n} arguments: {what}")
         arr = args[0]
+        if isinstance(arr, _View) and kind != "compare_and_swap":      # a row: index the array
+            index = args[1]
+            parts = index.items if isinstance(index, _Tuple) else [index]
+            arr, args = arr.arr, [arr.arr, _Tuple(arr.prefix + parts)] + list(args[2:])
         if not (isinstance(arr, ir.SharedArray) or (isinstance(arr, ir.Var) and isinstance(arr.type, PtrType))):
             raise self.error(node, f"{qualname}(): the first argument must be an array argument or a "
                              "shared array")

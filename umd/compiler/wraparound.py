@@ -9,7 +9,8 @@ constant).  The proof is a lower bound carried by each value the frontend makes:
 - a constant is its own bound; thread and block ids, the launch's dimensions and the
   arrays' extents (the hidden arguments) are >= 0; a bool is >= 0;
 - `a + b`, `a - c` (c a constant), `a * b` (both >= 0), `min`, `max`, and `//`, `%`,
-  `>>`, `&` of values >= 0 follow the usual interval rules;
+  `>>`, `&` of values >= 0 follow the usual interval rules; `a % c` with a constant
+  c > 0 is >= 0 whatever a is (Python's modulo takes the divisor's sign);
 - a variable the function assigns once has the bound of that value (a device
   function's parameter, assigned by the call only, that of its argument); a `for`
   counter counting up (a constant positive step, or a variable one that is >= 0 as
@@ -41,6 +42,8 @@ def store_counts(fdef: ast.AST) -> Counter:
 def lower_bound(op: str, a: int | None, b: int | None, b_const: bool) -> int | None:
     """A lower bound of `op(x, y)` given those of x (`a`) and y (`b`), None if unknown;
     `b_const` says y is a constant (so `x - y` is bounded)."""
+    if op == "mod" and b_const and b is not None and b > 0:
+        return 0                                # Python's %: the divisor's sign
     if op == "sub":
         return a - b if a is not None and b is not None and b_const else None
     if op == "and" and (a is not None and a >= 0 or b is not None and b >= 0):
