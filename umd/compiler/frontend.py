@@ -513,7 +513,7 @@ class FunctionLowering:
             elif isinstance(st.target, ast.Subscript):
                 arr, idx = self.subscript(st.target)
                 if arr is None:
-                    raise self.error(st, "a tuple item cannot be assigned")
+                    raise self.not_assignable(st, idx)
                 cur = self.load(arr, idx, st)
                 val = self.binop(op, cur, self.expr(st.value), st)
                 self.store(arr, idx, val, st)
@@ -753,10 +753,18 @@ class FunctionLowering:
         elif isinstance(target, ast.Subscript):
             arr, idx = self.subscript(target)
             if arr is None:
-                raise self.error(node, "a tuple item cannot be assigned")
+                raise self.not_assignable(node, idx)
             self.store(arr, idx, value, node)
         else:
             raise self.error(node, f"unsupported assignment target: {self.describe(target)}")
+
+    def not_assignable(self, node, item) -> KernelCompileError:
+        if isinstance(item, _View):
+            n, nd = len(item.prefix), self.ndim_of(item.arr)
+            return self.error(node, f"{n} {'index' if n == 1 else 'indices'} for a {nd}-D array "
+                              f"{self.array_name(item.arr)!r}: a row cannot be assigned as a whole "
+                              "(index every dimension)")
+        return self.error(node, "a tuple item cannot be assigned")
 
     def what(self, value) -> str:
         if _is_array(value):
