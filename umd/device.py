@@ -135,6 +135,7 @@ class Device:
         self._default_stream = None    # made on first use by umd.stream.default_stream(device)
         self._event_slots: EventSlots | None = None
         self.deferred_buffers: list = []   # (GpuBuffer, [(stream, mark)]): umd/host.py's mapped memory
+        self._print_buffers = None     # umd.kernel_print.PrintBuffers, made by the first print
         self.closed = False
 
     def synchronize(self) -> None:
@@ -148,6 +149,13 @@ class Device:
         if self._event_slots is None:
             self._event_slots = EventSlots(self.lv)
         return self._event_slots
+
+    def print_buffers(self):
+        """The device's print buffers (kernels that call print(), umd/kernel_print.py)."""
+        if self._print_buffers is None:
+            from .kernel_print import PrintBuffers
+            self._print_buffers = PrintBuffers(self.lv)
+        return self._print_buffers
 
     def close(self) -> None:
         """Wait for the device, then free kernels, buffers and the DRM file."""
@@ -172,6 +180,8 @@ class Device:
             self.deferred_buffers.clear()
             if self._event_slots is not None:
                 self._event_slots.free()
+            if self._print_buffers is not None:
+                self._print_buffers.free()
             self.pool.release_all()
             self.lv.close()
             global _current
