@@ -254,3 +254,14 @@ def running_reverse(x: f32[:], out: f32[:]):
         for k in range(x.size - 1, -1, -1):
             acc = acc * 0.5 + x[k]
         out[0] = acc
+
+
+# a global numpy array, frozen into the kernel as a constant (Numba's rule)
+SMOOTHING = np.array([0.25, 0.5, 0.25], np.float32)
+
+
+@umd.jit
+def smooth(x: f32[:], out: f32[:]):
+    i = umd.grid(1)
+    if 1 <= i < x.size - 1:
+        out[i] = SMOOTHING[0] * x[i - 1] + SMOOTHING[1] * x[i] + SMOOTHING[2] * x[i + 1]

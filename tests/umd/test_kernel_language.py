@@ -299,3 +299,16 @@ def test_divmod_while_true_and_reverse_range(engine):
     for v in x[::-1]:
         acc = np.float32(acc * np.float32(0.5) + v)
     assert out[0] == acc
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_global_numpy_array_is_a_constant(engine):
+    x = RNG.standard_normal(70).astype(np.float32)
+    out = np.zeros_like(x)
+    compiled = build(K.smooth)
+    assert [a.name for a in compiled.args if a.name.startswith("__const")] == ["__const_0"]
+    run(compiled, 3, 32, x, out, engine=engine)
+    c = K.SMOOTHING
+    want = np.zeros_like(x)
+    want[1:-1] = c[0] * x[:-2] + c[1] * x[1:-1] + c[2] * x[2:]
+    np.testing.assert_array_equal(out, want)

@@ -1143,6 +1143,8 @@ class FunctionLowering:
             return ir.float_literal(float(obj))
         if isinstance(obj, tuple) and all(isinstance(v, (bool, int, float, np.number, tuple)) for v in obj):
             return _Tuple([self.python_value(v, node) for v in obj])
+        if isinstance(obj, np.ndarray):     # Numba freezes a global array as a constant
+            return self.frozen_array(obj, node, f"the global array {ast.unparse(node)}")
         return _PyObject(obj)
 
     def truth(self, x, node):
@@ -1807,9 +1809,13 @@ class FunctionLowering:
         if not isinstance(obj, np.ndarray):
             raise self.error(node, "umd.const.array_like() takes a numpy array defined outside "
                              f"the kernel (a global or closure variable), not {ast.unparse(node.args[0])}")
+        return self.frozen_array(obj, node, "umd.const.array_like()")
+
+    def frozen_array(self, obj: np.ndarray, node, what: str):
+        """The hidden argument of a numpy array frozen into the kernel (const_array)."""
         t = _dtype_of(obj.dtype)
         if t in (None, _MISSING) or not 1 <= obj.ndim <= 3 or obj.size == 0:
-            raise self.error(node, f"umd.const.array_like(): a 1-3 dimensional, non-empty array of "
+            raise self.error(node, f"{what}: a 1-3 dimensional, non-empty array of "
                              f"a kernel type (f32, i32, u32, f64, i64, u64), not {obj.dtype} "
                              f"{obj.shape}")
         data = np.ascontiguousarray(obj).tobytes()
