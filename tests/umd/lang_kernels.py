@@ -49,6 +49,41 @@ def negative_shared_and_local(a: f32[:], out: f32[:]):
     out[t] = tile[k] + loc[3] + tile[-32]   # thread 0 reads tile[-1], the last one
 
 
+@umd.jit
+def halving_sum(a: f32[:], out: f32[:]):
+    buf = umd.shared.array(64, f32)
+    t = umd.threadIdx.x
+    buf[t] = a[t]
+    umd.syncthreads()
+    s = 32
+    while s > 0:                        # s is assigned 32, then s // 2: never negative
+        if t < s:
+            buf[t] += buf[t + s]
+        umd.syncthreads()
+        s //= 2
+    if t == 0:
+        out[0] = buf[0]
+
+
+@umd.jit
+def guarded_gather(idx: i32[:], a: f32[:], out: f32[:]):
+    i = umd.grid(1)
+    if i < idx.size:
+        k = idx[i]
+        if k < a.size:
+            if 0 <= k:                  # the guard: k needs no wraparound here
+                out[i] = a[k]
+
+
+@umd.jit
+def shifted(a: f32[:], out: f32[:]):
+    i = umd.grid(1)
+    if i < a.size:
+        k = i
+        k -= 3                          # assigned twice, the second time maybe negative
+        out[i] = a[k]
+
+
 # -- print -------------------------------------------------------------------------------
 @umd.jit
 def print_values(x: f32[:]):
@@ -219,3 +254,14 @@ def running_reverse(x: f32[:], out: f32[:]):
         for k in range(x.size - 1, -1, -1):
             acc = acc * 0.5 + x[k]
         out[0] = acc
+
+
+# a global numpy array, frozen into the kernel as a constant (Numba's rule)
+SMOOTHING = np.array([0.25, 0.5, 0.25], np.float32)
+
+
+@umd.jit
+def smooth(x: f32[:], out: f32[:]):
+    i = umd.grid(1)
+    if 1 <= i < x.size - 1:
+        out[i] = SMOOTHING[0] * x[i - 1] + SMOOTHING[1] * x[i] + SMOOTHING[2] * x[i + 1]

@@ -49,10 +49,35 @@ def test_negative_indices_of_shared_and_local_arrays(engine):
     np.testing.assert_array_equal(out, np.roll(a, 1) + a * 2 + a[0])
 
 
+def _selects(kernel):
+    asm = build(kernel).asm_text
+    return asm.count("v_cndmask") + asm.count("s_cselect")
+
+
 def test_nonnegative_indices_are_not_tested():
-    """grid(1), thread ids and upward loop counters need no wraparound test."""
-    asm = build(K.reverse).asm_text
-    assert asm.count("v_cndmask") + asm.count("s_cselect") == 1       # only a[-1 - i]
+    """grid(1), thread ids, upward loop counters, variables whose every assignment is
+    non-negative and indices under a `>= 0` guard need no wraparound test."""
+    assert _selects(K.reverse) == 1                     # only a[-1 - i]
+    assert _selects(K.halving_sum) == 0
+    assert _selects(K.guarded_gather) == 0
+    assert _selects(K.shifted) == 1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_variables_assigned_negative_values_wrap(engine):
+    a = RNG.standard_normal(45).astype(np.float32)
+    out = np.zeros_like(a)
+    run(build(K.shifted), 2, 32, a, out, engine=engine)
+    np.testing.assert_array_equal(out, a[np.arange(45) - 3])
+    idx = RNG.integers(-60, 60, 70).astype(np.int32)
+    got = np.full(70, -7.0, np.float32)
+    run(build(K.guarded_gather), 3, 32, idx, a, got, engine=engine)
+    ok = (idx >= 0) & (idx < 45)
+    np.testing.assert_array_equal(got, np.where(ok, a[np.clip(idx, 0, 44)], -7.0))
+    total = np.zeros(1, np.float32)
+    x = RNG.standard_normal(64).astype(np.float32)
+    run(build(K.halving_sum), 1, 64, x, total, engine=engine)
+    np.testing.assert_allclose(total[0], x.astype(np.float64).sum(), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -274,3 +299,16 @@ def test_divmod_while_true_and_reverse_range(engine):
     for v in x[::-1]:
         acc = np.float32(acc * np.float32(0.5) + v)
     assert out[0] == acc
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_global_numpy_array_is_a_constant(engine):
+    x = RNG.standard_normal(70).astype(np.float32)
+    out = np.zeros_like(x)
+    compiled = build(K.smooth)
+    assert [a.name for a in compiled.args if a.name.startswith("__const")] == ["__const_0"]
+    run(compiled, 3, 32, x, out, engine=engine)
+    c = K.SMOOTHING
+    want = np.zeros_like(x)
+    want[1:-1] = c[0] * x[:-2] + c[1] * x[1:-1] + c[2] * x[2:]
+    np.testing.assert_array_equal(out, want)

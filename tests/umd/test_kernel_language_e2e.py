@@ -42,11 +42,16 @@ def test_print_buffer_full_reports_the_drops(vgpu_mount):
            "bytes) was full" in r.stderr
 
 
-def test_negative_indices_on_device_arrays(vgpu_mount):
+def test_negative_indices_and_global_arrays_on_device_arrays(vgpu_mount):
     ok(client("""
         from tests.umd import lang_kernels as K
         a = np.arange(77, dtype=np.float32)
         out = umd.device_array(77, np.float32)
         K.reverse[3, 32](umd.to_device(a), out)
         assert (out.copy_to_host() == a[::-1]).all()
+        # a global numpy array in a kernel: a constant uploaded with the kernel
+        sm = np.zeros(77, np.float32)
+        K.smooth[3, 32](a, sm)
+        c = K.SMOOTHING
+        assert (sm[1:-1] == c[0] * a[:-2] + c[1] * a[1:-1] + c[2] * a[2:]).all()
     """, vgpu_mount))

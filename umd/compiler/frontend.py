@@ -104,6 +104,14 @@ class _Widen(Exception):
         self.name, self.type = name, type_
 
 
+class _Unbounded(Exception):
+    """A variable assumed non-negative (every assignment so far was) is assigned a
+    value that may be negative: restart with it known unbounded (wraparound.py)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 def _widened(current: ScalarType, value) -> ScalarType | None:
     """The type a variable of type `current` must become to hold `value`, or None.
 
@@ -305,9 +313,11 @@ class Scope:
 
 
 class FunctionLowering:
-    def __init__(self, pyfn, declared: dict[str, ScalarType], extra_env: dict | None = None) -> None:
+    def __init__(self, pyfn, declared: dict[str, ScalarType], extra_env: dict | None = None,
+                 unbounded: set | None = None) -> None:
         self.pyfn = pyfn
         self.declared = dict(declared)
+        self.unbounded = set(unbounded or ())   # variables that may be negative (wraparound)
         self.extra_env = extra_env
         src = _source_of(pyfn)
         self.scope = Scope(pyfn, src.node.name, src, _environment(pyfn, extra_env))
@@ -605,9 +615,32 @@ class FunctionLowering:
 
     def if_stmt(self, st) -> None:
         cond = self.condition(st.test)
+        saved = self.guard(st.test, st.body)
         then = self.sub_block(st.body)
+        self.unguard(saved)
         else_ = self.sub_block(st.orelse)
         self.block.append(ir.If(cond, then, else_, self.line(st)))
+
+    def guard(self, test, body) -> dict:
+        """Give the variables an `if` test bounds below (wraparound.guarded_names) those
+        bounds for its true branch; returns what unguard() puts back."""
+        saved = {}
+        stored = {n.id for b in body for n in ast.walk(b)
+                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        for name, lb in wraparound.guarded_names(test).items():
+            v = self.locals.get(name)
+            if isinstance(v, ir.Var) and v.type.is_int and name not in stored and \
+                    self.scope.stores.get(name) == 1:
+                saved[v.id] = self.bounds.get(v.id)
+                self.bounds[v.id] = max(lb, self.bounds.get(v.id, lb))
+        return saved
+
+    def unguard(self, saved: dict) -> None:
+        for vid, lb in saved.items():               # the guard holds in the branch only
+            if lb is None:
+                self.bounds.pop(vid, None)
+            else:
+                self.bounds[vid] = lb
 
     def for_stmt(self, st) -> None:
         if st.orelse:
@@ -656,8 +689,10 @@ class FunctionLowering:
         ctr = self.new_local(f"{self.scope.prefix}{name}.ctr", t) if assigned else user
         self.emit("mov", ctr, [start], st)
         counts_up = upward if positive is None else step_lb is not None and step_lb >= 0
-        if counts_up and self.scope.stores.get(name) == 1 and self.lower_bound(start) is not None:
-            self.bounds[ctr.id] = self.lower_bound(start)   # it only grows (a 0 step traps)
+        start_lb = self.lower_bound(start) if counts_up else None   # it only grows (0 traps)
+        self.bound_assignment(user, start_lb)
+        if user.id in self.bounds:
+            self.bounds[ctr.id] = self.bounds[user.id]
         header = []
         saved, self.block = self.block, header
         if positive is None:
@@ -698,14 +733,29 @@ class FunctionLowering:
             raise _Widen(v.name, wider)
         value = self.convert(value, v.type, node)
         self.emit("mov", v, [value], node)
-        name = v.name[len(self.scope.prefix):]
-        if self.scope.stores.get(name) == 1 and self.lower_bound(value) is not None:
-            self.bounds[v.id] = self.lower_bound(value)     # assigned once: its value's bound
+        self.bound_assignment(v, self.lower_bound(value))
+
+    def bound_assignment(self, v: ir.Var, lb: int | None) -> None:
+        """A variable assigned once has its value's bound; one assigned several times
+        is assumed >= 0 until an assignment may be negative, which restarts the
+        lowering with it unbounded (an induction over its assignments: wraparound.py)."""
+        if not v.type.is_int or not v.type.signed:
+            return
+        if self.scope.stores.get(v.name[len(self.scope.prefix):]) == 1:
+            if lb is not None:
+                self.bounds[v.id] = lb
+        elif v.name not in self.unbounded:
+            if lb is None or lb < 0:
+                raise _Unbounded(v.name)
+            self.bounds[v.id] = 0
 
     def snapshot(self, value, node):
         """A value that later assignments to a local variable do not change."""
         if isinstance(value, ir.Var) and value.local:
-            return self.emit("mov", self.temp(value.type), [value], node)
+            copy = self.emit("mov", self.temp(value.type), [value], node)
+            if value.id in self.bounds:
+                self.bounds[copy.id] = self.bounds[value.id]
+            return copy
         if isinstance(value, _Tuple):
             return _Tuple([self.snapshot(v, node) for v in value.items])
         return value
@@ -1060,7 +1110,9 @@ class FunctionLowering:
                                                    self.convert(b, t, node)], node)
         saved = self.block
         self.block = []
+        guarded = self.guard(node.test, [node.body])
         a = self.expr(node.body)
+        self.unguard(guarded)
         then = self.block
         self.block = []
         b = self.expr(node.orelse)
@@ -1091,6 +1143,8 @@ class FunctionLowering:
             return ir.float_literal(float(obj))
         if isinstance(obj, tuple) and all(isinstance(v, (bool, int, float, np.number, tuple)) for v in obj):
             return _Tuple([self.python_value(v, node) for v in obj])
+        if isinstance(obj, np.ndarray):     # Numba freezes a global array as a constant
+            return self.frozen_array(obj, node, f"the global array {ast.unparse(node)}")
         return _PyObject(obj)
 
     def truth(self, x, node):
@@ -1755,9 +1809,13 @@ class FunctionLowering:
         if not isinstance(obj, np.ndarray):
             raise self.error(node, "umd.const.array_like() takes a numpy array defined outside "
                              f"the kernel (a global or closure variable), not {ast.unparse(node.args[0])}")
+        return self.frozen_array(obj, node, "umd.const.array_like()")
+
+    def frozen_array(self, obj: np.ndarray, node, what: str):
+        """The hidden argument of a numpy array frozen into the kernel (const_array)."""
         t = _dtype_of(obj.dtype)
         if t in (None, _MISSING) or not 1 <= obj.ndim <= 3 or obj.size == 0:
-            raise self.error(node, f"umd.const.array_like(): a 1-3 dimensional, non-empty array of "
+            raise self.error(node, f"{what}: a 1-3 dimensional, non-empty array of "
                              f"a kernel type (f32, i32, u32, f64, i64, u64), not {obj.dtype} "
                              f"{obj.shape}")
         data = np.ascontiguousarray(obj).tobytes()
@@ -1947,11 +2005,15 @@ class FunctionLowering:
 
 
 def lower(pyfn, extra_env: dict | None = None) -> ir.Function:
-    """Lower a Python function to IR, re-running when a variable must become f32."""
+    """Lower a Python function to IR, re-running when a variable must widen (an
+    integer to f32...) or may be negative after all (wraparound.py)."""
     declared: dict[str, ScalarType] = {}
-    for _ in range(64):
+    unbounded: set[str] = set()
+    for _ in range(256):
         try:
-            return FunctionLowering(pyfn, declared, extra_env).lower()
+            return FunctionLowering(pyfn, declared, extra_env, unbounded).lower()
         except _Widen as w:
             declared[w.name] = w.type
+        except _Unbounded as u:
+            unbounded.add(u.name)
     raise KernelCompileError(f"{pyfn.__name__}: variable types do not settle")

@@ -14,7 +14,14 @@ constant).  The proof is a lower bound carried by each value the frontend makes:
 - a variable the function assigns once has the bound of that value (a device
   function's parameter, assigned by the call only, that of its argument); a `for`
   counter counting up (a constant positive step, or a variable one that is >= 0 as
-  `umd.gridsize(1)` is; zero traps) starts at its `start`'s bound.
+  `umd.gridsize(1)` is; zero traps) starts at its `start`'s bound;
+- a variable assigned several times is >= 0 when every assignment assigns a value
+  >= 0, assuming it of the variables read (an induction over the assignments: the
+  frontend assumes it, and restarts with the variable unbounded at the first
+  assignment that may be negative): `s //= 2`, `offset *= 2`, `pout, pin = pin, pout`;
+- inside `if v >= c:` (also `v > c`, `c <= v < n`, and conjuncts of `and`), a
+  variable assigned once, not in that branch, is >= c (the histogram's
+  `if 0 <= b < nbins:`).
 
 The rules assume the index arithmetic does not overflow 32 bits (a grid of fewer than
 2^31 threads, extents below 2^31, as docs/umd-compiler.md 3.4 already requires of
@@ -61,3 +68,27 @@ def lower_bound(op: str, a: int | None, b: int | None, b_const: bool) -> int | N
     if a < 0 or b < 0:
         return None
     return a * b if op == "mul" else 0
+
+
+def guarded_names(test: ast.AST) -> dict[str, int]:
+    """The lower bounds an `if` condition gives its true branch: {name: c} for each
+    conjunct `name >= c`, `name > c - 1`, `c <= name`, `c - 1 < name` (c an integer
+    constant, chained comparisons included)."""
+    out: dict[str, int] = {}
+    conjuncts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) \
+        else [test]
+    for c in conjuncts:
+        if not isinstance(c, ast.Compare):
+            continue
+        terms = [c.left] + list(c.comparators)
+        for left, op, right in zip(terms, c.ops, terms[1:]):
+            for name, const, strict in ((left, right, isinstance(op, ast.Gt)),
+                                        (right, left, isinstance(op, ast.Lt))):
+                if not (isinstance(name, ast.Name) and isinstance(const, ast.Constant)
+                        and type(const.value) is int):
+                    continue
+                if (name is left and isinstance(op, (ast.GtE, ast.Gt))) or \
+                        (name is right and isinstance(op, (ast.LtE, ast.Lt))):
+                    lb = const.value + (1 if strict else 0)
+                    out[name.id] = max(out.get(name.id, lb), lb)
+    return out
