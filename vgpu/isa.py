@@ -186,6 +186,9 @@ def _ops() -> list[OpInfo]:
     op(0xA1, "v_mad_u32", FMT_VOP3, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC), (S2, K_VSRC))
     op(0xA2, "v_cndmask_b32", FMT_VOP3, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC),
        (S2, K_SMASK))
+    # GCN's V_MAD_F32 (not fused: the product is rounded, then the sum), in a free code.
+    op(0x1B, "v_mad_f32", FMT_VOP3, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC), (S2, K_VSRC),
+       ftype="f32")
     # VOPC: vector compares, write a lane mask.
     code = 0xB0
     for t in ("i32", "u32", "f32"):

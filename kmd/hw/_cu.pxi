@@ -1209,7 +1209,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 for l in range(CU_WAVE):
                     if (m >> l) & 1:
                         D[l] = unary_f32(op, A[l])
-        elif op == OP_V_FMA_F32 or op == OP_V_MAD_U32 or op == OP_V_CNDMASK_B32:
+        elif op == OP_V_MAD_F32 or op == OP_V_FMA_F32 or op == OP_V_MAD_U32 \
+                or op == OP_V_CNDMASK_B32:
             A = vsrc(T, s, v, w, d.src0, 0, ta)
             B = vsrc(T, s, v, w, d.src1, 0, tb)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
@@ -1219,7 +1220,10 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     R[l] = B[l] if (mask >> l) & 1 else A[l]
             else:
                 Cc = vsrc(T, s, v, w, d.src2, 0, tc)
-                if op == OP_V_FMA_F32:  # the product is exact in double; one rounding after
+                if op == OP_V_MAD_F32:  # two binary32 roundings (-ffp-contract=off: no fma)
+                    for l in range(CU_WAVE):
+                        R[l] = cu_canon(cu_f(A[l]) * cu_f(B[l]) + cu_f(Cc[l]))
+                elif op == OP_V_FMA_F32:  # the product is exact in double; one rounding after
                     for l in range(CU_WAVE):
                         R[l] = cu_f32(<double>cu_f(A[l]) * <double>cu_f(B[l]) +
                                       <double>cu_f(Cc[l]))

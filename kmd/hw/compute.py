@@ -478,6 +478,11 @@ def fma_f32(a: int, b: int, c: int) -> int:
     return f32_bits(bits_f32(a) * bits_f32(b) + bits_f32(c))
 
 
+def mad_f32(a: int, b: int, c: int) -> int:
+    """v_mad_f32: v_mul_f32 then v_add_f32, each rounded (docs/isa.md 3)."""
+    return binary_f32("v_add_f32", binary_f32("v_mul_f32", a, b), c)
+
+
 def s32(x: int) -> int:
     x &= 0xFFFFFFFF
     return x - (1 << 32) if x & 0x80000000 else x

@@ -538,6 +538,9 @@ class _Dispatch(wide_ref.WideOps):
     def op_v_fma_f32(self, w, i):
         self._v3(w, i, C.fma_f32)
 
+    def op_v_mad_f32(self, w, i):
+        self._v3(w, i, C.mad_f32)
+
     def op_v_mad_u32(self, w, i):
         self._v3(w, i, lambda a, b, c: a * b + c)
 

@@ -263,7 +263,7 @@ class _Gen:
         elif k < 0.6:
             self.emit(f"{r.choice(_VALU1)} {self.vdst()}, {self.vsrc()}")
         elif k < 0.68:
-            name = r.choice(["v_fma_f32", "v_mad_u32"])
+            name = r.choice(["v_fma_f32", "v_mad_f32", "v_mad_u32"])
             srcs = [f"v{r.choice(POOL_V)}" if r.random() < 0.7 else f"s{r.choice(POOL_S)}"
                     for _ in range(3)]
             self.emit(f"{name} {self.vdst()}, {', '.join(srcs)}")

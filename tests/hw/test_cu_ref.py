@@ -219,6 +219,22 @@ def test_fma_mad_cndmask_not_mov(rig):
     assert (lanes_op(rig, "v_mov_b32 v7, -2.5", INTS) == bits(-2.5)).all()
 
 
+def test_mad_f32_rounds_the_product_then_the_sum(rig):
+    """v_mad_f32 is v_mul_f32 then v_add_f32 bit for bit (specials, denormals, NaNs),
+    not a fused multiply-add: (1 + 2^-12)^2 - (1 + 2^-11) is 0 once the product is
+    rounded (its 2^-24 is a tie to even), 2^-24 when it is not."""
+    a, b, c = SPECIAL, np.roll(SPECIAL, 3), np.roll(SPECIAL, 7)
+    with np.errstate(all="ignore"):
+        want = canon((a * b).astype(np.float32) + c)
+    assert (lanes_op(rig, "v_mad_f32 v7, v4, v5, v6", a, b, c) == want).all()
+    two_steps = lanes_op(rig, "v_mul_f32 v8, v4, v5\n v_add_f32 v7, v8, v6", a, b, c)
+    assert (two_steps == want).all()
+    x = np.full(32, 1 + 2.0 ** -12, np.float32)
+    y = np.full(32, -(1 + 2.0 ** -11), np.float32)
+    assert (lanes_op(rig, "v_mad_f32 v7, v4, v5, v6", x, x, y) == bits(0.0)).all()
+    assert (lanes_op(rig, "v_fma_f32 v7, v4, v5, v6", x, x, y) == bits(2.0 ** -24)).all()
+
+
 @pytest.mark.parametrize("t", ["i32", "u32", "f32"])
 @pytest.mark.parametrize("c", ["eq", "ne", "lt", "le", "gt", "ge"])
 def test_vector_compares_write_masks(rig, t, c):

@@ -31,12 +31,16 @@ def loop_body(asm: str, n: int = 0) -> list[str]:
     return [ln.split()[0] for ln in text.splitlines() if ln.startswith("    ") and ln.strip()]
 
 
+MULTIPLIES = ("v_mul_f32", "v_mad_f32", "v_fma_f32")
+
+
 def per_multiply_add(compiled) -> float:
-    """Instructions per v_mul_f32 in the innermost loop that multiplies."""
+    """Instructions per multiply (v_mul_f32, v_mad_f32 or v_fma_f32) in the innermost
+    loop that multiplies."""
     asm = compiled.asm_text
     bodies = [loop_body(asm, k) for k in range(asm.count("_loop:"))]
-    body = min((b for b in bodies if "v_mul_f32" in b), key=len)
-    return (len(body) + 1) / body.count("v_mul_f32")        # + the back branch
+    body = min((b for b in bodies if any(m in b for m in MULTIPLIES)), key=len)
+    return (len(body) + 1) / sum(body.count(m) for m in MULTIPLIES)   # + the back branch
 
 
 # -- each pass on a known kernel ---------------------------------------------------------
@@ -101,7 +105,42 @@ def test_unroll_and_lds_offsets_in_the_tiled_matmul():
                                              [1024 + 64 * k for k in range(16)])
     # 2 LDS reads, the multiply and the add per multiply-add, plus the tile loads
     assert per_multiply_add(plain) == 15
-    assert per_multiply_add(c) < 7
+    assert per_multiply_add(c) < 6
+    # the unrolled body: two LDS reads and one v_mad_f32 per multiply-add
+    body = c.asm_text.split("s_barrier\n", 1)[1].split("s_barrier\n", 1)[0]
+    ops = [ln.split()[0] for ln in body.splitlines() if ln.startswith("    ") and ln.strip()]
+    assert ops == ["ds_read_b32", "ds_read_b32", "v_mad_f32"] * 16
+
+
+@umd.kernel
+def multiply_adds(n: i32, a: f32, x: Ptr[f32], y: Ptr[f32], out: Ptr[f32]):
+    i = umd.block_idx.x * umd.block_dim.x + umd.thread_idx.x
+    if i < n:
+        t = x[i] * y[i]
+        out[i] = a * x[i] + y[i] + t * 2.0     # a*x + y and t*2.0 + (...) are mads
+        out[n + i] = 3.0 * 0.5 + x[i]          # constants fold, nothing to merge
+        out[2 * n + i] = x[i] * 3.0 + 1.0      # two constants: a mul and an add stay
+        out[3 * n + i] = t + t                 # t has two uses: its mul stays
+
+
+def test_mad_merges_a_multiply_into_its_add_bit_for_bit():
+    # v_mad_f32 rounds the product, then the sum: what v_mul_f32 + v_add_f32 give, for
+    # NaNs, infinities, overflow and denormals too (same_as_level1 compares the bits)
+    plain, c = build(multiply_adds, level=1), build(multiply_adds)
+    assert "v_mad_f32" not in mnemonics(plain)
+    assert mnemonics(c).count("v_mad_f32") == 2 and mnemonics(c).count("v_mul_f32") == 2
+    assert "v_fma_f32" not in mnemonics(c)
+    n = 64
+    x = np.concatenate([RNG.standard_normal(32), [np.nan, np.inf, -np.inf, 3e38, -3e38,
+                        1e-40, -1e-45, 0.0, -0.0, 1e-20] * 3, [1.5, 2.5]]).astype(np.float32)
+    with np.errstate(all="ignore"):
+        y = np.roll(x, 5) * np.float32(-1.25)
+        (_, _, got) = same_as_level1(multiply_adds, 1, 64, n, np.float32(0.75), x, y,
+                                     np.zeros(4 * n, np.float32))
+        a, t = np.float32(0.75), x * y
+        want = np.concatenate([a * x + y + t * np.float32(2.0), x + np.float32(1.5),
+                               x * np.float32(3.0) + np.float32(1.0), t + t])
+    np.testing.assert_array_equal(got, want)
 
 
 @umd.kernel

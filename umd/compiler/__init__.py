@@ -19,7 +19,7 @@ from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 4
+COMPILER_VERSION = 5
 
 
 def _unwrap(obj, env):
@@ -50,6 +50,7 @@ def optimize(fn: ir.Function, level: int = 2, fastmath: bool = False) -> None:
     sinking.sink_stores(fn)
     if fastmath:
         contract.contract_fma(fn)
+    contract.contract_mad(fn)
     opt.optimize(fn)
     opt.coalesce_moves(fn)
     uniformity.analyze(fn)

@@ -41,7 +41,7 @@ _VUNARY = {"floor": "v_floor_f32", "ceil": "v_ceil_f32", "trunc": "v_trunc_f32",
            "cos": "v_cos_f32", "tanh": "v_tanh_f32", "not": "v_not_b32"}
 _SPECIAL_REG = {"thread_idx.x": "v0", "thread_idx.y": "v1", "thread_idx.z": "v2",
                 "block_idx.x": "s16", "block_idx.y": "s17", "block_idx.z": "s18"}
-_VOP3 = {"v_fma_f32", "v_mad_u32", "v_cndmask_b32"}
+_VOP3 = {"v_fma_f32", "v_mad_f32", "v_mad_u32", "v_cndmask_b32"}
 
 
 def _sfx(t) -> str:
@@ -520,6 +520,8 @@ class CodeGen(WideCodeGen):
             return self.op("v_and_b32", dst, a[0], ir.Const(0x7FFFFFFF, u32))
         if op == "fma":
             return self.op("v_fma_f32", dst, *a)
+        if op == "mad":
+            return self.op("v_mad_f32", dst, *a)
         if op in _VUNARY:
             return self.op(_VUNARY[op], dst, a[0])
         raise AssertionError(f"no vector form of {op}")

@@ -27,7 +27,8 @@ UNARY = {"neg", "not", "lnot", "fabs", "floor", "ceil", "trunc", "rndne", "exp",
 COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
 CONVERT = {"cvt"}                 # dst type from dst.type, source type from args[0]
 BITCAST = {"bitcast"}             # the same 32 bits as another type (f32 <-> u32)
-TERNARY = {"fma", "select"}       # fma(a, b, c); select(cond, if_true, if_false)
+# fma(a, b, c); mad(a, b, c): a * b rounded, + c (contract.py); select(cond, if_true, if_false)
+TERNARY = {"fma", "mad", "select"}
 # Bit counting: popc, ffs (1 + lowest set bit, 0 for 0), clz, brev (docs/umd-compiler.md 3.9).
 BITS = {"popc", "ffs", "clz", "brev"}
 # Wave operations: their value depends on the other lanes and on EXEC (which lanes run
