@@ -25,10 +25,14 @@ CSA_BYTES = compute.csa_bytes(CSA_SLOTS)
 
 
 def csa_for(dev, ctx):
-    """The writable uint8 view of `ctx`'s CSA, made (in VRAM, else GTT) on first use.
-    Raises MemoryError when neither domain has room (the caller runs the job without
-    a CSA: the engine then keeps the state in host memory)."""
+    """The writable uint8 view of `ctx`'s CSA, made (in VRAM, else GTT) on first use;
+    None for a context already freed (a job of a closed file that runs after the
+    close: a CSA made then would outlive its context, nothing would free it). Raises
+    MemoryError when neither domain has room. Without a CSA (None or MemoryError)
+    the engine keeps a preempted job's state in host memory."""
     with dev.lock:
+        if ctx.freed:
+            return None
         if ctx.csa is None:
             ctx.csa = _create(dev, ctx)
         return ctx.csa.storage

@@ -39,6 +39,7 @@ class Context:
     inflight: int = 0             # jobs queued or running (capped by kmd.sched)
     errors: list[str] = field(default_factory=list)
     csa: object = None            # its context save area BO, once made (kmd/csa.py)
+    freed: bool = False           # CTX_OP_FREE_CTX or its file's close: no new CSA after it
 
 
 def priority_permitted(file, priority: int) -> bool:

@@ -565,6 +565,7 @@ class Device:
     # -- contexts ------------------------------------------------------------
     def free_ctx(self, f: DrmFile, ctx) -> None:
         f.contexts.pop(ctx.id, None)
+        ctx.freed = True
         _ctx.release_stable_pstate(self, ctx)
         _csa.free_csa(self, f, ctx)
 

@@ -42,3 +42,18 @@ def test_csa_counted_to_its_client(dev, client):
     ctx = client.contexts[alloc(dev, client)]
     csa.csa_for(dev, ctx)
     assert ctx.csa.owner_pid == client.pid
+
+
+def test_a_job_starting_after_its_context_was_freed_makes_no_csa(dev, client):
+    # The ring thread asks for the CSA when a job starts; a job of a file closed
+    # while it was queued starts after the close: a CSA made then had no owner left
+    # to free it (the soak test's leak of one CSA's bytes).
+    for close in (lambda cid: call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_FREE_CTX, cid)),
+                  lambda cid: dev.close_file(client)):
+        cid = alloc(dev, client)
+        ctx = client.contexts[cid]
+        used = dev.memory.vram_allocator.used
+        close(cid)
+        assert csa.csa_for(dev, ctx) is None
+        assert ctx.csa is None and dev.memory.vram_allocator.used == used
+        dev.check_invariants()

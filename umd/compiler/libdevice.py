@@ -123,26 +123,25 @@ def ipow(a: i32, b: i32) -> i32:
 # any argument exactly, with 1,200 bits of 2/pi: Payne-Hanek).
 
 
-def _pi() -> _D:
-    # Machin: pi = 16 atan(1/5) - 4 atan(1/239)
-    def atan_inv(n: int) -> _D:
-        n2, term, total, k = n * n, _D(1) / n, _D(0), 0
-        while term != 0:
-            total += term / (2 * k + 1) if k % 2 == 0 else -term / (2 * k + 1)
-            term /= n2
-            k += 1
-        return total
-    return 16 * atan_inv(5) - 4 * atan_inv(239)
+# The series stop once a term is below 10^-90, under the 80 digits the constants are
+# computed to (a Decimal never underflows to 0 at these exponents: stopping at 0
+# would run until 10^-999999, some seconds at every import).
+_SERIES_END = _D(10) ** -90
 
 
 def _atan_series(x: _D) -> _D:
-    """atan(x) for |x| <= 1/2, to the context's precision."""
+    """atan(x) for |x| <= 1/2, to 80 digits (the caller's context)."""
     total, term, k = _D(0), x, 0
-    while term != 0:
+    while abs(term) > _SERIES_END:
         total += term / (2 * k + 1) if k % 2 == 0 else -term / (2 * k + 1)
         term *= x * x
         k += 1
     return total
+
+
+def _pi() -> _D:
+    # Machin: pi = 16 atan(1/5) - 4 atan(1/239)
+    return 16 * _atan_series(1 / _D(5)) - 4 * _atan_series(1 / _D(239))
 
 
 def _parts(d: _D, n: int = 2) -> list[float]:
@@ -170,19 +169,20 @@ with decimal.localcontext(decimal.Context(prec=80)):
     LOG10_2_H42 = _chop(float(_LN2 / _D(10).ln()), 42)
     LOG10_2_L42 = float(_LN2 / _D(10).ln() - _D(LOG10_2_H42))
     INV_LN10, INV_LN10_LO = _parts(1 / _D(10).ln())
-    PIO2_1, PIO2_2, PIO2_3 = _parts(_pi() / 2, 3)
-    TWO_OVER_PI = float(2 / _pi())
+    _PI = _pi()
+    PIO2_1, PIO2_2, PIO2_3 = _parts(_PI / 2, 3)
+    TWO_OVER_PI = float(2 / _PI)
     SQRT2_64 = float(_D(2).sqrt())
-    PI_HI, PI_LO = _parts(_pi())
-    TWO_OVER_SQRTPI = float(2 / _pi().sqrt())
-    INV_SQRTPI = float(1 / _pi().sqrt())
+    PI_HI, PI_LO = _parts(_PI)
+    TWO_OVER_SQRTPI = float(2 / _PI.sqrt())
+    INV_SQRTPI = float(1 / _PI.sqrt())
     # atan's breakpoints c = 1/4, 1/2, 1, 2, 4 (exact, so that a - c and a c are exact):
     # atan(c) as hi + lo
     ATAN_Q, ATAN_QL = _parts(_atan_series(_D("0.25")))
     ATAN_H, ATAN_HL = _parts(_atan_series(_D("0.5")))
-    ATAN_1, ATAN_1L = _parts(_pi() / 4)
-    ATAN_2, ATAN_2L = _parts(_pi() / 2 - _atan_series(_D("0.5")))
-    ATAN_4, ATAN_4L = _parts(_pi() / 2 - _atan_series(_D("0.25")))
+    ATAN_1, ATAN_1L = _parts(_PI / 4)
+    ATAN_2, ATAN_2L = _parts(_PI / 2 - _atan_series(_D("0.5")))
+    ATAN_4, ATAN_4L = _parts(_PI / 2 - _atan_series(_D("0.25")))
 MIN_NORMAL64 = 2.2250738585072014e-308
 TWO54 = 18014398509481984.0
 TWO53 = 9007199254740992.0
