@@ -432,6 +432,18 @@ def test_scalar_loads_and_pair_addressing(rig):
     assert r.vgprs[6][0] == 107
 
 
+def test_scalar_load_across_pages_and_into_an_unmapped_one(rig):
+    # s_load_dwordx4 over a page boundary reads both pages (the core translates once
+    # per page); past the arena's end it faults at the first dword of the unmapped page
+    rig.put(4096 - 8, np.arange(4, dtype=np.uint32) + 300)
+    r = rig.run("s_load_dwordx4 s[24:27], s[2:3], 4088\n s_endpgm", (1, 1, 1), (1, 1, 1),
+                user_data=UD, vgprs=8)
+    assert r.sgprs[24:28] == [300, 301, 302, 303]
+    r, _ = fault_of(rig, f"s_load_dwordx4 s[24:27], s[2:3], {rig.mem.nbytes - 8}\n s_endpgm",
+                    vgprs=8)
+    assert r.reason == "unmapped" and r.fault.va == MEM_VA + rig.mem.nbytes
+
+
 def test_barrier_orders_waves(rig):
     # Wave 1 reads what wave 0 wrote to LDS before the barrier, and vice versa.
     r = rig.run("""
