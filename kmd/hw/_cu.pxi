@@ -432,6 +432,8 @@ def _op_class(int op, fmt, bint wide):
         return CL_VOPC
     if op in (OP_DS_BPERMUTE_B32, OP_DS_PERMUTE_B32):
         return CL_PERMUTE
+    if op == OP_DS_READ_B128:
+        return CL_LDS
     if op >= OP_GLOBAL_LOAD_DWORD:
         return CL_GLOBAL
     if op >= OP_DS_MIN_I32:
@@ -965,6 +967,50 @@ cdef bint half_waves(CuThread* T, uint32_t* v, const DInst* d, uint32_t limit) n
     return True
 
 
+cdef int lds_read_b128(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d,
+                       CuFault* f) noexcept nogil:
+    """ds_read_b128 (docs/isa.md 4.5): four dwords per lane into v[dst:dst+3], every lane
+    read (and checked, misaligned before lds_bounds) before a register is written."""
+    cdef uint32_t m = w.exec_, addr, same = 0, x, y, a0, a1
+    cdef uint32_t limit = T.sh.lds_bytes
+    cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* D = v + (d.dst - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* lds = <uint32_t*>T.lds
+    cdef uint32_t vals[4 * CU_WAVE]
+    cdef int l, k
+    if m == <uint32_t>0xFFFFFFFFU:
+        # A full wave whose half-waves each read one address (a tile's row, the same for
+        # a 16-wide block's row of threads): four fills of each half.
+        for l in range(CU_WAVE):
+            same |= A[l] ^ A[l & 16]
+        a0, a1 = A[0] + <uint32_t>d.off, A[16] + <uint32_t>d.off
+        if same == 0 and (a0 | a1) & 3 == 0 and <uint64_t>a0 + 16 <= limit and \
+                <uint64_t>a1 + 16 <= limit:
+            a0 >>= 2
+            a1 >>= 2
+            for k in range(4):
+                x, y = lds[a0 + k], lds[a1 + k]
+                for l in range(16):
+                    D[k * CU_WAVE + l] = x
+                    D[k * CU_WAVE + l + 16] = y
+            return 0
+    for l in range(CU_WAVE):
+        if not (m >> l) & 1:
+            continue
+        addr = A[l] + <uint32_t>d.off
+        if addr & 3:
+            f.code, f.access = CU_MISALIGNED, -1
+            return 1
+        if <uint64_t>addr + 16 > limit:
+            f.code, f.access = CU_LDS_BOUNDS, -1
+            return 1
+        for k in range(4):
+            vals[k * CU_WAVE + l] = lds[(addr >> 2) + k]
+    for k in range(4):
+        merge(D + k * CU_WAVE, vals + k * CU_WAVE, m)
+    return 0
+
+
 cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f) noexcept nogil:
     """ds_* (docs/isa.md 4.5): per lane, misaligned before lds_bounds."""
     cdef int op = d.op, l
@@ -977,6 +1023,8 @@ cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f
     cdef uint32_t bad = 0
     cdef int32_t top = <int32_t>((limit - 4) ^ <uint32_t>0x80000000U)
     cdef uint32_t* D
+    if op == OP_DS_READ_B128:
+        return lds_read_b128(T, v, w, d, f)
     if m == <uint32_t>0xFFFFFFFFU and limit >= 64 and \
             (op == OP_DS_READ_B32 or op == OP_DS_WRITE_B32) and half_waves(T, v, d, limit):
         return 0

@@ -458,6 +458,51 @@ def test_barrier_orders_waves(rig):
     assert r.vgprs[5] == list(range(0, 32))
 
 
+def test_ds_read_b128_reads_four_dwords_per_lane(rig):
+    # LDS dword k holds 1000 + k. Lanes read at 4 * lane (a different quad each, the
+    # lane loop) into v[8:11]; then the two half-waves each read one row (16 * (lane >=
+    # 16)) into v[12:15], over the address register v12 (every lane reads before any
+    # register is written); then with lanes 0..9 only, over v[8:11] again.
+    r = rig.run("""
+    v_lshl_b32 v3, v0, 2
+    v_add_u32 v4, v0, 1000
+    ds_write_b32 v3, v4
+    v_add_u32 v4, v0, 1032
+    ds_write_b32 v3, v4, 128
+    s_barrier
+    ds_read_b128 v[8:11], v3, 4
+    v_lshr_b32 v12, v0, 4
+    v_lshl_b32 v12, v12, 6
+    ds_read_b128 v[12:15], v12, 8
+    s_mov_b32 exec, 0x3ff
+    v_mov_b32 v16, 200
+    ds_read_b128 v[8:11], v16, 0
+    s_endpgm
+    """, (1, 1, 1), (32, 1, 1), lds_bytes=256, vgprs=17)
+    assert r.status == "ok"
+    lane = np.arange(32)
+    for k in range(4):
+        want = np.where(lane < 10, 1050 + k, 1001 + lane + k)
+        assert r.vgprs[8 + k] == list(want)
+        assert r.vgprs[12 + k] == list(1002 + 16 * (lane >= 16) + k)
+
+
+def test_ds_read_b128_faults(rig):
+    # 4-byte alignment (GCN in unaligned mode), and all 16 bytes inside the LDS
+    r, _ = fault_of(rig, "v_mov_b32 v4, 2\n ds_read_b128 v[4:7], v4\n s_endpgm",
+                    lds_bytes=64, vgprs=8)
+    assert (r.reason, r.fault) == ("misaligned", None)
+    r, _ = fault_of(rig, "v_mov_b32 v4, 52\n ds_read_b128 v[4:7], v4\n s_endpgm",
+                    lds_bytes=64, vgprs=8)
+    assert r.reason == "lds_bounds"
+    r, _ = fault_of(rig, "v_lshl_b32 v4, v0, 1\n ds_read_b128 v[4:7], v4, 0\n s_endpgm",
+                    lds_bytes=128, vgprs=8)
+    assert r.reason == "misaligned"         # lane 1 (address 2); lane 0 was fine
+    r = rig.run("v_mov_b32 v4, 48\n ds_read_b128 v[4:7], v4\n s_endpgm", (1, 1, 1),
+                (32, 1, 1), lds_bytes=64, vgprs=8)
+    assert r.status == "ok"                 # the last quad
+
+
 def test_memtime_and_nop(rig):
     r = scalar(rig, "s_nop\n s_memtime s[20:21]\n s_memtime s[22:23]")
     t0, t1 = r.sgprs[20] | r.sgprs[21] << 32, r.sgprs[22] | r.sgprs[23] << 32

@@ -112,7 +112,11 @@ class CodeGen(WideCodeGen):
             return x.text
         if isinstance(x, ir.Special):
             return _SPECIAL_REG[x.name]
+        if isinstance(x, ir.Part):
+            return f"v{x.var.reg + x.k}"
         if isinstance(x, ir.Var):
+            if isinstance(x.type, ir.VecType):
+                return f"v[{x.reg}:{x.reg + x.type.n - 1}]"
             if isinstance(x.type, PtrType):
                 return f"s[{x.reg}:{x.reg + 1}]"
             if x.type.wide:
@@ -583,6 +587,8 @@ class CodeGen(WideCodeGen):
             return self.wide_memory(st, arr, lds, tail)
         if st.op == "load":
             op = "ds_read_b32" if lds else "global_load_dword"
+            if isinstance(st.dst.type, ir.VecType):     # lds_quads.py
+                op = "ds_read_b128"
             self.ins(f"{op} {self.reg(st.dst)}, {addr}, {tail}")
             return
         if st.op == "store":
