@@ -193,6 +193,14 @@ def lookup(table: dict[int, IoctlDesc], request: int) -> IoctlDesc | None:
     return table.get(uapi._IOC_NR(request))
 
 
+# The core's KMS ioctls (DRM_IOCTL_MODE_GETRESOURCES 0xA0 to DRM_IOCTL_MODE_GETFB2 0xCE)
+# and WAIT_VBLANK (0x3A): Linux has them in drm_ioctls[] for every device, and a
+# driver without DRIVER_MODESET (or vblank support) answers EOPNOTSUPP
+# (drm_mode_getresources, drm_wait_vblank_ioctl). vgpu has no display, as a compute
+# accelerator has none: modetest and vbltest get "Operation not supported".
+NO_DISPLAY_NRS = frozenset(range(0xA0, 0xCF)) | {0x3A}
+
+
 def request_name(table: dict[int, IoctlDesc], request: int) -> str:
     """The request's table name for kmsg lines, or its hex code."""
     desc = lookup(table, request)
@@ -212,6 +220,9 @@ def dispatch(table: dict[int, IoctlDesc], dev, file, request: int, arg: bytes, e
         raise KmdError(errno.ENOTTY, f"request {request:#x} is not a DRM ioctl")
     desc = table.get(uapi._IOC_NR(request))
     if desc is None:
+        if uapi._IOC_NR(request) in NO_DISPLAY_NRS:
+            raise KmdError(errno.EOPNOTSUPP, f"ioctl nr {uapi._IOC_NR(request):#x} needs a display: "
+                           "vgpu is a compute device without DRIVER_MODESET")
         raise KmdError(errno.ENOTTY, f"unknown ioctl nr {uapi._IOC_NR(request):#x}")
     if not desc.implemented:
         raise KmdError(errno.ENOTTY, f"not implemented: {desc.func.why}")

@@ -18,11 +18,12 @@ from .device import Device, get_device, set_device, synchronize
 from .errors import (ArgumentTypeError, GPUError, GPUFault, GPUHang, KernelCompileError, LaunchError, OutOfMemory,
                      UMDError, VersionMismatch)
 from .event import Event, elapsed_time
-from .intrinsics import (activemask, all_sync, any_sync, atomic, atomic_add, atomic_cas, atomic_max, ballot_sync,
-                         block_dim, block_idx, blockDim, blockIdx, brev, clz, const, ffs, fma, grid, grid_dim,
-                         gridDim, gridsize, laneid, lanemask_lt, local, math, popc, shared, shared_array,
-                         shfl_down_sync, shfl_sync, shfl_up_sync, shfl_xor_sync, syncthreads, syncthreads_and,
-                         syncthreads_count, syncthreads_or, syncwarp, thread_idx, threadfence, threadfence_block,
+from .intrinsics import (activemask, all_sync, any_sync, atomic, atomic_add, atomic_cas, atomic_max,
+                         ballot_sync, block_dim, block_idx, blockDim, blockIdx, brev, cbrt, clz, const, ffs,
+                         fma, grid, grid_dim, gridDim, gridsize, laneid, lanemask_lt, local, match_all_sync,
+                         match_any_sync, math, popc, selp, shared, shared_array, shfl_down_sync, shfl_sync,
+                         shfl_up_sync, shfl_xor_sync, syncthreads, syncthreads_and, syncthreads_count,
+                         syncthreads_or, syncwarp, thread_idx, threadfence, threadfence_block,
                          threadfence_system, threadIdx, warpsize)
 from .kernel import DeviceFunction, Kernel, jit, kernel
 from .memcheck import MemcheckError

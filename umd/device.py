@@ -114,6 +114,7 @@ class Device:
         self.streams: weakref.WeakSet = weakref.WeakSet()   # every live Stream adds itself
         self._default_stream = None    # made on first use by umd.stream.default_stream(device)
         self._event_slots: EventSlots | None = None
+        self._print_buffers = None     # umd.kernel_print.PrintBuffers, made by the first print
         self.closed = False
 
     def synchronize(self) -> None:
@@ -127,6 +128,13 @@ class Device:
         if self._event_slots is None:
             self._event_slots = EventSlots(self.lv)
         return self._event_slots
+
+    def print_buffers(self):
+        """The device's print buffers (kernels that call print(), umd/kernel_print.py)."""
+        if self._print_buffers is None:
+            from .kernel_print import PrintBuffers
+            self._print_buffers = PrintBuffers(self.lv)
+        return self._print_buffers
 
     def close(self) -> None:
         """Wait for the device, then free kernels, buffers and the DRM file."""
@@ -148,6 +156,8 @@ class Device:
             self.ib_pool.free()
             if self._event_slots is not None:
                 self._event_slots.free()
+            if self._print_buffers is not None:
+                self._print_buffers.free()
             self.pool.release_all()
             self.lv.close()
             global _current

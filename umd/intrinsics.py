@@ -77,7 +77,7 @@ class MathNamespace(Namespace):
                  "fabs", "fmin", "fmax", "floor", "ceil", "trunc", "pow", "copysign", "isnan",
                  "isinf", "isfinite", "tan", "atan", "atan2", "asin", "acos", "sinh", "cosh",
                  "asinh", "acosh", "atanh", "hypot", "expm1", "log1p", "radians", "degrees",
-                 "erf")
+                 "erf", "erfc", "gamma", "lgamma", "fmod", "cbrt", "frexp", "ldexp")
 
     def __init__(self) -> None:
         super().__init__("umd.math", "math", self.FUNCTIONS)
@@ -105,6 +105,8 @@ threadfence = Intrinsic("threadfence", "umd.threadfence")
 threadfence_block = Intrinsic("threadfence_block", "umd.threadfence_block")
 threadfence_system = Intrinsic("threadfence_system", "umd.threadfence_system")
 fma = Intrinsic("math.fma", "umd.fma")                          # fma(a, b, c): v_fma_f32
+cbrt = Intrinsic("math.cbrt", "umd.cbrt")                       # cbrt(x): the real cube root
+selp = Intrinsic("selp", "umd.selp")                            # selp(pred, a, b): a if pred else b
 atomic = Namespace("umd.atomic", "atomic", ("add", "sub", "min", "max", "nanmin", "nanmax",
                                              "exch", "cas", "compare_and_swap", "and_", "or_",
                                              "xor", "inc", "dec"))
@@ -123,6 +125,8 @@ shfl_xor_sync = Intrinsic("warp.shfl_xor_sync", "umd.shfl_xor_sync")     # (mask
 ballot_sync = Intrinsic("warp.ballot_sync", "umd.ballot_sync")  # (mask, predicate) -> u32
 any_sync = Intrinsic("warp.any_sync", "umd.any_sync")           # (mask, predicate) -> bool
 all_sync = Intrinsic("warp.all_sync", "umd.all_sync")           # (mask, predicate) -> bool
+match_any_sync = Intrinsic("warp.match_any_sync", "umd.match_any_sync")   # (mask, value) -> u32
+match_all_sync = Intrinsic("warp.match_all_sync", "umd.match_all_sync")   # -> (u32, bool)
 activemask = Intrinsic("warp.activemask", "umd.activemask")     # () -> u32
 lanemask_lt = Intrinsic("warp.lanemask_lt", "umd.lanemask_lt")  # () -> u32: the lanes below
 syncwarp = Intrinsic("warp.syncwarp", "umd.syncwarp")           # (mask=0xffffffff)
@@ -141,7 +145,8 @@ _from_bits64 = Intrinsic("from_bits64", "umd.intrinsics._from_bits64")  # u64 bi
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "threadIdx", "blockIdx", "blockDim",
            "gridDim", "grid", "gridsize", "shared_array", "shared", "const", "local", "syncthreads",
            "syncthreads_count", "syncthreads_and", "syncthreads_or", "threadfence", "threadfence_block",
-           "threadfence_system", "fma",
+           "threadfence_system", "fma", "cbrt", "selp",
            "atomic", "atomic_add", "atomic_max", "atomic_cas", "math", "warpsize", "laneid",
            "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync",
-           "any_sync", "all_sync", "activemask", "lanemask_lt", "syncwarp", "popc", "ffs", "clz", "brev"]
+           "any_sync", "all_sync", "match_any_sync", "match_all_sync", "activemask", "lanemask_lt",
+           "syncwarp", "popc", "ffs", "clz", "brev"]

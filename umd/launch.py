@@ -31,7 +31,7 @@ import numpy as np
 import libvgpu
 
 from . import debug, profiler
-from .compiler import ArgSpec, CompiledKernel
+from .compiler import ArgSpec, CompiledKernel, prints
 from .debug import DebugFlag
 from .errors import ArgumentTypeError, LaunchError
 from .stream import current_stream
@@ -120,9 +120,11 @@ def _shape_of(compiled, specs, values, name: str) -> int:
     return extent
 
 
-def pack_args(compiled, grid, block, args, consts: dict | None = None) -> tuple[bytes, list]:
+def pack_args(compiled, grid, block, args, consts: dict | None = None,
+              print_buffer=None) -> tuple[bytes, list]:
     """The kernarg bytes and the BOs the pointer arguments point into; ``consts`` gives
-    the DeviceArray of each constant array (hidden __const_<k>, see const_arrays)."""
+    the DeviceArray of each constant array (hidden __const_<k>, see const_arrays),
+    ``print_buffer`` the launch's print buffer (hidden __print_buf, umd/kernel_print.py)."""
     specs = list(compiled.args)
     user = [a for a in specs if not a.name.startswith("__")]
     if isinstance(args, dict):
@@ -150,6 +152,12 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None) -> tuple[
                                   "device (launch through umd.launch_kernel)")
             bos.append(consts[spec.name].bo)
             value = consts[spec.name].ptr
+        elif spec.name == prints.ARG_NAME:
+            if print_buffer is None:
+                raise LaunchError(f"{compiled.name} calls print(): launch it through "
+                                  "umd.launch_kernel, which gives it a print buffer")
+            bos.append(print_buffer.bo)
+            value = print_buffer.address
         elif spec.name.startswith("__"):
             if spec.name not in _HIDDEN:
                 raise LaunchError(f"{compiled.name}: unknown hidden argument {spec.name}")
@@ -261,11 +269,24 @@ def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
     if any(required) and required != block:
         raise LaunchError(f"{compiled.name} requires block {required}, launched with {block}")
     args, back = stage_host_arrays(compiled, args, s)
-    kernarg, bos = pack_args(compiled, grid, block, args, const_arrays(s.device, compiled))
+    printer = buf = on_retire = None
+    if compiled.prints:
+        printer = s.device.print_buffers()
+        buf = printer.acquire()
+
+        def on_retire():
+            printer.report(buf, compiled)
+    try:
+        kernarg, bos = pack_args(compiled, grid, block, args, const_arrays(s.device, compiled), buf)
+    except BaseException:
+        if buf is not None:
+            printer.release(buf)
+        raise
     debug.log(DebugFlag.API, f"launch {compiled.name} grid={grid} block={block} stream={s.name} "
                              f"kernargs={kernarg.hex()}")
     profiler.launch_alone(s, compiled.name, grid, block, lambda: s.dispatch(
-        loaded, grid, block, kernarg, f"DISPATCH {compiled.name} {grid}x{block}", bos, compiled))
+        loaded, grid, block, kernarg, f"DISPATCH {compiled.name} {grid}x{block}", bos, compiled,
+        on_retire))
     for dev, host in back:               # waits for the kernel, as Numba's copy back does
         if not isinstance(host, np.ndarray):        # a strided DeviceArray view
             host.copy_from_host(dev.copy_to_host(stream=s), s)

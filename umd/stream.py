@@ -71,6 +71,7 @@ class Segment:
     keep: list = field(default_factory=list)     # objects that must live until it retires
     notes: list = field(default_factory=list)    # one line per command (VGPU_DEBUG=cmd)
     programs: list = field(default_factory=list)  # kernels dispatched (fault reports)
+    on_retire: list = field(default_factory=list)  # called once the host saw it complete
     kernarg_top: int = IB_BYTES
     mark_end: int = 0
 
@@ -142,9 +143,11 @@ class Stream:
         seg.keep.extend(keep)
         return self._added(seg, note, bos)
 
-    def dispatch(self, loaded, grid, block, kernarg: bytes, note: str, bos=(), program=None) -> int:
+    def dispatch(self, loaded, grid, block, kernarg: bytes, note: str, bos=(), program=None,
+                 on_retire=None) -> int:
         """Append a dispatch of ``loaded`` (a libvgpu LoadedKernel) with ``kernarg``
-        copied to the top of the IB buffer and its VA in user data s[0:1]."""
+        copied to the top of the IB buffer and its VA in user data s[0:1];
+        ``on_retire()`` runs when the host sees it done (a kernel's prints)."""
         seg = self._segment(COMPUTE, 256, len(kernarg))
         top = (seg.kernarg_top - len(kernarg)) // KERNARG_ALIGN * KERNARG_ALIGN
         seg.ib.cpu[top:top + len(kernarg)] = kernarg
@@ -154,6 +157,8 @@ class Stream:
         # The kernel's end-of-kernel release: write the L2 back, nothing else written.
         seg.builder.release_mem(0, 0, P.DATA_SEL_NONE, event=P.EVENT_BOTTOM_OF_PIPE_TS, cache=P.RELEASE_WB)
         seg.programs.append((loaded.code_va, program))
+        if on_retire is not None:
+            seg.on_retire.append(on_retire)
         return self._added(seg, note, bos)
 
     def timestamp(self, va: int, bo, note: str) -> int:
@@ -228,6 +233,9 @@ class Stream:
             done = self._inflight.popleft()
             self.device.ib_pool.release(done.seg.ib)
             done.seg.keep.clear()
+            hooks, done.seg.on_retire = done.seg.on_retire, []
+            for hook in hooks:
+                hook()
         self.completed_mark = max(self.completed_mark, sub.mark_end)
 
     def _wait(self, sub: Submission) -> None:

@@ -20,7 +20,7 @@ import time
 
 from vgpu.paths import mount_point
 
-SYSFS = ("sys", "class", "drm", "card0", "device")
+DRM_CLASS = ("sys", "class", "drm")
 MiB = 1 << 20
 
 
@@ -46,43 +46,70 @@ def _fdinfo(text: str) -> dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines()) if k}
 
 
-def sample(mount: str) -> dict:
-    """One reading of the mount: {"device", "engines", "processes", "hidden"} (hidden:
-    fdinfo files this user may not read). Raises SmiError if it is no vgpu mount."""
-    root = mount_point(mount)
-    sysfs = os.path.join(root, *SYSFS)
-    try:
-        device = {
-            "name": _read(os.path.join(sysfs, "product_name")).strip(),
-            "pci_id": f"{_read(os.path.join(sysfs, 'vendor')).strip()}:{_read(os.path.join(sysfs, 'device')).strip()}",
-            "mount": os.path.realpath(root),
-            "vram_total_bytes": int(_read(os.path.join(sysfs, "mem_info_vram_total"))),
-            "vram_used_bytes": int(_read(os.path.join(sysfs, "mem_info_vram_used"))),
-            "gtt_total_bytes": int(_read(os.path.join(sysfs, "mem_info_gtt_total"))),
-            "gtt_used_bytes": int(_read(os.path.join(sysfs, "mem_info_gtt_used"))),
-            "busy_percent": int(_read(os.path.join(sysfs, "gpu_busy_percent"))),
-            "evictions": int(_read(os.path.join(sysfs, "vgpu_num_evictions"))),
-            "bytes_moved": int(_read(os.path.join(sysfs, "vgpu_num_bytes_moved"))),
-        }
-        engines = []
-        engines_dir = os.path.join(sysfs, "vgpu_engines")
-        for name in os.listdir(engines_dir):
-            d = os.path.join(engines_dir, name)
-            counters = _counters(_read(os.path.join(d, "counters")))
-            engines.append({"name": name, "busy_percent": int(_read(os.path.join(d, "busy_percent"))),
-                            "jobs": counters.get("jobs", 0), "busy_ns": counters.get("busy_ns", 0),
-                            "counters": counters})
-    except (OSError, ValueError) as e:
-        raise SmiError(f"{root} is not a live vgpu mount ({sysfs}: "
-                       f"{getattr(e, 'strerror', None) or e})") from None
+def _cards(root: str) -> list[tuple[int, str]]:
+    """[(card index, its sysfs device directory)] of the mount, by index: one per
+    device (a partitioned mount has one per partition, docs/partitions.md)."""
+    drm = os.path.join(root, *DRM_CLASS)
+    names = [n for n in os.listdir(drm) if n.startswith("card") and n[4:].isdigit()]
+    return sorted((int(n[4:]), os.path.join(drm, n, "device")) for n in names)
+
+
+def _device(index: int, sysfs: str, root: str) -> tuple[dict, list[dict]]:
+    """(the device's dict, its engines) from its sysfs directory."""
+    uevent = dict(line.partition("=")[::2] for line in _read(os.path.join(sysfs, "uevent")).splitlines())
+    device = {
+        "index": index,
+        "name": _read(os.path.join(sysfs, "product_name")).strip(),
+        "pci_id": f"{_read(os.path.join(sysfs, 'vendor')).strip()}:{_read(os.path.join(sysfs, 'device')).strip()}",
+        "pci_slot": uevent.get("PCI_SLOT_NAME", ""),
+        "mount": os.path.realpath(root),
+        "vram_total_bytes": int(_read(os.path.join(sysfs, "mem_info_vram_total"))),
+        "vram_used_bytes": int(_read(os.path.join(sysfs, "mem_info_vram_used"))),
+        "gtt_total_bytes": int(_read(os.path.join(sysfs, "mem_info_gtt_total"))),
+        "gtt_used_bytes": int(_read(os.path.join(sysfs, "mem_info_gtt_used"))),
+        "busy_percent": int(_read(os.path.join(sysfs, "gpu_busy_percent"))),
+        "evictions": int(_read(os.path.join(sysfs, "vgpu_num_evictions"))),
+        "bytes_moved": int(_read(os.path.join(sysfs, "vgpu_num_bytes_moved"))),
+    }
+    engines = []
+    engines_dir = os.path.join(sysfs, "vgpu_engines")
+    for name in os.listdir(engines_dir):
+        d = os.path.join(engines_dir, name)
+        counters = _counters(_read(os.path.join(d, "counters")))
+        engines.append({"name": name, "gpu": index, "busy_percent": int(_read(os.path.join(d, "busy_percent"))),
+                        "jobs": counters.get("jobs", 0), "busy_ns": counters.get("busy_ns", 0),
+                        "counters": counters})
     engines.sort(key=lambda e: (not e["name"].startswith("sdma"), e["name"]))
-    processes, hidden = _processes(os.path.join(root, "proc"))
-    return {"device": device, "engines": engines, "processes": processes, "hidden": hidden}
+    return device, engines
 
 
-def _processes(proc: str) -> tuple[list[dict], int]:
-    """One row per process: its DRM files' fdinfo summed."""
-    by_pid: dict[int, dict] = {}
+def sample(mount: str) -> dict:
+    """One reading of the mount: {"device" (the first, GPU 0), "devices", "engines"
+    (every device's, each with its "gpu"), "processes" (one row per GPU and pid),
+    "hidden" (fdinfo files this user may not read)}. Raises SmiError if it is no vgpu
+    mount."""
+    root = mount_point(mount)
+    devices, engines = [], []
+    try:
+        for index, sysfs in _cards(root):
+            device, its_engines = _device(index, sysfs, root)
+            devices.append(device)
+            engines += its_engines
+    except (OSError, ValueError) as e:
+        raise SmiError(f"{root} is not a live vgpu mount ({os.path.join(root, *DRM_CLASS)}: "
+                       f"{getattr(e, 'strerror', None) or e})") from None
+    if not devices:
+        raise SmiError(f"{root} is not a live vgpu mount (no card in {os.path.join(root, *DRM_CLASS)})")
+    gpu_of_slot = {d["pci_slot"]: d["index"] for d in devices}
+    processes, hidden = _processes(os.path.join(root, "proc"), gpu_of_slot)
+    return {"device": devices[0], "devices": devices, "engines": engines, "processes": processes,
+            "hidden": hidden}
+
+
+def _processes(proc: str, gpu_of_slot: dict[str, int]) -> tuple[list[dict], int]:
+    """One row per GPU and process: the fdinfo of the process's DRM files on that GPU
+    (told by drm-pdev, the device's PCI slot) summed."""
+    by_pid: dict[tuple[int, int], dict] = {}
     hidden = 0
     try:
         pids = os.listdir(proc)
@@ -101,8 +128,9 @@ def _processes(proc: str) -> tuple[list[dict], int]:
                 continue
             except OSError:
                 continue
-            row = by_pid.setdefault(int(pid), {
-                "pid": int(pid), "name": info.get("vgpu-comm", "?"), "uid": int(info.get("vgpu-uid", -1)),
+            gpu = gpu_of_slot.get(info.get("drm-pdev", ""), 0)
+            row = by_pid.setdefault((gpu, int(pid)), {
+                "gpu": gpu, "pid": int(pid), "name": info.get("vgpu-comm", "?"), "uid": int(info.get("vgpu-uid", -1)),
                 "vram_bytes": 0, "gtt_bytes": 0, "contexts": 0, "jobs_submitted": 0, "jobs_in_flight": 0,
                 "faults": 0, "hangs": 0, "clients": [], "engine_ns": {}})
             row["clients"].append(int(info.get("drm-client-id", client)))
@@ -115,15 +143,15 @@ def _processes(proc: str) -> tuple[list[dict], int]:
                 if key.startswith("drm-engine-"):
                     engine = key.removeprefix("drm-engine-")
                     row["engine_ns"][engine] = row["engine_ns"].get(engine, 0) + int(value.split()[0])
-    rows = sorted(by_pid.values(), key=lambda r: r["pid"])
+    rows = sorted(by_pid.values(), key=lambda r: (r["gpu"], r["pid"]))
     for r in rows:
         r["clients"].sort()
     return rows, hidden
 
 
 def as_json(s: dict) -> str:
-    return json.dumps({"device": s["device"], "engines": s["engines"], "processes": s["processes"]},
-                      indent=2)
+    return json.dumps({"device": s["device"], "devices": s["devices"], "engines": s["engines"],
+                       "processes": s["processes"]}, indent=2)
 
 
 def _size(n: int) -> str:
@@ -137,8 +165,7 @@ def _usage(used: int, total: int) -> str:
 
 
 def screen(s: dict) -> str:
-    """The nvidia-smi style screen: device header, engines, process table."""
-    d = s["device"]
+    """The nvidia-smi style screen: one block per device, the engines, the process table."""
     w = 79
     bar = "+" + "-" * (w - 2) + "+"
 
@@ -146,25 +173,30 @@ def screen(s: dict) -> str:
         return f"| {text[:w - 4]:<{w - 4}} |"
 
     out = [time.strftime("%a %b %d %H:%M:%S %Y"), bar,
-           row(f"vgpu smi          Driver: amdgpu          Mount: {d['mount']}"),
+           row(f"vgpu smi          Driver: amdgpu          Mount: {s['device']['mount']}"),
            "|" + "=" * (w - 2) + "|",
-           row("GPU  Name                PCI ID         VRAM-Usage        GTT-Usage"),
-           row(f"  0  {d['name'][:18]:<18}  {d['pci_id']:<13}  "
-               f"{_usage(d['vram_used_bytes'], d['vram_total_bytes']):<16}  "
-               f"{_usage(d['gtt_used_bytes'], d['gtt_total_bytes']):<16}"),
-           row(f"     GPU-Util {d['busy_percent']:3d} % (busiest engine, last second)"),
-           row(f"     Evictions {d['evictions']}, {_size(d['bytes_moved'])} moved (since the device came up)"),
-           bar, row("Engine      Util      Jobs     Busy-Time"), "|" + "-" * (w - 2) + "|"]
+           row("GPU  Name                PCI ID         VRAM-Usage        GTT-Usage")]
+    for i, d in enumerate(s["devices"]):
+        if i:
+            out.append("|" + "-" * (w - 2) + "|")
+        out += [row(f"{d['index']:>3}  {d['name'][:18]:<18}  {d['pci_id']:<13}  "
+                    f"{_usage(d['vram_used_bytes'], d['vram_total_bytes']):<16}  "
+                    f"{_usage(d['gtt_used_bytes'], d['gtt_total_bytes']):<16}"),
+                row(f"     GPU-Util {d['busy_percent']:3d} % (busiest engine, last second)"
+                    + (f"   PCI {d['pci_slot']}" if len(s["devices"]) > 1 else "")),
+                row(f"     Evictions {d['evictions']}, {_size(d['bytes_moved'])} moved (since the device came up)")]
+    out += [bar, row("GPU  Engine      Util      Jobs     Busy-Time"), "|" + "-" * (w - 2) + "|"]
     for e in s["engines"]:
-        out.append(row(f"{e['name']:<10} {e['busy_percent']:3d} % {e['jobs']:>9} {e['busy_ns'] / 1e9:>12.3f} s"))
+        out.append(row(f"{e['gpu']:>3}  {e['name']:<10} {e['busy_percent']:3d} % {e['jobs']:>9} "
+                       f"{e['busy_ns'] / 1e9:>12.3f} s"))
     out += [bar, "", bar, row("Processes:"),
-            row(f"{'PID':>6}  {'Process name':<16}{'UID':>6}{'VRAM':>9}{'GTT':>9}{'Ctx':>4}{'Jobs':>7}"
+            row(f"GPU{'PID':>7}  {'Process name':<16}{'UID':>6}{'VRAM':>9}{'GTT':>9}{'Ctx':>4}{'Jobs':>7}"
                 f"{'Run':>4}{'Flt':>4}{'Hang':>5}"),
             "|" + "=" * (w - 2) + "|"]
     if not s["processes"]:
         out.append(row("  No running processes found"))
     for p in s["processes"]:
-        out.append(row(f"{p['pid']:>6}  {p['name'][:16]:<16}{p['uid']:>6}{_size(p['vram_bytes']):>9}"
+        out.append(row(f"{p['gpu']:>3}{p['pid']:>7}  {p['name'][:16]:<16}{p['uid']:>6}{_size(p['vram_bytes']):>9}"
                        f"{_size(p['gtt_bytes']):>9}{p['contexts']:>4}{p['jobs_submitted']:>7}"
                        f"{p['jobs_in_flight']:>4}{p['faults']:>4}{p['hangs']:>5}"))
     if s["hidden"]:
@@ -174,12 +206,13 @@ def screen(s: dict) -> str:
 
 
 # -- dmon ----------------------------------------------------------------------------------
-def _totals(s: dict) -> dict:
-    """What dmon differentiates: per engine busy_ns; SDMA bytes, compute lanes, jobs
-    submitted and page faults over every engine."""
-    t = {"busy": {e["name"]: e["counters"].get("busy_ns", 0) for e in s["engines"]},
+def _totals(s: dict, gpu: int) -> dict:
+    """What dmon differentiates for device `gpu`: per engine busy_ns; SDMA bytes,
+    compute lanes, jobs submitted and page faults over its engines."""
+    engines = [e for e in s["engines"] if e["gpu"] == gpu]
+    t = {"busy": {e["name"]: e["counters"].get("busy_ns", 0) for e in engines},
          "rd": 0, "wr": 0, "lanes": 0, "sub": 0, "faults": 0}
-    for e in s["engines"]:
+    for e in engines:
         c = e["counters"]
         if e["name"].startswith("sdma"):
             t["rd"] += c.get("bytes_read", 0)
@@ -197,27 +230,38 @@ def dmon_header(engines: list[str]) -> str:
             f"# Idx{units}    MB/s    MB/s     M/s     1/s       MiB      #")
 
 
-def dmon_line(before: dict, after: dict, dt: float, vram_used: int) -> str:
-    busy = "".join(f" {min(100, round(100 * (after['busy'][n] - before['busy'].get(n, 0)) / 1e9 / dt)):>8}"
-                   for n in after["busy"])
-    return (f"    0{busy} {(after['rd'] - before['rd']) / MiB / dt:7.1f} {(after['wr'] - before['wr']) / MiB / dt:7.1f}"
+def dmon_line(before: dict, after: dict, dt: float, vram_used: int, gpu: int = 0,
+              engines: list[str] | None = None) -> str:
+    """Device `gpu`'s line: a busy column per name of `engines` (the header's; "-" for
+    another device's engine), then its rates over `dt` seconds."""
+    def busy(n: str) -> str:
+        if n not in after["busy"]:
+            return f" {'-':>8}"
+        return f" {min(100, round(100 * (after['busy'][n] - before['busy'].get(n, 0)) / 1e9 / dt)):>8}"
+    cols = "".join(busy(n) for n in (engines if engines is not None else after["busy"]))
+    return (f"{gpu:>5}{cols} {(after['rd'] - before['rd']) / MiB / dt:7.1f} {(after['wr'] - before['wr']) / MiB / dt:7.1f}"
             f" {(after['lanes'] - before['lanes']) / 1e6 / dt:7.1f} {(after['sub'] - before['sub']) / dt:7.0f}"
             f" {vram_used / MiB:9.1f} {after['faults'] - before['faults']:6d}")
 
 
 def dmon(mount: str, delay: float, count: int | None, out=sys.stdout) -> None:
-    """One line per `delay` seconds (`count` lines, or until interrupted): each engine's
-    busy share of the interval and the device's rates over it."""
+    """Every `delay` seconds (`count` times, or until interrupted) one line per device,
+    as nvidia-smi dmon prints one per GPU: each engine's busy share of the interval
+    and the device's rates over it."""
     s = sample(mount)
-    print(dmon_header([e["name"] for e in s["engines"]]), file=out, flush=True)
-    before, t0 = _totals(s), time.monotonic()
+    names = [e["name"] for e in s["engines"]]
+    gpus = [d["index"] for d in s["devices"]]
+    print(dmon_header(names), file=out, flush=True)
+    before, t0 = {g: _totals(s, g) for g in gpus}, time.monotonic()
     n = 0
     while count is None or n < count:
         time.sleep(max(0.0, t0 + delay - time.monotonic()))
         s = sample(mount)
         t1 = time.monotonic()
-        after = _totals(s)
-        print(dmon_line(before, after, t1 - t0, s["device"]["vram_used_bytes"]), file=out, flush=True)
+        after = {g: _totals(s, g) for g in gpus}
+        vram = {d["index"]: d["vram_used_bytes"] for d in s["devices"]}
+        for g in gpus:
+            print(dmon_line(before[g], after[g], t1 - t0, vram[g], g, names), file=out, flush=True)
         before, t0 = after, t1
         n += 1
 

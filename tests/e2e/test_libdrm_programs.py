@@ -72,3 +72,16 @@ def test_c_samples_under_plain_strace(big_mount, tmp_path, sample):
     text = log.read_text()
     # strace sees the frames: the preload library turned each ioctl into write + read.
     assert "dev/dri/renderD128" in text and "write(" in text and "read(" in text
+
+
+@pytest.mark.parametrize("program,message", [
+    (["modetest", "-M", "amdgpu"], "drmModeGetResources failed: Operation not supported"),
+    (["proptest", "-M", "amdgpu"], "Failed to get resources: Operation not supported"),
+])
+def test_display_programs_are_told_there_is_no_display(big_mount, program, message):
+    # Debian's KMS programs start, find the device, and get EOPNOTSUPP from the mode
+    # ioctls, as on a Linux device without DRIVER_MODESET (not ENOTTY, "not a DRM ioctl")
+    if shutil.which(program[0]) is None:
+        pytest.skip(f"{program[0]} missing (Debian libdrm-tests)")
+    r = vgpu_cli("run", "--mount", big_mount, "--", *program, timeout=120)
+    assert message in r.stdout + r.stderr, r.stdout + r.stderr

@@ -127,3 +127,35 @@ def test_a_count_the_gpu_cannot_take_is_refused(count):
         assert not os.path.ismount(path)
     finally:
         os.rmdir(path)
+
+
+def test_smi_shows_each_partition_its_engines_and_processes(partitions_mount):
+    from .test_smi_e2e import HOLD, smi_json
+    from tests.helpers import start_client
+    client = start_client(HOLD, os.path.join(partitions_mount, "dev/dri/renderD129"))
+    try:
+        assert client.stdout.readline().strip() == "ready"
+        s = smi_json(partitions_mount)
+        assert [(d["index"], d["pci_slot"]) for d in s["devices"]] == [(0, "0000:00:00.0"), (1, "0000:00:00.1")]
+        assert s["device"] == s["devices"][0]
+        assert s["devices"][1]["vram_used_bytes"] >= 12288 + (1 << 20)
+        assert sorted((e["gpu"], e["name"]) for e in s["engines"]) == \
+            [(0, "comp_0.0"), (0, "sdma0"), (1, "comp_1.0"), (1, "sdma1")]
+        row, = [p for p in s["processes"] if p["pid"] == client.pid]
+        assert row["gpu"] == 1 and row["vram_bytes"] == 12288 + (1 << 20)
+        screen = vgpu_cli("smi", "--mount", partitions_mount).stdout
+        assert "  0  AMD" in screen and "  1  AMD" in screen and "PCI 0000:00:00.1" in screen
+        assert f"  1{client.pid:>7}  python" in screen
+        r = vgpu_cli("smi", "dmon", "-d", "0.2", "-c", "2", "--mount", partitions_mount)
+        assert r.returncode == 0, r.stderr
+        rows = [line.split() for line in r.stdout.splitlines() if not line.startswith("#")]
+        assert [row[0] for row in rows] == ["0", "1", "0", "1"]  # one line per device per interval
+        names = r.stdout.splitlines()[0].split()[2:6]
+        assert names == ["sdma0", "comp_0.0", "sdma1", "comp_1.0"]  # by device
+        for row in rows:  # a device's line has "-" for the other device's engines
+            own = {"0": ("sdma0", "comp_0.0"), "1": ("sdma1", "comp_1.0")}[row[0]]
+            assert [(n in own) == (v != "-") for n, v in zip(names, row[1:5])] == [True] * 4
+    finally:
+        client.stdin.write("\n")
+        client.stdin.flush()
+        client.wait(timeout=30)

@@ -25,6 +25,15 @@ def test_unknown_request_is_enotty_and_logged(dev, client):
     assert "refused" in dev.kmsg.text()
 
 
+def test_display_ioctls_are_eopnotsupp_as_without_driver_modeset(dev, client):
+    # drm_mode_getresources / drm_wait_vblank_ioctl on a device with no display
+    for nr, size in ((0xA0, 64), (0xCE, 104), (0x3A, 24)):
+        with pytest.raises(KmdError) as e:
+            dev.ioctl(client, uapi._IOC(uapi._IOC_READ | uapi._IOC_WRITE, uapi.DRM_IOCTL_BASE, nr, size), bytes(size))
+        assert e.value.errno == errno.EOPNOTSUPP, hex(nr)
+    assert "without DRIVER_MODESET" in dev.kmsg.text()
+
+
 def test_ioc_size_must_match_arg(dev, client):
     req = uapi.DRM_IOCTL_GET_CAP
     with pytest.raises(KmdError) as e:

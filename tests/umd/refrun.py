@@ -14,6 +14,7 @@ import struct
 import numpy as np
 
 from kmd.hw import _core, cu_ref, ref
+from umd.compiler import prints
 from tests.hw.isa_gen import CODE_VA, KARG_VA, MEM_VA, Rig
 from vgpu.asm import CodeObject
 
@@ -23,8 +24,11 @@ def _dim3(v):
     return v + (1,) * (3 - len(v))
 
 
-def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "reference"):
-    """`engine`: "reference" (kmd.hw.cu_ref) or "cython" (kmd.hw._core, two workers)."""
+def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "reference",
+        print_bytes: int = 64 << 10, printed: dict | None = None):
+    """`engine`: "reference" (kmd.hw.cu_ref) or "cython" (kmd.hw._core, two workers).
+    A kernel that prints gets a print buffer of `print_bytes` record bytes; `printed`
+    (a dict) receives its "lines" and the number "dropped" (umd.compiler.prints)."""
     grid, block = _dim3(grid), _dim3(block)
     if engine == "cython":
         rig = Rig(_core.ComputeEngine, _core.PageTable, mem_size=mem_size)
@@ -45,6 +49,10 @@ def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "re
             for k, extent in enumerate(shape):
                 values[f"__shape_{spec.name}_{k}"] = extent
     values.update({k: v.copy() for k, v in compiled.const_arrays().items()})   # umd.const arrays
+    if compiled.prints:
+        buf = np.zeros(prints.HEADER_WORDS + print_bytes // 4, np.uint32)
+        buf[2] = print_bytes
+        values[prints.ARG_NAME] = buf
     placed, off = [], 0
     for spec in compiled.args:
         v = values[spec.name]
@@ -69,4 +77,7 @@ def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "re
     assert result.status == "ok", (result, compiled.asm_text)
     for arr, o in placed:
         arr[...] = rig.mem[o:o + arr.nbytes].view(arr.dtype).reshape(arr.shape)
+    if compiled.prints and printed is not None:
+        printed["lines"], printed["dropped"] = prints.decode(compiled.prints,
+                                                            values[prints.ARG_NAME].tobytes())
     return result

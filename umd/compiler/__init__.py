@@ -88,7 +88,8 @@ def build(pyfn, options: dict | None = None, env: dict | None = None, *,
                           fn.source_file, ir_text, text, obj.sgprs, obj.vgprs, obj.lds_bytes,
                           dict(getattr(fn, "traps", {})),
                           {k: (dt, list(shape), raw.hex())
-                           for k, (dt, shape, raw) in getattr(fn, "consts", {}).items()})
+                           for k, (dt, shape, raw) in getattr(fn, "consts", {}).items()},
+                          list(getattr(fn, "prints", [])))
 
 
 def compile_kernel(pyfn, options: dict | None = None, env: dict | None = None) -> CompiledKernel:

@@ -26,6 +26,8 @@ class CompiledKernel:
     traps: dict[int, str] = dataclasses.field(default_factory=dict)    # s_trap code -> what it means
     # umd.const.array_like data: hidden argument -> (dtype name, shape, bytes as hex)
     consts: dict[str, tuple] = dataclasses.field(default_factory=dict)
+    # print() sites, in order: format id k + 1 is prints[k] (compiler/prints.py)
+    prints: list[list] = dataclasses.field(default_factory=list)
 
     def const_arrays(self) -> dict:
         """{hidden argument: numpy array} of the kernel's constant arrays."""

@@ -42,7 +42,7 @@ import numpy as np
 from umd import intrinsics as K
 from umd.types import PtrType, ScalarType, bool_, f32, f64, i32, i64, u32, u64
 
-from . import ir
+from . import ir, prints, wraparound
 from .errors import KernelCompileError
 from .functions import DeviceFunction, JitFunction
 from .ir import const
@@ -60,7 +60,9 @@ _PY_MATH = {getattr(pymath, n): r for n, r in (
     ("isfinite", "isfinite"), ("tan", "tan"), ("atan", "atan"), ("atan2", "atan2"),
     ("asin", "asin"), ("acos", "acos"), ("sinh", "sinh"), ("cosh", "cosh"), ("asinh", "asinh"),
     ("acosh", "acosh"), ("atanh", "atanh"), ("hypot", "hypot"), ("expm1", "expm1"),
-    ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"), ("erf", "erf"))}
+    ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"), ("erf", "erf"),
+    ("erfc", "erfc"), ("gamma", "gamma"), ("lgamma", "lgamma"), ("fmod", "fmod"),
+    ("frexp", "frexp"), ("ldexp", "ldexp")) + (("cbrt", "cbrt"),) * hasattr(pymath, "cbrt")}
 _NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32, np.float64: f64, np.int64: i64,
                 np.uint64: u64}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
@@ -100,6 +102,14 @@ class _Widen(Exception):
 
     def __init__(self, name: str, type_: ScalarType) -> None:
         self.name, self.type = name, type_
+
+
+class _Unbounded(Exception):
+    """A variable assumed non-negative (every assignment so far was) is assigned a
+    value that may be negative: restart with it known unbounded (wraparound.py)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 def _widened(current: ScalarType, value) -> ScalarType | None:
@@ -146,6 +156,23 @@ class LocalArray:
     type = None
 
 
+class _View:
+    """`a[i]` of a 2-D or 3-D array (Numba's row view), known at compile time: the
+    array and the leading indices; indexing it indexes the array (`a[i][j]` is
+    `a[i, j]`), and it has the remaining dimensions' shape."""
+
+    def __init__(self, arr, prefix: list) -> None:
+        self.arr, self.prefix = arr, prefix
+
+    @property
+    def name(self) -> str:
+        return getattr(self.arr, "name", "a shared array")
+
+    @property
+    def elem(self) -> ScalarType:
+        return _elem(self.arr)
+
+
 class _Missing:
     pass
 
@@ -170,7 +197,7 @@ def _hashable(obj) -> bool:
 
 
 def _is_array(v) -> bool:
-    return isinstance(v, (ir.SharedArray, LocalArray)) or (
+    return isinstance(v, (ir.SharedArray, LocalArray, _View)) or (
         isinstance(v, ir.Var) and isinstance(v.type, PtrType))
 
 
@@ -282,16 +309,20 @@ class Scope:
     call_line: int | None = None            # the kernel line its IR is attributed to
     caller: "Scope | None" = None
     annotations: dict = dataclasses.field(default_factory=dict)
+    stores: dict = dataclasses.field(default_factory=dict)   # name -> times assigned
 
 
 class FunctionLowering:
-    def __init__(self, pyfn, declared: dict[str, ScalarType], extra_env: dict | None = None) -> None:
+    def __init__(self, pyfn, declared: dict[str, ScalarType], extra_env: dict | None = None,
+                 unbounded: set | None = None) -> None:
         self.pyfn = pyfn
         self.declared = dict(declared)
+        self.unbounded = set(unbounded or ())   # variables that may be negative (wraparound)
         self.extra_env = extra_env
         src = _source_of(pyfn)
         self.scope = Scope(pyfn, src.node.name, src, _environment(pyfn, extra_env))
         self.scope.annotations = self.annotations(pyfn, self.scope)
+        self.scope.stores = wraparound.store_counts(src.node)
         self.source_file = src.file
         self.first_line = src.first_line
         self.counter = 0
@@ -306,6 +337,8 @@ class FunctionLowering:
         self.inlines = 0
         self.locals_made = 0
         self.traps: dict[int, str] = {}
+        self.prints: list[prints.Format] = []   # the print() sites (compiler/prints.py)
+        self.bounds: dict[int, int] = {}       # Var.id -> a lower bound (wraparound.py)
 
     # -- helpers ---------------------------------------------------------------------
     @property
@@ -416,6 +449,7 @@ class FunctionLowering:
                            self.first_line, lds_bytes=self.lds)
         func.traps = dict(self.traps)
         func.consts = dict(self.consts)
+        func.prints = list(self.prints)
         return func
 
     @staticmethod
@@ -489,7 +523,7 @@ class FunctionLowering:
             elif isinstance(st.target, ast.Subscript):
                 arr, idx = self.subscript(st.target)
                 if arr is None:
-                    raise self.error(st, "a tuple item cannot be assigned")
+                    raise self.not_assignable(st, idx)
                 cur = self.load(arr, idx, st)
                 val = self.binop(op, cur, self.expr(st.value), st)
                 self.store(arr, idx, val, st)
@@ -581,9 +615,32 @@ class FunctionLowering:
 
     def if_stmt(self, st) -> None:
         cond = self.condition(st.test)
+        saved = self.guard(st.test, st.body)
         then = self.sub_block(st.body)
+        self.unguard(saved)
         else_ = self.sub_block(st.orelse)
         self.block.append(ir.If(cond, then, else_, self.line(st)))
+
+    def guard(self, test, body) -> dict:
+        """Give the variables an `if` test bounds below (wraparound.guarded_names) those
+        bounds for its true branch; returns what unguard() puts back."""
+        saved = {}
+        stored = {n.id for b in body for n in ast.walk(b)
+                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        for name, lb in wraparound.guarded_names(test).items():
+            v = self.locals.get(name)
+            if isinstance(v, ir.Var) and v.type.is_int and name not in stored and \
+                    self.scope.stores.get(name) == 1:
+                saved[v.id] = self.bounds.get(v.id)
+                self.bounds[v.id] = max(lb, self.bounds.get(v.id, lb))
+        return saved
+
+    def unguard(self, saved: dict) -> None:
+        for vid, lb in saved.items():               # the guard holds in the branch only
+            if lb is None:
+                self.bounds.pop(vid, None)
+            else:
+                self.bounds[vid] = lb
 
     def for_stmt(self, st) -> None:
         if st.orelse:
@@ -611,6 +668,7 @@ class FunctionLowering:
         if isinstance(end, ir.Var) and end.local:        # evaluated once, like Python
             end = self.emit("mov", self.temp(t, "end"), [end], st)
         positive = None
+        step_lb = self.lower_bound(step)
         if isinstance(step, ir.Const):
             upward = (ir.wrap32(step.value, i32) if step.type != u32 else step.value) > 0
             step = self.convert(step, t, st)
@@ -630,6 +688,11 @@ class FunctionLowering:
         user = self.local_for(name, t, st)
         ctr = self.new_local(f"{self.scope.prefix}{name}.ctr", t) if assigned else user
         self.emit("mov", ctr, [start], st)
+        counts_up = upward if positive is None else step_lb is not None and step_lb >= 0
+        start_lb = self.lower_bound(start) if counts_up else None   # it only grows (0 traps)
+        self.bound_assignment(user, start_lb)
+        if user.id in self.bounds:
+            self.bounds[ctr.id] = self.bounds[user.id]
         header = []
         saved, self.block = self.block, header
         if positive is None:
@@ -668,12 +731,31 @@ class FunctionLowering:
         wider = _widened(v.type, value)
         if wider is not None:
             raise _Widen(v.name, wider)
-        self.emit("mov", v, [self.convert(value, v.type, node)], node)
+        value = self.convert(value, v.type, node)
+        self.emit("mov", v, [value], node)
+        self.bound_assignment(v, self.lower_bound(value))
+
+    def bound_assignment(self, v: ir.Var, lb: int | None) -> None:
+        """A variable assigned once has its value's bound; one assigned several times
+        is assumed >= 0 until an assignment may be negative, which restarts the
+        lowering with it unbounded (an induction over its assignments: wraparound.py)."""
+        if not v.type.is_int or not v.type.signed:
+            return
+        if self.scope.stores.get(v.name[len(self.scope.prefix):]) == 1:
+            if lb is not None:
+                self.bounds[v.id] = lb
+        elif v.name not in self.unbounded:
+            if lb is None or lb < 0:
+                raise _Unbounded(v.name)
+            self.bounds[v.id] = 0
 
     def snapshot(self, value, node):
         """A value that later assignments to a local variable do not change."""
         if isinstance(value, ir.Var) and value.local:
-            return self.emit("mov", self.temp(value.type), [value], node)
+            copy = self.emit("mov", self.temp(value.type), [value], node)
+            if value.id in self.bounds:
+                self.bounds[copy.id] = self.bounds[value.id]
+            return copy
         if isinstance(value, _Tuple):
             return _Tuple([self.snapshot(v, node) for v in value.items])
         return value
@@ -721,10 +803,18 @@ class FunctionLowering:
         elif isinstance(target, ast.Subscript):
             arr, idx = self.subscript(target)
             if arr is None:
-                raise self.error(node, "a tuple item cannot be assigned")
+                raise self.not_assignable(node, idx)
             self.store(arr, idx, value, node)
         else:
             raise self.error(node, f"unsupported assignment target: {self.describe(target)}")
+
+    def not_assignable(self, node, item) -> KernelCompileError:
+        if isinstance(item, _View):
+            n, nd = len(item.prefix), self.ndim_of(item.arr)
+            return self.error(node, f"{n} {'index' if n == 1 else 'indices'} for a {nd}-D array "
+                              f"{self.array_name(item.arr)!r}: a row cannot be assigned as a whole "
+                              "(index every dimension)")
+        return self.error(node, "a tuple item cannot be assigned")
 
     def what(self, value) -> str:
         if _is_array(value):
@@ -745,11 +835,15 @@ class FunctionLowering:
 
     # -- arrays ----------------------------------------------------------------------
     def ndim_of(self, arr) -> int:
+        if isinstance(arr, _View):
+            return self.ndim_of(arr.arr) - len(arr.prefix)
         if isinstance(arr, ir.Var):
             return arr.type.ndim or 1
         return len(arr.shape)
 
     def shape_of(self, arr, k: int):
+        if isinstance(arr, _View):
+            return self.shape_of(arr.arr, len(arr.prefix) + k)
         if isinstance(arr, ir.Var) and arr.name in self.consts:    # a constant array's own
             return ir.Const(self.consts[arr.name][1][k], i32)
         if isinstance(arr, ir.Var):
@@ -757,7 +851,7 @@ class FunctionLowering:
         return ir.Const(arr.shape[k], i32)
 
     def array_name(self, arr) -> str:
-        return arr.name if isinstance(arr, (ir.Var, LocalArray)) else "a shared array"
+        return arr.name if isinstance(arr, (ir.Var, LocalArray, _View)) else "a shared array"
 
     def flat_index(self, arr, indices: list, node):
         """The element number of arr[indices] (row-major)."""
@@ -778,12 +872,27 @@ class FunctionLowering:
                 raise self.error(node, f"an array index must be an integer, not {part.type!r}")
             if part.type == bool_ or part.type.wide:     # extents are i32: so are element numbers
                 part = self.convert(part, i32, node)
+            part = self.wrap_index(arr, k, part, node)
             if idx is None:
                 idx = part
             else:
                 idx = self.binop("add", self.binop("mul", idx, self.shape_of(arr, k), node),
                                  part, node)
         return idx
+
+    def wrap_index(self, arr, k: int, part, node):
+        """Numba's wraparound: a negative index counts from the end of dimension k
+        (wraparound.py); nothing to do for one that cannot be negative, nor on a
+        `Ptr[T]` (umd's C pointer, which may be a bare device address of no known size)."""
+        lb = self.lower_bound(part)
+        if lb is not None and lb >= 0 or isinstance(arr, ir.Var) and not arr.type.ndim:
+            return part
+        extent = self.shape_of(arr, k)
+        if isinstance(part, ir.Const):
+            return self.binop("add", part, extent, node)
+        negative = self.fold_or_emit("lt", bool_, [part, ir.Const(0, part.type)], node)
+        shift = self.fold_or_emit("select", i32, [negative, extent, ir.Const(0, i32)], node)
+        return self.fold_or_emit("add", i32, [part, shift], node)
 
     def subscript(self, node):
         """(array, element number) of an indexing expression, or (None, item) for a tuple."""
@@ -817,6 +926,15 @@ class FunctionLowering:
                              "argument, a shared or a local array) or a tuple")
         idx = self.expr(sl)
         parts = idx.items if isinstance(idx, _Tuple) else [idx]
+        if isinstance(base, _View):
+            base, parts = base.arr, base.prefix + parts
+        nd = self.ndim_of(base)
+        if len(parts) < nd and not (isinstance(base, ir.Var) and not base.type.ndim):
+            for part in parts:                      # a row view: a[i] of a 2-D array
+                self.check_value(part, node)
+                if not part.type.is_int:
+                    raise self.error(node, f"an array index must be an integer, not {part.type!r}")
+            return None, _View(base, parts)
         return base, self.flat_index(base, parts, node)
 
     def load(self, arr, idx, node):
@@ -992,7 +1110,9 @@ class FunctionLowering:
                                                    self.convert(b, t, node)], node)
         saved = self.block
         self.block = []
+        guarded = self.guard(node.test, [node.body])
         a = self.expr(node.body)
+        self.unguard(guarded)
         then = self.block
         self.block = []
         b = self.expr(node.orelse)
@@ -1023,6 +1143,8 @@ class FunctionLowering:
             return ir.float_literal(float(obj))
         if isinstance(obj, tuple) and all(isinstance(v, (bool, int, float, np.number, tuple)) for v in obj):
             return _Tuple([self.python_value(v, node) for v in obj])
+        if isinstance(obj, np.ndarray):     # Numba freezes a global array as a constant
+            return self.frozen_array(obj, node, f"the global array {ast.unparse(node)}")
         return _PyObject(obj)
 
     def truth(self, x, node):
@@ -1153,8 +1275,29 @@ class FunctionLowering:
                     return q
                 return self.fold_or_emit("sub", t, [a, self.fold_or_emit("mul", t, [q, b], node)],
                                          node)
-            return self.int_floordiv(op, t, a, b, node)
-        return self.fold_or_emit(op, t, [a, b], node)
+            return self.bounded(op, self.int_floordiv(op, t, a, b, node), a, b)
+        return self.bounded(op, self.fold_or_emit(op, t, [a, b], node), a, b)
+
+    def lower_bound(self, v) -> int | None:
+        """A lower bound of an integer value, None if unknown (wraparound.py)."""
+        if isinstance(v, ir.Const):
+            return v.value if v.type.is_int else None
+        if not v.type.is_int:
+            return None
+        if isinstance(v, ir.Special) or v.type == bool_ or not v.type.signed:
+            return 0
+        if v.arg is not None and v.name.startswith("__"):      # dimensions and extents
+            return 0
+        return self.bounds.get(v.id)
+
+    def bounded(self, op, result, a, b):
+        """`result` (= op(a, b)), its lower bound recorded."""
+        if isinstance(result, ir.Var) and result.type.is_int:
+            lb = wraparound.lower_bound(op, self.lower_bound(a), self.lower_bound(b),
+                                        isinstance(b, ir.Const))
+            if lb is not None:
+                self.bounds[result.id] = lb
+        return result
 
     def int_floordiv(self, op, t, a, b, node):
         """Python's (and Numba's) integer // and %: the quotient floors, the remainder
@@ -1274,6 +1417,8 @@ class FunctionLowering:
         if isinstance(fn, JitFunction):
             raise self.error(node, f"{name} is a kernel: kernels cannot call kernels; make it a "
                              "device function (@umd.jit(device=True)) to call it")
+        if fn is print:
+            return self.print_call(node)
         if node.keywords:
             raise self.error(node, f"{name}(): keyword arguments are not supported")
         args = [self.expr(a) for a in node.args]
@@ -1315,6 +1460,10 @@ class FunctionLowering:
         if fn is pow:
             nargs(2)
             return self.binop("pow", args[0], args[1], node)
+        if fn is divmod:
+            nargs(2)
+            return _Tuple([self.binop("floordiv", args[0], args[1], node),
+                           self.binop("mod", args[0], args[1], node)])
         if fn is round:
             nargs(1)
             values()
@@ -1355,6 +1504,58 @@ class FunctionLowering:
             raise self.error(node, f"call to plain Python function {name!r}: decorate it with "
                              "@umd.jit(device=True) to call it from a kernel")
         raise self.error(node, f"call to unsupported function {name!r}")
+
+    def print_call(self, node):
+        """print(...) as Numba's (compiler/prints.py): string constants, integers and
+        floats, space-separated; one record appended to the launch's print buffer."""
+        if node.keywords:
+            raise self.error(node, "print(): keyword arguments (sep=, end=, file=) are not "
+                             "supported, as in Numba")
+        fmt, words = [], []
+        for a in node.args:
+            if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                fmt.append(["s", a.value])
+                continue
+            if isinstance(a, ast.Starred):
+                raise self.error(a, "unsupported construct: *unpacking")
+            v = self.expr(a)
+            if isinstance(v, _PyObject) and isinstance(v.obj, str):
+                fmt.append(["s", v.obj])
+                continue
+            self.check_value(v, a)
+            if v.type.is_float:
+                kind, bits = "f", self.fold_or_emit("bitcast", u64, [self.convert(v, f64, a)], a)
+            else:
+                kind = "b" if v.type == bool_ else "d" if v.type.signed else "u"
+                wide = self.convert(v, i64 if v.type.signed else u64, a)
+                bits = self.convert(wide, u64, a)
+            fmt.append([kind, ""])
+            words.append(self.convert(bits, u32, node))
+            words.append(self.convert(self.binop("shr", bits, ir.Const(32, u32), node), u32, node))
+        self.prints.append(fmt)
+        buf = self.print_buffer()
+        first = self.library("print_reserve", [buf, ir.Const(prints.record_bytes(fmt), u32)], node)
+        saved, self.block = self.block, []
+        self.emit("store", None, [first, ir.Const(len(self.prints), u32)], node, array=buf)
+        for k, w in enumerate(words, 1):
+            idx = self.fold_or_emit("add", i32, [first, ir.Const(k, i32)], node)
+            self.emit("store", None, [idx, w], node, array=buf)
+        stores, self.block = self.block, saved
+        fits = self.fold_or_emit("ge", bool_, [first, ir.Const(0, i32)], node)
+        self.block.append(ir.If(fits, stores, [], self.line(node)))
+        return None
+
+    def print_buffer(self) -> ir.Var:
+        """The hidden argument `__print_buf`: the launch's print buffer, seen as u32s."""
+        v = self.hidden.get(prints.ARG_NAME)
+        if v is None:
+            self.karg_offset = -(-self.karg_offset // 8) * 8
+            spec = ir.ArgSpec(prints.ARG_NAME, "ptr", self.karg_offset, 8, "u32", 0)
+            self.karg_offset += 8
+            v = ir.Var(prints.ARG_NAME, PtrType(u32), -len(self.args) - 1, arg=spec)
+            self.args.append(v)
+            self.hidden[prints.ARG_NAME] = v
+        return v
 
     def intrinsic(self, fn, name, node, args, nargs, values, discard):
         op = fn.name
@@ -1409,6 +1610,13 @@ class FunctionLowering:
             ft, it = (f64, u64) if op == "from_bits64" else (f32, u32)
             x = args[0] if args[0].type != bool_ else self.convert(args[0], it, node)
             return self.fold_or_emit("bitcast", ft, [self.convert(x, it, node)], node)
+        if op == "selp":            # Numba's cuda.selp(pred, a, b)
+            nargs(3)
+            values()
+            t = self.unify(args[1], args[2])
+            return self.fold_or_emit("select", t, [self.truth(args[0], node),
+                                                   self.convert(args[1], t, node),
+                                                   self.convert(args[2], t, node)], node)
         if op.startswith("math."):
             return self.math(op[5:], name, node, args, nargs, values)
         if op.startswith("warp."):
@@ -1437,6 +1645,19 @@ class FunctionLowering:
             nargs(0)
             below = self.binop("shl", const(1, u32), self.convert(self.laneid(node), u32, node), node)
             return self.binop("sub", below, const(1, u32), node)
+        if kind in ("match_any_sync", "match_all_sync"):
+            # compared as bits, 32 or 64 of them, as CUDA's __match_*_sync
+            nargs(2)
+            values()
+            v = args[1]
+            if v.type.is_float:
+                v = self.fold_or_emit("bitcast", u64 if v.type.wide else u32, [v], node)
+            elif v.type == bool_:
+                v = self.convert(v, i32, node)
+            mask = self.convert(args[0], u32, node)
+            if kind == "match_any_sync":
+                return self.library("match_any", [mask, v], node)
+            return _Tuple(list(self.library("match_all", [mask, v], node).items))
         if kind in ("ballot_sync", "any_sync", "all_sync"):
             nargs(2)
             values()
@@ -1472,9 +1693,11 @@ class FunctionLowering:
     def math(self, mname, name, node, args, nargs, values):
         """umd.math.X and Python's math.X (the `i` forms return integers, as Python's
         math.floor/ceil/trunc do)."""
-        binary = mname in ("fmin", "fmax", "pow", "copysign", "atan2", "hypot")
+        binary = mname in ("fmin", "fmax", "pow", "copysign", "atan2", "hypot", "fmod", "ldexp")
         nargs(3 if mname == "fma" else 2 if binary else 1)
         values()
+        if mname in ("frexp", "ldexp"):
+            return self.frexp_ldexp(mname, node, args)
         if mname in ("isnan", "isinf", "isfinite"):
             x = args[0]
             if not x.type.is_float:
@@ -1527,10 +1750,32 @@ class FunctionLowering:
                     "pow": "pow64", "tan": "tan64", "atan": "atan64", "atan2": "atan2_64",
                     "asin": "asin64", "acos": "acos64", "sinh": "sinh64", "cosh": "cosh64",
                     "asinh": "asinh64", "acosh": "acosh64", "atanh": "atanh64",
-                    "hypot": "hypot64", "expm1": "expm1_64", "log1p": "log1p64", "erf": "erf64"}
+                    "hypot": "hypot64", "expm1": "expm1_64", "log1p": "log1p64", "erf": "erf64",
+                    "erfc": "erfc64", "gamma": "gamma64", "lgamma": "lgamma64", "fmod": "fmod64",
+                    "cbrt": "cbrt64"}
     # the functions the vISA has no float32 instruction for
     _VIA_F64 = {"tan", "atan", "atan2", "asin", "acos", "sinh", "cosh", "asinh", "acosh",
-                "atanh", "hypot", "expm1", "log1p", "erf"}
+                "atanh", "hypot", "expm1", "log1p", "erf", "erfc", "gamma", "lgamma", "fmod",
+                "cbrt"}
+
+    def frexp_ldexp(self, mname, node, args):
+        """math.frexp(x) -> (m, e) and math.ldexp(x, e), on f32 and f64 (an integer x
+        as f64, as Python's): the float64 routines, whose f32 results are exact."""
+        x = args[0]
+        t = x.type if x.type.is_float else f64
+        x64 = self.convert(x, f64, node)
+        if mname == "ldexp":
+            if not args[1].type.is_int:
+                raise self.error(node, f"math.ldexp(x, i): i must be an integer, not {args[1].type!r}")
+            e = args[1]
+            if e.type.wide:             # clamp before the 32-bit routine sees it
+                e = self.fold_or_emit("min", e.type, [e, ir.Const(1 << 20, e.type)], node)
+                if e.type.signed:
+                    e = self.fold_or_emit("max", e.type, [e, ir.Const(-(1 << 20), e.type)], node)
+            r = self.library("ldexp64", [x64, self.convert(e, i32, node)], node)
+            return self.convert(r, t, node)
+        m, e = self.library("frexp64", [x64], node).items
+        return _Tuple([self.convert(m, t, node), e])
 
     def math_f64(self, mname, node, args):
         """A math function with a 64-bit operand: the result is f64."""
@@ -1564,9 +1809,13 @@ class FunctionLowering:
         if not isinstance(obj, np.ndarray):
             raise self.error(node, "umd.const.array_like() takes a numpy array defined outside "
                              f"the kernel (a global or closure variable), not {ast.unparse(node.args[0])}")
+        return self.frozen_array(obj, node, "umd.const.array_like()")
+
+    def frozen_array(self, obj: np.ndarray, node, what: str):
+        """The hidden argument of a numpy array frozen into the kernel (const_array)."""
         t = _dtype_of(obj.dtype)
         if t in (None, _MISSING) or not 1 <= obj.ndim <= 3 or obj.size == 0:
-            raise self.error(node, f"umd.const.array_like(): a 1-3 dimensional, non-empty array of "
+            raise self.error(node, f"{what}: a 1-3 dimensional, non-empty array of "
                              f"a kernel type (f32, i32, u32, f64, i64, u64), not {obj.dtype} "
                              f"{obj.shape}")
         data = np.ascontiguousarray(obj).tobytes()
@@ -1636,6 +1885,10 @@ class FunctionLowering:
         if len(args) != n:
             raise self.error(node, f"{qualname}() takes {n} arguments: {what}")
         arr = args[0]
+        if isinstance(arr, _View) and kind != "compare_and_swap":      # a row: index the array
+            index = args[1]
+            parts = index.items if isinstance(index, _Tuple) else [index]
+            arr, args = arr.arr, [arr.arr, _Tuple(arr.prefix + parts)] + list(args[2:])
         if not (isinstance(arr, ir.SharedArray) or (isinstance(arr, ir.Var) and isinstance(arr.type, PtrType))):
             raise self.error(node, f"{qualname}(): the first argument must be an array argument or a "
                              "shared array")
@@ -1714,6 +1967,7 @@ class FunctionLowering:
         self.inline_stack.append(pyfn)
         try:
             scope.annotations = self.annotations(pyfn, scope)
+            scope.stores = wraparound.store_counts(fdef)
             ret = scope.annotations.get("return")
             if ret is not None:
                 if not isinstance(ret, ScalarType) or ret == bool_:
@@ -1751,11 +2005,15 @@ class FunctionLowering:
 
 
 def lower(pyfn, extra_env: dict | None = None) -> ir.Function:
-    """Lower a Python function to IR, re-running when a variable must become f32."""
+    """Lower a Python function to IR, re-running when a variable must widen (an
+    integer to f32...) or may be negative after all (wraparound.py)."""
     declared: dict[str, ScalarType] = {}
-    for _ in range(64):
+    unbounded: set[str] = set()
+    for _ in range(256):
         try:
-            return FunctionLowering(pyfn, declared, extra_env).lower()
+            return FunctionLowering(pyfn, declared, extra_env, unbounded).lower()
         except _Widen as w:
             declared[w.name] = w.type
+        except _Unbounded as u:
+            unbounded.add(u.name)
     raise KernelCompileError(f"{pyfn.__name__}: variable types do not settle")

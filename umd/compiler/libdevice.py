@@ -174,6 +174,7 @@ with decimal.localcontext(decimal.Context(prec=80)):
     TWO_OVER_PI = float(2 / _PI)
     SQRT2_64 = float(_D(2).sqrt())
     PI_HI, PI_LO = _parts(_PI)
+    LOG_PI = float(_PI.ln())
     TWO_OVER_SQRTPI = float(2 / _PI.sqrt())
     INV_SQRTPI = float(1 / _PI.sqrt())
     # atan's breakpoints c = 1/4, 1/2, 1, 2, 4 (exact, so that a - c and a c are exact):
@@ -633,6 +634,244 @@ def erf64(x: f64) -> f64:
     return x if x != x else r
 
 
+
+# -- fmod, erfc, gamma, lgamma, cbrt, frexp, ldexp (Python's math module, Numba's) -----------
+def _ilogb64(x: f64) -> i64:
+    # the exponent e of a finite x > 0, x in [2^e, 2^(e+1)) (subnormals too)
+    sub = x < MIN_NORMAL64
+    bits = gpu._bits64(x * TWO54 if sub else x)
+    return i64(bits >> 52) - 1023 - (54 if sub else 0)
+
+
+def fmod64(x: f64, y: f64) -> f64:
+    # C's fmod, exact: |x| minus the largest multiple of |y| below it, by long division
+    # (each step subtracts |y| 2^k with r/2 < |y| 2^k <= r: exact by Sterbenz); the
+    # sign of x
+    r = abs(x)
+    ay = abs(y)
+    if (ay == 0.0) | (r == math.inf) | (x != x) | (y != y):
+        return NAN
+    ey = _ilogb64(ay)
+    while r >= ay:
+        t = ldexp64(ay, i32(_ilogb64(r) - ey))
+        t = t * 0.5 if t > r else t
+        r = r - t
+    return gpu.math.copysign(r, x)
+
+
+def _erfc_cf(a: f64, terms: i32) -> f64:
+    # erfc(a), a >= 1, by Laplace's continued fraction, e^(-a^2) with a^2 split exactly
+    hi = a * a
+    lo = gpu.fma(a, a, -hi)
+    f = a
+    k = terms
+    while k > 0:
+        f = a + (0.5 * f64(k)) / f
+        k = k - 1
+    return INV_SQRTPI * (exp64(-hi) * (1.0 - lo)) / f
+
+
+def erfc64(x: f64) -> f64:
+    # |x| < 1: 1 - erf(x) (erf(x) <= 0.85: at most 3 bits cancel); 1 <= |x| < 2: the
+    # continued fraction with 200 terms, from 2 on 60 (both reach 2^-53); negative x:
+    # 2 - erfc(-x); past 27 e^(-x^2) underflows
+    a = abs(x)
+    r = 1.0 - erf64(x)
+    if a >= 1.0:
+        c = f64(0.0)
+        if a < 27.3:
+            c = _erfc_cf(a, 200 if a < 2.0 else 60)
+        r = c if x > 0.0 else 2.0 - c
+    return x if x != x else r
+
+
+# Stirling's series: log gamma(x) = (x - 1/2) log x - x + log sqrt(2 pi) + S(x), for
+# x >= 10 S(x) = sum B_2k / (2k (2k - 1) x^(2k - 1)), eight terms (the next is below 2^-60)
+ST1, ST2, ST3, ST4, ST5, ST6, ST7, ST8 = (1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188,
+                                          -691 / 360360, 1 / 156, -3617 / 122400)
+SQRT_2PI = math.sqrt(2.0 * math.pi)
+LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+EULER_GAMMA = 0.5772156649015329
+# lgamma(1 + z) = -log1p(z) + z (1 - euler_gamma) + sum_k>=2 (-1)^k (zeta(k) - 1) z^k / k
+# (Abramowitz and Stegun 6.1.33), |z| <= 1/2: ZM[k - 2] = (-1)^k (zeta(k) - 1) / k
+_ZETA_MINUS_1 = [math.pi ** 2 / 6 - 1, 0.2020569031595942854, math.pi ** 4 / 90 - 1,
+                 0.0369277551433699263] + [
+    math.fsum(n ** -float(k) for n in range(2, 4000)) + 4000.0 ** (1 - k) / (k - 1)
+    for k in range(6, 40)]
+ZM = [(-1) ** k * _ZETA_MINUS_1[k - 2] / k for k in range(2, 40)]
+(ZM2, ZM3, ZM4, ZM5, ZM6, ZM7, ZM8, ZM9, ZM10, ZM11, ZM12, ZM13, ZM14, ZM15, ZM16, ZM17, ZM18,
+ ZM19, ZM20, ZM21, ZM22, ZM23, ZM24, ZM25, ZM26, ZM27, ZM28, ZM29, ZM30, ZM31, ZM32, ZM33, ZM34,
+ ZM35, ZM36, ZM37, ZM38, ZM39) = ZM
+
+
+def _stirling(x: f64) -> f64:
+    r = 1.0 / x
+    r2 = r * r
+    q = ST7 + r2 * ST8
+    q = ST6 + r2 * q
+    q = ST5 + r2 * q
+    q = ST4 + r2 * q
+    q = ST3 + r2 * q
+    q = ST2 + r2 * q
+    return r * (ST1 + r2 * q)
+
+
+def _sinpi(x: f64) -> f64:
+    # sin(pi x), exact argument reduction: x - rint(x) is exact
+    n = gpu._rint(x)
+    r = sin64(PI_HI * (x - n))
+    return -r if gpu._rint(n * 0.5) != n * 0.5 else r
+
+
+def _gamma_big(x: f64, lo: f64) -> f64:
+    # gamma(x + lo), 10 <= x < 171.625, lo tiny: sqrt(2 pi) x^(x - 1/2) e^(-x) e^S(x),
+    # the power in four quarters (each pow's |y log x| stays below 110, where pow64 is
+    # within 1 ulp; the products cannot overflow before the result does), lo through
+    # gamma'/gamma = psi(x) ~ log x - 1/(2x)
+    h = pow64(x, (x - 0.5) * 0.25)
+    c = exp64(_stirling(x) + lo * (log64(x) - 0.5 / x))
+    return SQRT_2PI * ((((h * h) * exp64(-x)) * h) * h) * c
+
+
+def gamma64(x: f64) -> f64:
+    # C's tgamma. z = x (x >= 1/2), x + 1 (0 < x < 1/2: gamma(x) = gamma(x + 1) / x) or
+    # 1 - x (x < 0: the reflection pi / (sin(pi x) gamma(1 - x))); gamma(z) is Stirling's
+    # form at z + n >= 10 (n integer, z + n carried as a two-sum) divided by z (z + 1)
+    # ... (z + n - 1). Poles: +-inf at zero, NaN at the negative integers and -inf;
+    # overflow past 171.62. Below -160 the reflection takes gamma(x + 20) and divides
+    # by x (x + 1) ... (x + 19), so that gamma(1 - x) stays finite down to the underflow.
+    shift = 20.0 if x < -160.0 else 0.0
+    a = 1.0 if x < 0.5 else 0.0
+    b = x if x > 0.0 else -(x + shift)
+    z = min(a + b, 200.0)                           # z + zl = a + b exactly (two-sum)
+    bb = z - a
+    zl = (a - (z - bb)) + (b - bb)
+    n = max(gpu.math.ceil(10.0 - z), 0.0)
+    zn = z + n
+    bb = zn - z
+    lo = (z - (zn - bb)) + (n - bb) + zl
+    g = _gamma_big(zn, lo) if zn < 171.625 else math.inf
+    j = 0.0
+    while j < n:
+        g = g / (z + j)
+        j = j + 1.0
+    s = _sinpi(x)
+    r = g
+    if x < 0.5:
+        r = g / x if x > 0.0 else PI_HI / (s * g)
+    j = 0.0
+    while j < shift:
+        r = r / (x + j)
+        j = j + 1.0
+    r = gpu.math.copysign(math.inf, x) if x == 0.0 else r
+    r = NAN if (x < 0.0) & (x == gpu._rint(x)) else r        # a negative integer, or -inf
+    return x if x != x else r
+
+
+def _lgamma_2p(z: f64) -> f64:
+    # lgamma(2 + z) = lgamma(1 + z) + log(1 + z), |z| <= 1/2: Abramowitz and Stegun
+    # 6.1.33 without its -log1p(z) (38 terms: below 2^-60)
+    q = ZM38 + z * ZM39
+    q = ZM37 + z * q
+    q = ZM36 + z * q
+    q = ZM35 + z * q
+    q = ZM34 + z * q
+    q = ZM33 + z * q
+    q = ZM32 + z * q
+    q = ZM31 + z * q
+    q = ZM30 + z * q
+    q = ZM29 + z * q
+    q = ZM28 + z * q
+    q = ZM27 + z * q
+    q = ZM26 + z * q
+    q = ZM25 + z * q
+    q = ZM24 + z * q
+    q = ZM23 + z * q
+    q = ZM22 + z * q
+    q = ZM21 + z * q
+    q = ZM20 + z * q
+    q = ZM19 + z * q
+    q = ZM18 + z * q
+    q = ZM17 + z * q
+    q = ZM16 + z * q
+    q = ZM15 + z * q
+    q = ZM14 + z * q
+    q = ZM13 + z * q
+    q = ZM12 + z * q
+    q = ZM11 + z * q
+    q = ZM10 + z * q
+    q = ZM9 + z * q
+    q = ZM8 + z * q
+    q = ZM7 + z * q
+    q = ZM6 + z * q
+    q = ZM5 + z * q
+    q = ZM4 + z * q
+    q = ZM3 + z * q
+    q = ZM2 + z * q
+    return z * (1.0 - EULER_GAMMA) + z * z * q
+
+
+
+
+def lgamma64(x: f64) -> f64:
+    # C's lgamma: log|gamma(x)|; +inf at the poles and at +-inf. For z > 0 (z = x, or
+    # 1 - x by the reflection log(pi / |sin(pi x)|) - lgamma(1 - x)): below 10, z moved
+    # by whole steps into [1/2, 5/2) (lgamma(z) = lgamma(z - k) + log((z - 1) ... (z - k)),
+    # exact subtractions) and the series around 1 and 2, where lgamma crosses zero;
+    # from 10 Stirling's series
+    z = x if x > 0.0 else 1.0 - x
+    zs = z
+    p = f64(1.0)
+    while (zs >= 2.5) & (zs < 10.0):
+        zs = zs - 1.0
+        p = p * zs
+    w = zs - 1.0 if zs < 1.5 else zs - 2.0
+    w = zs if zs < 0.5 else w
+    s = _lgamma_2p(max(min(w, 0.5), -0.5))          # lgamma(1 + w) = that - log1p(w)
+    s = s - log1p64(w) if zs < 1.5 else s
+    s = s - log64(zs) if zs < 0.5 else s
+    s = s + log64(p)
+    big = (z - 0.5) * (log64(z) - 1.0) + ((LOG_SQRT_2PI - 0.5) + _stirling(z))
+    r = s if z < 10.0 else big
+    r = (LOG_PI - log64(abs(_sinpi(x)))) - r if x <= 0.0 else r
+    r = math.inf if (x <= 0.0) & (x == gpu._rint(x)) else r  # 0, a negative integer, -inf
+    r = math.inf if x == math.inf else r
+    return x if x != x else r
+
+
+def cbrt64(x: f64) -> f64:
+    # |x|^(1/3) by pow, then one Newton step on y^3 = |x| (the residual with fma:
+    # y^3 - a = y (y^2) - a, y^2 split exactly); the sign of x; 0, inf, NaN as they are
+    a = abs(x)
+    sub = a < MIN_NORMAL64
+    s = a * TWO54 if sub else a                     # 2^54: its cube root is 2^18 exactly
+    y = pow64(s, 0.3333333333333333)
+    yy = y * y
+    yyl = gpu.fma(y, y, -yy)
+    res = gpu.fma(y, yy, -s) + y * yyl
+    y = y - res / (3.0 * yy)
+    y = y * 3.814697265625e-06 if sub else y        # 2^-18
+    r = gpu.math.copysign(y, x)
+    return x if (a == 0.0) | (a == math.inf) | (x != x) else r
+
+
+def frexp64(x: f64):
+    # (m, e): x = m 2^e, |m| in [1/2, 1); (x, 0) for 0, inf and NaN, as C's frexp
+    ok = (x == x) & (abs(x) != math.inf) & (x != 0.0)
+    e = _ilogb64(abs(x)) + 1 if ok else i64(0)
+    m = _scale2(x, f64(-e)) if ok else x
+    return m, i32(e)
+
+
+def ldexp64(x: f64, e: i32) -> f64:
+    # x 2^e rounded once: x = m 2^ex exactly (frexp), then m 2^(ex + e) in one _scale2
+    # (the exponent clamped where the result is surely inf or 0)
+    m, ex = frexp64(x)
+    k = max(min(i64(ex) + i64(e), 1025), -1080)
+    r = _scale2(m, f64(k))
+    return x if (x == 0.0) | (abs(x) == math.inf) | (x != x) else r
+
+
 # -- atomics by compare-and-swap (umd.atomic.and_/or_/xor/inc/dec, Numba's) -----------------
 # Each returns the old value; the loop retries while another lane or wave changed the
 # element between the read and the swap. The element type is the array's (the frontend
@@ -672,3 +911,37 @@ def block_count(pred):
     n = cnt[0]
     gpu.syncthreads()
     return n
+
+
+def print_reserve(buf, nbytes):
+    # a print() record's first word in the print buffer (compiler/prints.py has the
+    # layout), or -1 when it does not fit: then the drop is counted instead
+    off = gpu.atomic.add(buf, 0, nbytes)
+    if off + nbytes > buf[2]:
+        gpu.atomic.add(buf, 1, 1)
+        return -1
+    return i32(off >> 2) + 4
+
+
+def match_any(mask, value):
+    # CUDA's __match_any_sync: the lanes of mask running this call whose value has this
+    # lane's bits. One round per distinct value: the lowest lane left broadcasts its
+    # value, the lanes holding it take the ballot as their result
+    todo = gpu.ballot_sync(mask, True)
+    res = u32(0)
+    while todo != 0:
+        v = gpu.shfl_sync(0xFFFFFFFF, value, gpu.ffs(todo) - 1)
+        same = gpu.ballot_sync(mask, value == v)
+        if value == v:
+            res = same
+        todo = todo & ~same
+    return res
+
+
+def match_all(mask, value):
+    # CUDA's __match_all_sync: (mask, True) when every lane of mask running this call
+    # has the lowest one's value, else (0, False)
+    live = gpu.ballot_sync(mask, True)
+    v = gpu.shfl_sync(0xFFFFFFFF, value, gpu.ffs(live) - 1)
+    ok = gpu.ballot_sync(mask, value == v) == live
+    return (mask if ok else u32(0)), ok
