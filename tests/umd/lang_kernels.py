@@ -265,3 +265,30 @@ def smooth(x: f32[:], out: f32[:]):
     i = umd.grid(1)
     if 1 <= i < x.size - 1:
         out[i] = SMOOTHING[0] * x[i - 1] + SMOOTHING[1] * x[i] + SMOOTHING[2] * x[i + 1]
+
+
+# NumPy's ufuncs on scalars, which Numba CUDA compiles in kernels
+@umd.jit(device=True)
+def numpy_math(x, y, out, i):
+    out[i, 0] = np.sqrt(np.abs(x[i]))
+    out[i, 1] = np.exp(x[i] * 0.25)
+    out[i, 2] = np.log1p(np.fabs(x[i]))
+    out[i, 3] = np.arctan2(y[i], x[i])
+    out[i, 4] = np.floor(x[i])
+    out[i, 5] = np.power(np.fabs(x[i]), 1.5)
+    out[i, 6] = np.hypot(x[i], y[i])
+    out[i, 7] = np.copysign(np.trunc(y[i]), x[i])
+
+
+@umd.jit
+def numpy_math32(x: f32[:], y: f32[:], out: f32[:, :]):
+    i = umd.grid(1)
+    if i < x.size:
+        numpy_math(x, y, out, i)
+
+
+@umd.jit
+def numpy_math64(x: f64[:], y: f64[:], out: f64[:, :]):
+    i = umd.grid(1)
+    if i < x.size:
+        numpy_math(x, y, out, i)

@@ -312,3 +312,25 @@ def test_global_numpy_array_is_a_constant(engine):
     want = np.zeros_like(x)
     want[1:-1] = c[0] * x[:-2] + c[1] * x[1:-1] + c[2] * x[2:]
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_ufuncs_on_scalars(engine, dtype):
+    """np.sqrt, np.floor... in a kernel, as Numba CUDA compiles them; against numpy in the
+    same dtype: floor, trunc and copysign exact, the others within rtol 4e-6 (float32:
+    a few ulp) or 1e-15 (float64: 1-2 ulp)."""
+    x, y = (RNG.uniform(-20, 20, 77).astype(dtype) for _ in range(2))
+    out = np.zeros((77, 8), dtype)
+    run(build(K.numpy_math32 if dtype == np.float32 else K.numpy_math64), 3, 32, x, y, out,
+        engine=engine)
+    with np.errstate(all="ignore"):
+        want = np.stack([np.sqrt(np.abs(x)), np.exp(x * dtype(0.25)), np.log1p(np.fabs(x)),
+                         np.arctan2(y, x), np.floor(x), np.power(np.fabs(x), dtype(1.5)),
+                         np.hypot(x, y), np.copysign(np.trunc(y), x)], 1)
+    rtol = 4e-6 if dtype == np.float32 else 1e-15
+    for c in range(8):
+        if c in (4, 7):
+            np.testing.assert_array_equal(out[:, c], want[:, c])
+        else:
+            np.testing.assert_allclose(out[:, c], want[:, c], rtol=rtol, err_msg=str(c))
