@@ -135,17 +135,21 @@ def special32(x: f32[:], y: f32[:], out: f32[:, :]):
 
 
 @umd.jit
-def parts64(x: f64[:], y: f64[:], k: i32[:], out: f64[:, :], ex: i32[:], flags: i32[:]):
+def parts64(x: f64[:], y: f64[:], k: i32[:], out: f64[:, :], ex: i32[:], flags: i32[:],
+            np_out: f64[:, :]):
     i = umd.grid(1)
     if i < x.size:
         float_parts(x, y, k, out, ex, flags, i)
+        numpy_math(x, y, np_out, i)
 
 
 @umd.jit
-def parts32(x: f32[:], y: f32[:], k: i32[:], out: f32[:, :], ex: i32[:], flags: i32[:]):
+def parts32(x: f32[:], y: f32[:], k: i32[:], out: f32[:, :], ex: i32[:], flags: i32[:],
+            np_out: f32[:, :]):
     i = umd.grid(1)
     if i < x.size:
         float_parts(x, y, k, out, ex, flags, i)
+        numpy_math(x, y, np_out, i)
 
 
 @umd.jit
@@ -279,16 +283,3 @@ def numpy_math(x, y, out, i):
     out[i, 6] = np.hypot(x[i], y[i])
     out[i, 7] = np.copysign(np.trunc(y[i]), x[i])
 
-
-@umd.jit
-def numpy_math32(x: f32[:], y: f32[:], out: f32[:, :]):
-    i = umd.grid(1)
-    if i < x.size:
-        numpy_math(x, y, out, i)
-
-
-@umd.jit
-def numpy_math64(x: f64[:], y: f64[:], out: f64[:, :]):
-    i = umd.grid(1)
-    if i < x.size:
-        numpy_math(x, y, out, i)
