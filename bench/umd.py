@@ -188,17 +188,18 @@ def _engine_dispatch(compiled, grid, block, args: list) -> tuple[object, list]:
 
 
 def inner_loop_per_multiply_add(asm: str) -> float:
-    """Instructions per v_mul_f32 in the innermost loop that has one: its body from the
-    loop label to the back branch, the branch included."""
+    """Instructions per multiply (v_mul_f32, v_mad_f32, v_fma_f32) in the innermost loop
+    that has one: its body from the loop label to the back branch, the branch included."""
     import re
+    multiplies = ("v_mul_f32", "v_mad_f32", "v_fma_f32")
     bodies = []
     for top in re.findall(r"^(\.L\d+_loop):", asm, re.M):
         text = asm.split(top + ":\n", 1)[1].split(f"s_branch {top}\n", 1)[0]
         body = [ln.split()[0] for ln in text.splitlines() if ln.startswith("    ") and ln.strip()]
-        if "v_mul_f32" in body:
+        if any(m in body for m in multiplies):
             bodies.append(body)
     body = min(bodies, key=len)
-    return (len(body) + 1) / body.count("v_mul_f32")
+    return (len(body) + 1) / sum(body.count(m) for m in multiplies)
 
 
 def instruction_counts(sizes: dict[str, int]) -> dict[str, float]:

@@ -54,17 +54,18 @@ class PrintBuffers:
     def report(self, buf: GpuBuffer, compiled, out=None, err=None) -> None:
         """Print what `compiled`'s launch left in `buf` (its fence has signalled), then
         give the buffer back."""
-        raw = buf.host_array()
-        lines, dropped = prints.decode(compiled.prints, raw)
-        out = out or sys.stdout
-        if lines:
-            out.write("".join(line + "\n" for line in lines))
-            out.flush()
-        if dropped:
-            (err or sys.stderr).write(
-                f"umd: {compiled.name}: {dropped} print() line(s) dropped: the launch's print "
-                f"buffer ({self.nbytes} bytes) was full\n")
-        self.release(buf)
+        try:
+            lines, dropped = prints.decode(compiled.prints, buf.host_array())
+            out = out or sys.stdout
+            if lines:
+                out.write("".join(line + "\n" for line in lines))
+                out.flush()
+            if dropped:
+                (err or sys.stderr).write(
+                    f"umd: {compiled.name}: {dropped} print() line(s) dropped: the launch's print "
+                    f"buffer ({self.nbytes} bytes) was full\n")
+        finally:
+            self.release(buf)
 
     def release(self, buf: GpuBuffer) -> None:
         """Zero what a launch wrote and put the buffer back."""

@@ -307,12 +307,18 @@ def _shared_access(lds_bytes: int, inst, wave):
     bytes rounded up to the dispatch's 512-byte granules (docs/pm4.md)."""
     vg, exec_mask = wave["vgprs"], wave["exec"]
     kernel_bytes, lds_bytes = lds_bytes, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE
+    # a ds_read_b128 reads four elements (the compiler's merged loads): the first one
+    # out of bounds is the access the kernel's source made
+    elements = 4 if inst.op == isa.BY_NAME["ds_read_b128"].code else 1
     for lane in range(isa.WAVE_SIZE):
         if not exec_mask >> lane & 1:
             continue
-        addr = vg[inst.addr - isa.OPR_VGPR][lane] + inst.imm & 0xFFFFFFFF
-        if addr % 4 == 0 and addr + 4 <= lds_bytes:
+        first = vg[inst.addr - isa.OPR_VGPR][lane] + inst.imm & 0xFFFFFFFF
+        bad = [first + 4 * k for k in range(elements)
+               if first % 4 or first + 4 * k + 4 > lds_bytes]
+        if not bad:
             continue
+        addr = bad[0]
         # the compiler addresses a shared array as index * 4 + the array's LDS offset
         index = (addr - inst.imm) // 4 if addr >= inst.imm else -((inst.imm - addr) // 4)
         return lane, addr, [

@@ -230,14 +230,16 @@ class Stream:
 
     # -- waiting ----------------------------------------------------------------------
     def _retire_through(self, sub: Submission) -> None:
+        hooks = []
         while self._inflight and self._inflight[0].mark_end <= sub.mark_end:
             done = self._inflight.popleft()
             self.device.ib_pool.release(done.seg.ib)
             done.seg.keep.clear()
-            hooks, done.seg.on_retire = done.seg.on_retire, []
-            for hook in hooks:
-                hook()
+            hooks += done.seg.on_retire
+            done.seg.on_retire = []
         self.completed_mark = max(self.completed_mark, sub.mark_end)
+        for hook in hooks:              # after the bookkeeping: a hook that raises leaves it whole
+            hook()
 
     def _wait(self, sub: Submission) -> None:
         debug.log(DebugFlag.SYNC, f"{self.name}: wait {sub.seg.ring} seq {sub.fence.fence}")

@@ -186,6 +186,9 @@ def _ops() -> list[OpInfo]:
     op(0xA1, "v_mad_u32", FMT_VOP3, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC), (S2, K_VSRC))
     op(0xA2, "v_cndmask_b32", FMT_VOP3, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC),
        (S2, K_SMASK))
+    # GCN's V_MAD_F32 (not fused: the product is rounded, then the sum), in a free code.
+    op(0x1B, "v_mad_f32", FMT_VOP3, (D, K_VDST), (S0, K_VSRC), (S1, K_VSRC), (S2, K_VSRC),
+       ftype="f32")
     # VOPC: vector compares, write a lane mask.
     code = 0xB0
     for t in ("i32", "u32", "f32"):
@@ -196,6 +199,8 @@ def _ops() -> list[OpInfo]:
     # LDS.
     op(0xC8, "ds_read_b32", FMT_MEM, (D, K_VDST), (A, K_VREG), (I, K_OFFSET))
     op(0xC9, "ds_write_b32", FMT_MEM, (A, K_VREG), (DA, K_VREG), (I, K_OFFSET))
+    # GCN's DS_READ_B128 (four consecutive dwords into a quad), in a free code.
+    op(0x53, "ds_read_b128", FMT_MEM, (D, K_VREG4), (A, K_VREG), (I, K_OFFSET))
     for code, name, ft in ((0xCA, "ds_add_u32", "b32"), (0xCB, "ds_add_f32", "f32"),
                            (0xCC, "ds_max_i32", "b32"), (0xCD, "ds_max_u32", "b32"),
                            (0xCE, "ds_max_f32", "f32"), (0xC2, "ds_min_i32", "b32"),

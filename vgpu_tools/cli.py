@@ -37,6 +37,12 @@ def state_paths(mount: str) -> tuple[Path, Path]:
     return base / f"vgpu-{tag}.log", base / f"vgpu-{tag}.pid"
 
 
+def shm_dir_path(mount: str) -> Path:
+    """The file that names the --shm-dir of the daemon serving ``mount`` (absent for
+    the default): `vgpu umount` cleans a dead daemon's store there."""
+    return state_paths(mount)[1].with_suffix(".shm")
+
+
 def mount_state(mount: str) -> str:
     """'live', 'dead' (FUSE endpoint gone: ENOTCONN) or 'none'."""
     try:
@@ -154,6 +160,10 @@ def cmd_mount(args) -> int:
         proc = subprocess.Popen(daemon_argv(args), env=env, stdin=subprocess.DEVNULL,
                                 stdout=logf, stderr=logf, start_new_session=True, cwd="/")
     pid_path.write_text(f"{proc.pid}\n")
+    if args.shm_dir:
+        shm_dir_path(mount).write_text(os.path.abspath(args.shm_dir) + "\n")
+    else:
+        shm_dir_path(mount).unlink(missing_ok=True)
     deadline = time.monotonic() + MOUNT_WAIT
     while not _in_mountinfo(mount):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -184,9 +194,13 @@ def cmd_umount(args) -> int:
         print(f"vgpu umount: {mount} busy or dead, detaching it lazily", file=sys.stderr)
         _lazy_unmount(mount)
     try:
+        shm_dir = shm_dir_path(mount).read_text().strip() or None
+    except OSError:
+        shm_dir = None
+    try:
         pid = int(pid_path.read_text())
     except (OSError, ValueError):
-        _clean_stale_stores()
+        _clean_stale_stores(shm_dir)
         return status
     if _is_daemon(pid):
         deadline = time.monotonic() + UMOUNT_WAIT
@@ -200,6 +214,9 @@ def cmd_umount(args) -> int:
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
     pid_path.unlink(missing_ok=True)
+    if shm_dir is not None:
+        _clean_stale_stores(shm_dir)
+        shm_dir_path(mount).unlink(missing_ok=True)
     _clean_stale_stores()
     return status
 

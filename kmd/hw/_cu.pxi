@@ -32,6 +32,29 @@ cdef extern from *:
         return (int)((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
     }
     static inline int cu_ctz(uint32_t x) { return __builtin_ctz(x); }
+    /* The lane mask of 32 compare results (each 0 or 1): bit l = r[l]. SSE2 (every
+       x86-64) packs them to bytes and takes the byte signs, 16 lanes per movemask;
+       the plain loop (variable shifts: not vectorized) elsewhere. */
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    static inline uint32_t cu_lane_mask(const uint32_t* r) {
+        uint32_t m = 0;
+        for (int h = 0; h < 2; h++) {
+            const __m128i* p = (const __m128i*)(r + 16 * h);
+            __m128i a = _mm_packs_epi32(_mm_loadu_si128(p), _mm_loadu_si128(p + 1));
+            __m128i b = _mm_packs_epi32(_mm_loadu_si128(p + 2), _mm_loadu_si128(p + 3));
+            __m128i x = _mm_packs_epi16(a, b);
+            m |= (uint32_t)_mm_movemask_epi8(_mm_slli_epi16(x, 7)) << (16 * h);
+        }
+        return m;
+    }
+    #else
+    static inline uint32_t cu_lane_mask(const uint32_t* r) {
+        uint32_t m = 0;
+        for (int l = 0; l < 32; l++) m |= r[l] << l;
+        return m;
+    }
+    #endif
     static const uint64_t CU_NO_LIMIT = UINT64_MAX;     /* no test trigger armed */
     /* Zeroed, cache-line aligned and padded: the two workers write their registers on
        every instruction, so no line may hold data of both (false sharing). */
@@ -55,6 +78,7 @@ cdef extern from *:
     uint32_t cu_f32(double d) nogil
     int cu_popcount(uint32_t x) nogil
     int cu_ctz(uint32_t x) nogil
+    uint32_t cu_lane_mask(const uint32_t* r) nogil
     const uint64_t CU_NO_LIMIT
     void* cu_zalloc(size_t n) nogil
     uint32_t cu_atomic_load(uint32_t* p) nogil
@@ -136,6 +160,27 @@ cdef struct OpDesc:
     uint8_t kind[4]     # dst, src0, src1, src2 (MEM: dst, addr, base, data)
 
 cdef OpDesc _cu_ops[256]
+
+# run_wave's branch of each opcode (one switch instead of a chain of range tests).
+cdef enum OpClass:
+    CL_SOPP = 0
+    CL_SOP1
+    CL_SOP2
+    CL_SCMP
+    CL_SLOAD
+    CL_BITS
+    CL_LANE
+    CL_VOP1
+    CL_VOP2
+    CL_VOP3
+    CL_VOPC
+    CL_CARRY
+    CL_WIDE
+    CL_PERMUTE
+    CL_LDS
+    CL_GLOBAL
+
+cdef uint8_t _cu_class[256]
 
 cdef struct DInst:
     uint8_t op
@@ -360,6 +405,7 @@ def _cu_fill_op_table():
     cdef OpDesc* d
     slot = {"dst": 0, "src0": 1, "src1": 2, "src2": 3}
     memset(_cu_ops, 0, sizeof(_cu_ops))
+    memset(_cu_class, 0, sizeof(_cu_class))
     for info in _isa.OPCODES:
         d = &_cu_ops[info.code]
         d.fmt = fmts[info.fmt]
@@ -367,6 +413,44 @@ def _cu_fill_op_table():
             d.kind[slot[attr]] = kinds[kind]
         d.uses_imm = any(f == _isa.FIELD_IMM for f, _ in info.operands)
         d.wide = info.code in _isa.WIDE_CODES
+        _cu_class[info.code] = _op_class(info.code, info.fmt, d.wide)
+
+
+def _op_class(int op, fmt, bint wide):
+    """run_wave's branch of a defined opcode (the encoding's groups, docs/isa.md 4)."""
+    if wide:
+        return CL_WIDE
+    if op in (OP_V_ADD_CO_U32, OP_V_ADDC_CO_U32, OP_V_SUB_CO_U32):
+        return CL_CARRY
+    if OP_V_ADD_U32 <= op <= OP_V_MAX_F32:
+        return CL_VOP2
+    if OP_V_MOV_B32 <= op <= OP_V_TANH_F32:
+        return CL_VOP1
+    if fmt == _isa.FMT_VOP3:
+        return CL_VOP3
+    if OP_V_CMP_EQ_I32 <= op <= OP_V_CMP_GE_F32:
+        return CL_VOPC
+    if op in (OP_DS_BPERMUTE_B32, OP_DS_PERMUTE_B32):
+        return CL_PERMUTE
+    if op == OP_DS_READ_B128:
+        return CL_LDS
+    if op >= OP_GLOBAL_LOAD_DWORD:
+        return CL_GLOBAL
+    if op >= OP_DS_MIN_I32:
+        return CL_LDS
+    if op in (OP_V_READFIRSTLANE_B32, OP_V_READLANE_B32, OP_V_WRITELANE_B32):
+        return CL_LANE
+    if OP_V_FFBL_B32 <= op <= OP_V_BFREV_B32:
+        return CL_BITS
+    if op >= OP_S_LOAD_DWORD:
+        return CL_SLOAD
+    if op >= OP_S_CMP_EQ_I32:
+        return CL_SCMP
+    if op >= OP_S_ADD_U32:
+        return CL_SOP2
+    if op >= OP_S_MOV_B32:
+        return CL_SOP1
+    return CL_SOPP
 
 
 _cu_fill_op_table()
@@ -883,6 +967,50 @@ cdef bint half_waves(CuThread* T, uint32_t* v, const DInst* d, uint32_t limit) n
     return True
 
 
+cdef int lds_read_b128(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d,
+                       CuFault* f) noexcept nogil:
+    """ds_read_b128 (docs/isa.md 4.5): four dwords per lane into v[dst:dst+3], every lane
+    read (and checked, misaligned before lds_bounds) before a register is written."""
+    cdef uint32_t m = w.exec_, addr, same = 0, x, y, a0, a1
+    cdef uint32_t limit = T.sh.lds_bytes
+    cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* D = v + (d.dst - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* lds = <uint32_t*>T.lds
+    cdef uint32_t vals[4 * CU_WAVE]
+    cdef int l, k
+    if m == <uint32_t>0xFFFFFFFFU:
+        # A full wave whose half-waves each read one address (a tile's row, the same for
+        # a 16-wide block's row of threads): four fills of each half.
+        for l in range(CU_WAVE):
+            same |= A[l] ^ A[l & 16]
+        a0, a1 = A[0] + <uint32_t>d.off, A[16] + <uint32_t>d.off
+        if same == 0 and (a0 | a1) & 3 == 0 and <uint64_t>a0 + 16 <= limit and \
+                <uint64_t>a1 + 16 <= limit:
+            a0 >>= 2
+            a1 >>= 2
+            for k in range(4):
+                x, y = lds[a0 + k], lds[a1 + k]
+                for l in range(16):
+                    D[k * CU_WAVE + l] = x
+                    D[k * CU_WAVE + l + 16] = y
+            return 0
+    for l in range(CU_WAVE):
+        if not (m >> l) & 1:
+            continue
+        addr = A[l] + <uint32_t>d.off
+        if addr & 3:
+            f.code, f.access = CU_MISALIGNED, -1
+            return 1
+        if <uint64_t>addr + 16 > limit:
+            f.code, f.access = CU_LDS_BOUNDS, -1
+            return 1
+        for k in range(4):
+            vals[k * CU_WAVE + l] = lds[(addr >> 2) + k]
+    for k in range(4):
+        merge(D + k * CU_WAVE, vals + k * CU_WAVE, m)
+    return 0
+
+
 cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f) noexcept nogil:
     """ds_* (docs/isa.md 4.5): per lane, misaligned before lds_bounds."""
     cdef int op = d.op, l
@@ -895,6 +1023,8 @@ cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f
     cdef uint32_t bad = 0
     cdef int32_t top = <int32_t>((limit - 4) ^ <uint32_t>0x80000000U)
     cdef uint32_t* D
+    if op == OP_DS_READ_B128:
+        return lds_read_b128(T, v, w, d, f)
     if m == <uint32_t>0xFFFFFFFFU and limit >= 64 and \
             (op == OP_DS_READ_B32 or op == OP_DS_WRITE_B32) and half_waves(T, v, d, limit):
         return 0
@@ -982,6 +1112,7 @@ cdef int s_load(CuThread* T, uint32_t* s, const DInst* d, int n, CuFault* f) noe
     cdef uint64_t addr
     cdef uint32_t vals[4]
     cdef uint8_t* p
+    cdef uint8_t* host = NULL
     cdef int k
     if misaligned(base, 4, ACCESS_READ, f):
         return 1
@@ -991,9 +1122,13 @@ cdef int s_load(CuThread* T, uint32_t* s, const DInst* d, int n, CuFault* f) noe
         if addr < base:         # past the top of the VA space: nothing is mapped there
             f.code, f.va, f.access = CU_UNMAPPED, addr, ACCESS_READ
             return 1
-        p = translate(T, addr, ACCESS_READ, f)
-        if p == NULL:
-            return 1
+        if k == 0 or (addr & PAGE_MASK) == 0:   # one translation per page
+            host = translate(T, addr, ACCESS_READ, f)
+            if host == NULL:
+                return 1
+        else:
+            host += 4
+        p = host
         if T.sh.l2 != NULL:
             p = l2_at(T, p, addr, 0)
         memcpy(&vals[k], p, 4)
@@ -1071,7 +1206,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
     cdef uint32_t* D
     cdef uint32_t a, b, x, m, mask, carry
     cdef uint64_t wide
-    cdef int op, l, active, c, t, code
+    cdef int op, cls, l, active, c, t, code
     cdef bint taken
     cdef timespec ts
     while True:
@@ -1079,9 +1214,12 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             code = stop_code(T)
             if code != CU_OK:
                 return code
-        d = fetch(T, w.pc, f)
-        if d == NULL:
-            return f.code
+        if 0 <= w.pc < sh.win_bytes:    # the decoded window (fetch() for the rest)
+            d = &sh.win[w.pc >> 3]
+        else:
+            d = fetch(T, w.pc, f)
+            if d == NULL:
+                return f.code
         if d.status != CU_OK:
             f.code, f.access = d.status, -1
             return d.status
@@ -1090,8 +1228,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
         active = CU_WAVE if m == <uint32_t>0xFFFFFFFFU else cu_popcount(m)
         R = Rbuf
         code = CU_OK
-        if op >= OP_V_ADD_U32 and op <= OP_V_MAX_F32 and op != OP_V_ADD_CO_U32 \
-                and op != OP_V_ADDC_CO_U32 and op != OP_V_SUB_CO_U32:
+        cls = _cu_class[op]
+        if cls == CL_VOP2:
             # VOP2: R = A op B on every lane (vectorized), merged under EXEC.
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             B = vsrc(T, s, v, w, d.src1, d.imm, tb)
@@ -1196,7 +1334,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     R[l] = cu_popcount(A[l]) + B[l]
             if R != D:
                 merge(D, R, m)
-        elif op >= OP_V_MOV_B32 and op <= OP_V_TANH_F32:
+        elif cls == CL_VOP1:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
             if op == OP_V_MOV_B32:
@@ -1209,7 +1347,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 for l in range(CU_WAVE):
                     if (m >> l) & 1:
                         D[l] = unary_f32(op, A[l])
-        elif op == OP_V_FMA_F32 or op == OP_V_MAD_U32 or op == OP_V_CNDMASK_B32:
+        elif cls == CL_VOP3:
             A = vsrc(T, s, v, w, d.src0, 0, ta)
             B = vsrc(T, s, v, w, d.src1, 0, tb)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
@@ -1219,7 +1357,10 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     R[l] = B[l] if (mask >> l) & 1 else A[l]
             else:
                 Cc = vsrc(T, s, v, w, d.src2, 0, tc)
-                if op == OP_V_FMA_F32:  # the product is exact in double; one rounding after
+                if op == OP_V_MAD_F32:  # two binary32 roundings (-ffp-contract=off: no fma)
+                    for l in range(CU_WAVE):
+                        R[l] = cu_canon(cu_f(A[l]) * cu_f(B[l]) + cu_f(Cc[l]))
+                elif op == OP_V_FMA_F32:  # the product is exact in double; one rounding after
                     for l in range(CU_WAVE):
                         R[l] = cu_f32(<double>cu_f(A[l]) * <double>cu_f(B[l]) +
                                       <double>cu_f(Cc[l]))
@@ -1227,7 +1368,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     for l in range(CU_WAVE):
                         R[l] = A[l] * B[l] + Cc[l]
             merge(D, R, m)
-        elif op >= OP_V_CMP_EQ_I32 and op <= OP_V_CMP_GE_F32:
+        elif cls == CL_VOPC:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             B = vsrc(T, s, v, w, d.src1, d.imm, tb)
             c, t = (op - OP_V_CMP_EQ_I32) % 6, (op - OP_V_CMP_EQ_I32) // 6
@@ -1261,11 +1402,9 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 else:
                     for l in range(CU_WAVE):
                         R[l] = R[l] >= tc[l]
-                for l in range(CU_WAVE):
-                    mask |= R[l] << l
-                mask &= m
+                mask = cu_lane_mask(R) & m
             swrite(s, w, d.dst, mask)
-        elif op == OP_V_ADD_CO_U32 or op == OP_V_ADDC_CO_U32 or op == OP_V_SUB_CO_U32:
+        elif cls == CL_CARRY:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             B = vsrc(T, s, v, w, d.src1, d.imm, tb)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
@@ -1283,7 +1422,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     carry = (wide >> 32) != 0
                 mask |= carry << l
             w.vcc = mask
-        elif _cu_ops[op].wide:
+        elif cls == CL_WIDE:
             if op == OP_GLOBAL_LOAD_DWORDX2 or op == OP_GLOBAL_STORE_DWORDX2 or \
                     op == OP_GLOBAL_ATOMIC_ADD_U64 or op == OP_GLOBAL_ATOMIC_ADD_F64 or \
                     OP_GLOBAL_ATOMIC_MAX_I64 <= op <= OP_GLOBAL_ATOMIC_CMPSWAP_B64:
@@ -1298,9 +1437,9 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 T.op_lane[op] += active
             else:
                 wide_alu(T, s, v, w, d)
-        elif op == OP_DS_BPERMUTE_B32 or op == OP_DS_PERMUTE_B32:
+        elif cls == CL_PERMUTE:
             lane_permute(v, d, m)
-        elif op >= OP_GLOBAL_LOAD_DWORD:
+        elif cls == CL_GLOBAL:
             if m and T.sh.l2 != NULL:
                 l2_begin(T)
                 code = global_mem(T, s, v, w, d, f)
@@ -1310,20 +1449,21 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             elif m and global_mem(T, s, v, w, d, f):
                 return f.code
             T.op_lane[op] += active
-        elif op >= OP_DS_MIN_I32:
+        elif cls == CL_LDS:
             if m and lds_mem(T, v, w, d, f):
                 return f.code
             T.op_lane[op] += active
-        elif op == OP_V_READFIRSTLANE_B32:
-            swrite(s, w, d.dst, v[(d.src0 - OPR_VGPR) * CU_WAVE + (cu_ctz(m) if m else 0)])
-        elif op == OP_V_READLANE_B32:
-            l = sread(T, s, w, d.src1, d.imm) & 31
-            swrite(s, w, d.dst, v[(d.src0 - OPR_VGPR) * CU_WAVE + l])
-        elif op == OP_V_WRITELANE_B32:
-            a = sread(T, s, w, d.src0, d.imm)
-            l = sread(T, s, w, d.src1, d.imm) & 31
-            v[(d.dst - OPR_VGPR) * CU_WAVE + l] = a
-        elif op >= OP_V_FFBL_B32 and op <= OP_V_BFREV_B32:
+        elif cls == CL_LANE:
+            if op == OP_V_READFIRSTLANE_B32:
+                swrite(s, w, d.dst, v[(d.src0 - OPR_VGPR) * CU_WAVE + (cu_ctz(m) if m else 0)])
+            elif op == OP_V_READLANE_B32:
+                l = sread(T, s, w, d.src1, d.imm) & 31
+                swrite(s, w, d.dst, v[(d.src0 - OPR_VGPR) * CU_WAVE + l])
+            else:                                       # v_writelane_b32
+                a = sread(T, s, w, d.src0, d.imm)
+                l = sread(T, s, w, d.src1, d.imm) & 31
+                v[(d.dst - OPR_VGPR) * CU_WAVE + l] = a
+        elif cls == CL_BITS:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             for l in range(CU_WAVE):
                 x = A[l]
@@ -1336,7 +1476,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 else:
                     R[l] = cu_ctz(bit_reverse(x))    # leading zeros
             merge(v + (d.dst - OPR_VGPR) * CU_WAVE, R, m)
-        elif op >= OP_S_LOAD_DWORD:
+        elif cls == CL_SLOAD:
             if T.sh.l2 != NULL:
                 l2_begin(T)
                 code = s_load(T, s, d, 1 << (op - OP_S_LOAD_DWORD), f)
@@ -1345,10 +1485,10 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     return f.code
             elif s_load(T, s, d, 1 << (op - OP_S_LOAD_DWORD), f):
                 return f.code
-        elif op >= OP_S_CMP_EQ_I32:
+        elif cls == CL_SCMP:
             a, b = sread(T, s, w, d.src0, d.imm), sread(T, s, w, d.src1, d.imm)
             w.scc = cu_compare((op - OP_S_CMP_EQ_I32) % 6, (op - OP_S_CMP_EQ_I32) // 6, a, b)
-        elif op >= OP_S_ADD_U32:
+        elif cls == CL_SOP2:
             a, b = sread(T, s, w, d.src0, d.imm), sread(T, s, w, d.src1, d.imm)
             if op == OP_S_ADD_U32 or op == OP_S_ADDC_U32:
                 wide = <uint64_t>a + b + (w.scc if op == OP_S_ADDC_U32 else 0)
@@ -1393,7 +1533,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                     x = <uint32_t>(<int32_t>a >> (b & 31))
                 swrite(s, w, d.dst, x)
                 w.scc = x != 0
-        elif op >= OP_S_MOV_B32:
+        elif cls == CL_SOP1:
             if op == OP_S_MOV_B64:
                 a, b = s[d.src0], s[d.src0 + 1]
                 s[d.dst], s[d.dst + 1] = a, b

@@ -89,7 +89,8 @@ def _memory_effect(name: str) -> tuple[int, int, bool]:
         return _ACCESS_BYTES[name.rsplit("_", 1)[1]], 0, False
     if name.startswith("global_store_"):
         return 0, _ACCESS_BYTES[name.rsplit("_", 1)[1]], False
-    if name.startswith("ds_") and name not in ("ds_read_b32", "ds_write_b32") and "permute" not in name:
+    if name.startswith("ds_") and name not in ("ds_read_b32", "ds_read_b128", "ds_write_b32") \
+            and "permute" not in name:
         return 0, 0, True       # an LDS atomic: on-chip, no memory bytes (permutes move lanes)
     return 0, 0, False
 
@@ -476,6 +477,11 @@ def binary_f32(name: str, a: int, b: int) -> int:
 
 def fma_f32(a: int, b: int, c: int) -> int:
     return f32_bits(bits_f32(a) * bits_f32(b) + bits_f32(c))
+
+
+def mad_f32(a: int, b: int, c: int) -> int:
+    """v_mad_f32: v_mul_f32 then v_add_f32, each rounded (docs/isa.md 3)."""
+    return binary_f32("v_add_f32", binary_f32("v_mul_f32", a, b), c)
 
 
 def s32(x: int) -> int:

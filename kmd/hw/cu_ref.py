@@ -538,6 +538,9 @@ class _Dispatch(wide_ref.WideOps):
     def op_v_fma_f32(self, w, i):
         self._v3(w, i, C.fma_f32)
 
+    def op_v_mad_f32(self, w, i):
+        self._v3(w, i, C.mad_f32)
+
     def op_v_mad_u32(self, w, i):
         self._v3(w, i, lambda a, b, c: a * b + c)
 
@@ -652,11 +655,11 @@ class _Dispatch(wide_ref.WideOps):
                 w.v[i.dst - I.OPR_VGPR][l] = old
 
     # -- LDS ----------------------------------------------------------------------------
-    def lds_addr(self, w, i, lane: int) -> int:
+    def lds_addr(self, w, i, lane: int, size: int = 4) -> int:
         addr = w.v[i.addr - I.OPR_VGPR][lane] + i.imm & _M32
         if addr % 4:
             raise C.WaveFault(C.REASON_MISALIGNED)
-        if addr + 4 > self.lds_bytes:
+        if addr + size > self.lds_bytes:
             raise C.WaveFault(C.REASON_LDS_BOUNDS)
         return addr
 
@@ -666,6 +669,13 @@ class _Dispatch(wide_ref.WideOps):
         dst = w.v[i.dst - I.OPR_VGPR]
         for l, value in values.items():
             dst[l] = value
+
+    def op_ds_read_b128(self, w, i):
+        values = {l: struct.unpack_from("<4I", self.lds, self.lds_addr(w, i, l, 16))
+                  for l in _lanes(w.exec)}
+        for l, quad in values.items():      # all lanes read before any register is written
+            for k in range(4):
+                w.v[i.dst - I.OPR_VGPR + k][l] = quad[k]
 
     def _permute(self, w, i, backward: bool) -> None:
         addr, data = w.v[i.addr - I.OPR_VGPR], w.v[i.data - I.OPR_VGPR]
@@ -800,7 +810,7 @@ def _install_memory_ops() -> None:
             impl = (lambda n: lambda self, w, i: self.global_store(w, i, n))(name)
         elif name.startswith("global_atomic_"):
             impl = (lambda n: lambda self, w, i: self.global_atomic(w, i, n))(name)
-        elif name.startswith("ds_") and name not in ("ds_read_b32", "ds_write_b32",
+        elif name.startswith("ds_") and name not in ("ds_read_b32", "ds_read_b128", "ds_write_b32",
                                                      "ds_bpermute_b32", "ds_permute_b32"):
             impl = (lambda n: lambda self, w, i: self.lds_atomic(w, i, n))(name)
         else:

@@ -1,13 +1,16 @@
 """End to end: mount life cycle, generated files, the control-file protocol."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 from tests.helpers import (daemon_log, make_mount_dir, mount, read_text, run_client, unmount,
                            vgpu_cli, wait_for)
+from kmd.shmem import clean_stale
 from vgpu_tools.cli import _alive, state_paths
 
 SYSFS = "sys/class/drm/card0/device"
@@ -89,7 +92,18 @@ def test_dead_mount_is_cleaned_then_mounted(mount_dir):
 
 
 def test_a_dead_daemons_bo_files_are_removed_by_the_next_umount(mount_dir):
-    mount(mount_dir, "--vram", "16M")
+    # Its own --shm-dir: any `vgpu mount` on the default one removes a dead daemon's
+    # files there (a test run beside this one would, before the check below).
+    shm = tempfile.mkdtemp(prefix="test-bo-store-", dir="/dev/shm")
+    try:
+        _dead_daemons_files_removed_by_umount(mount_dir, shm)
+    finally:
+        clean_stale(shm)  # if the test failed: its private tmpfs is still mounted there
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+def _dead_daemons_files_removed_by_umount(mount_dir, shm):
+    mount(mount_dir, "--vram", "16M", "--shm-dir", shm)
     pid = daemon_pid(mount_dir)
     r = run_client(PRELUDE + """
 d = Drm(M)

@@ -263,7 +263,7 @@ class _Gen:
         elif k < 0.6:
             self.emit(f"{r.choice(_VALU1)} {self.vdst()}, {self.vsrc()}")
         elif k < 0.68:
-            name = r.choice(["v_fma_f32", "v_mad_u32"])
+            name = r.choice(["v_fma_f32", "v_mad_f32", "v_mad_u32"])
             srcs = [f"v{r.choice(POOL_V)}" if r.random() < 0.7 else f"s{r.choice(POOL_S)}"
                     for _ in range(3)]
             self.emit(f"{name} {self.vdst()}, {', '.join(srcs)}")
@@ -399,6 +399,10 @@ class _Gen:
         e("v_rem_u32 v17, v17, s4")
         e("v_lshl_b32 v17, v17, 2")
         e(f"ds_read_b32 v{r.choice(POOL_V)}, v17")
+        if r.random() < 0.5:        # a quad: the slot and the next three (in the LDS)
+            e("v_and_b32 v17, v17, 0xfc")
+            q = r.choice(POOL_V[:-3])
+            e(f"ds_read_b128 v[{q}:{q + 3}], v17")
         e("s_barrier")
         self.block(0)
         # Commutative atomics on shared counters (no return values).

@@ -219,6 +219,22 @@ def test_fma_mad_cndmask_not_mov(rig):
     assert (lanes_op(rig, "v_mov_b32 v7, -2.5", INTS) == bits(-2.5)).all()
 
 
+def test_mad_f32_rounds_the_product_then_the_sum(rig):
+    """v_mad_f32 is v_mul_f32 then v_add_f32 bit for bit (specials, denormals, NaNs),
+    not a fused multiply-add: (1 + 2^-12)^2 - (1 + 2^-11) is 0 once the product is
+    rounded (its 2^-24 is a tie to even), 2^-24 when it is not."""
+    a, b, c = SPECIAL, np.roll(SPECIAL, 3), np.roll(SPECIAL, 7)
+    with np.errstate(all="ignore"):
+        want = canon((a * b).astype(np.float32) + c)
+    assert (lanes_op(rig, "v_mad_f32 v7, v4, v5, v6", a, b, c) == want).all()
+    two_steps = lanes_op(rig, "v_mul_f32 v8, v4, v5\n v_add_f32 v7, v8, v6", a, b, c)
+    assert (two_steps == want).all()
+    x = np.full(32, 1 + 2.0 ** -12, np.float32)
+    y = np.full(32, -(1 + 2.0 ** -11), np.float32)
+    assert (lanes_op(rig, "v_mad_f32 v7, v4, v5, v6", x, x, y) == bits(0.0)).all()
+    assert (lanes_op(rig, "v_fma_f32 v7, v4, v5, v6", x, x, y) == bits(2.0 ** -24)).all()
+
+
 @pytest.mark.parametrize("t", ["i32", "u32", "f32"])
 @pytest.mark.parametrize("c", ["eq", "ne", "lt", "le", "gt", "ge"])
 def test_vector_compares_write_masks(rig, t, c):
@@ -416,6 +432,18 @@ def test_scalar_loads_and_pair_addressing(rig):
     assert r.vgprs[6][0] == 107
 
 
+def test_scalar_load_across_pages_and_into_an_unmapped_one(rig):
+    # s_load_dwordx4 over a page boundary reads both pages (the core translates once
+    # per page); past the arena's end it faults at the first dword of the unmapped page
+    rig.put(4096 - 8, np.arange(4, dtype=np.uint32) + 300)
+    r = rig.run("s_load_dwordx4 s[24:27], s[2:3], 4088\n s_endpgm", (1, 1, 1), (1, 1, 1),
+                user_data=UD, vgprs=8)
+    assert r.sgprs[24:28] == [300, 301, 302, 303]
+    r, _ = fault_of(rig, f"s_load_dwordx4 s[24:27], s[2:3], {rig.mem.nbytes - 8}\n s_endpgm",
+                    vgprs=8)
+    assert r.reason == "unmapped" and r.fault.va == MEM_VA + rig.mem.nbytes
+
+
 def test_barrier_orders_waves(rig):
     # Wave 1 reads what wave 0 wrote to LDS before the barrier, and vice versa.
     r = rig.run("""
@@ -428,6 +456,51 @@ def test_barrier_orders_waves(rig):
     """, (1, 1, 1), (64, 1, 1), lds_bytes=256, vgprs=8)
     assert r.status == "ok" and r.wave == 1
     assert r.vgprs[5] == list(range(0, 32))
+
+
+def test_ds_read_b128_reads_four_dwords_per_lane(rig):
+    # LDS dword k holds 1000 + k. Lanes read at 4 * lane (a different quad each, the
+    # lane loop) into v[8:11]; then the two half-waves each read one row (16 * (lane >=
+    # 16)) into v[12:15], over the address register v12 (every lane reads before any
+    # register is written); then with lanes 0..9 only, over v[8:11] again.
+    r = rig.run("""
+    v_lshl_b32 v3, v0, 2
+    v_add_u32 v4, v0, 1000
+    ds_write_b32 v3, v4
+    v_add_u32 v4, v0, 1032
+    ds_write_b32 v3, v4, 128
+    s_barrier
+    ds_read_b128 v[8:11], v3, 4
+    v_lshr_b32 v12, v0, 4
+    v_lshl_b32 v12, v12, 6
+    ds_read_b128 v[12:15], v12, 8
+    s_mov_b32 exec, 0x3ff
+    v_mov_b32 v16, 200
+    ds_read_b128 v[8:11], v16, 0
+    s_endpgm
+    """, (1, 1, 1), (32, 1, 1), lds_bytes=256, vgprs=17)
+    assert r.status == "ok"
+    lane = np.arange(32)
+    for k in range(4):
+        want = np.where(lane < 10, 1050 + k, 1001 + lane + k)
+        assert r.vgprs[8 + k] == list(want)
+        assert r.vgprs[12 + k] == list(1002 + 16 * (lane >= 16) + k)
+
+
+def test_ds_read_b128_faults(rig):
+    # 4-byte alignment (GCN in unaligned mode), and all 16 bytes inside the LDS
+    r, _ = fault_of(rig, "v_mov_b32 v4, 2\n ds_read_b128 v[4:7], v4\n s_endpgm",
+                    lds_bytes=64, vgprs=8)
+    assert (r.reason, r.fault) == ("misaligned", None)
+    r, _ = fault_of(rig, "v_mov_b32 v4, 52\n ds_read_b128 v[4:7], v4\n s_endpgm",
+                    lds_bytes=64, vgprs=8)
+    assert r.reason == "lds_bounds"
+    r, _ = fault_of(rig, "v_lshl_b32 v4, v0, 1\n ds_read_b128 v[4:7], v4, 0\n s_endpgm",
+                    lds_bytes=128, vgprs=8)
+    assert r.reason == "misaligned"         # lane 1 (address 2); lane 0 was fine
+    r = rig.run("v_mov_b32 v4, 48\n ds_read_b128 v[4:7], v4\n s_endpgm", (1, 1, 1),
+                (32, 1, 1), lds_bytes=64, vgprs=8)
+    assert r.status == "ok"                 # the last quad
 
 
 def test_memtime_and_nop(rig):

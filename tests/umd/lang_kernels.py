@@ -135,17 +135,21 @@ def special32(x: f32[:], y: f32[:], out: f32[:, :]):
 
 
 @umd.jit
-def parts64(x: f64[:], y: f64[:], k: i32[:], out: f64[:, :], ex: i32[:], flags: i32[:]):
+def parts64(x: f64[:], y: f64[:], k: i32[:], out: f64[:, :], ex: i32[:], flags: i32[:],
+            np_out: f64[:, :]):
     i = umd.grid(1)
     if i < x.size:
         float_parts(x, y, k, out, ex, flags, i)
+        numpy_math(x, y, np_out, i)
 
 
 @umd.jit
-def parts32(x: f32[:], y: f32[:], k: i32[:], out: f32[:, :], ex: i32[:], flags: i32[:]):
+def parts32(x: f32[:], y: f32[:], k: i32[:], out: f32[:, :], ex: i32[:], flags: i32[:],
+            np_out: f32[:, :]):
     i = umd.grid(1)
     if i < x.size:
         float_parts(x, y, k, out, ex, flags, i)
+        numpy_math(x, y, np_out, i)
 
 
 @umd.jit
@@ -265,3 +269,17 @@ def smooth(x: f32[:], out: f32[:]):
     i = umd.grid(1)
     if 1 <= i < x.size - 1:
         out[i] = SMOOTHING[0] * x[i - 1] + SMOOTHING[1] * x[i] + SMOOTHING[2] * x[i + 1]
+
+
+# NumPy's ufuncs on scalars, which Numba CUDA compiles in kernels
+@umd.jit(device=True)
+def numpy_math(x, y, out, i):
+    out[i, 0] = np.sqrt(np.abs(x[i]))
+    out[i, 1] = np.exp(x[i] * 0.25)
+    out[i, 2] = np.log1p(np.fabs(x[i]))
+    out[i, 3] = np.arctan2(y[i], x[i])
+    out[i, 4] = np.floor(x[i])
+    out[i, 5] = np.power(np.fabs(x[i]), 1.5)
+    out[i, 6] = np.hypot(x[i], y[i])
+    out[i, 7] = np.copysign(np.trunc(y[i]), x[i])
+

@@ -31,12 +31,16 @@ def loop_body(asm: str, n: int = 0) -> list[str]:
     return [ln.split()[0] for ln in text.splitlines() if ln.startswith("    ") and ln.strip()]
 
 
+MULTIPLIES = ("v_mul_f32", "v_mad_f32", "v_fma_f32")
+
+
 def per_multiply_add(compiled) -> float:
-    """Instructions per v_mul_f32 in the innermost loop that multiplies."""
+    """Instructions per multiply (v_mul_f32, v_mad_f32 or v_fma_f32) in the innermost
+    loop that multiplies."""
     asm = compiled.asm_text
     bodies = [loop_body(asm, k) for k in range(asm.count("_loop:"))]
-    body = min((b for b in bodies if "v_mul_f32" in b), key=len)
-    return (len(body) + 1) / body.count("v_mul_f32")        # + the back branch
+    body = min((b for b in bodies if any(m in b for m in MULTIPLIES)), key=len)
+    return (len(body) + 1) / sum(body.count(m) for m in MULTIPLIES)   # + the back branch
 
 
 # -- each pass on a known kernel ---------------------------------------------------------
@@ -97,11 +101,93 @@ def test_unroll_and_lds_offsets_in_the_tiled_matmul():
     c, plain = build(K.matmul), build(K.matmul, level=1)
     assert c.ir_text.count("loop") == 1 and plain.ir_text.count("loop") == 2
     reads = re.findall(r"ds_read_b32 v\d+, v\d+, (\d+)", c.asm_text)
-    assert sorted(map(int, reads)) == sorted([4 * k for k in range(16)] +
-                                             [1024 + 64 * k for k in range(16)])
+    assert sorted(map(int, reads)) == [1024 + 64 * k for k in range(16)]
+    quads = re.findall(r"ds_read_b128 v\[\d+:\d+\], v\d+, (\d+)", c.asm_text)
+    assert sorted(map(int, quads)) == [0, 16, 32, 48]       # a_tile[ty, kk..kk+3]
     # 2 LDS reads, the multiply and the add per multiply-add, plus the tile loads
     assert per_multiply_add(plain) == 15
-    assert per_multiply_add(c) < 7
+    assert per_multiply_add(c) < 6
+    # the unrolled body: per four multiply-adds, one quad read of A's row, and an LDS
+    # read of B and a v_mad_f32 each
+    body = c.asm_text.split("s_barrier\n", 1)[1].split("s_barrier\n", 1)[0]
+    ops = [ln.split()[0] for ln in body.splitlines() if ln.startswith("    ") and ln.strip()]
+    assert ops == (["ds_read_b128"] + ["ds_read_b32", "v_mad_f32"] * 4) * 4
+
+
+@umd.kernel
+def lds_rows(n: i32, x: Ptr[f32], out: Ptr[f32], flags: Ptr[i32]):
+    tile = umd.shared_array(f32, (8, 8))
+    itile = umd.shared_array(i32, 64)
+    t = umd.thread_idx.x
+    tile[t // 8, t % 8] = x[t]
+    itile[t] = flags[t]
+    umd.syncthreads()
+    r = t // 8
+    s = 0.0
+    for k in range(8):                      # two quads of row r
+        s += tile[r, k] * x[k]
+    out[t] = s
+    out[64 + t] = tile[r, 0] + tile[r, 1] + tile[r, 2] + tile[7 - r, 3]   # other base
+    m = 0
+    for k in range(4):                      # i32: not merged
+        m += itile[4 * r + k]
+    flags[t] = m
+    out[128 + t] = tile[r, 4]               # stored as it is: not merged
+    u = tile[r, 5] * 2.0
+    umd.syncthreads()
+    tile[t // 8, t % 8] = 0.0               # a store between: not merged
+    umd.syncthreads()
+    out[192 + t] = u + tile[r, 6] * tile[r, 7]
+
+
+def test_lds_quads_merge_four_consecutive_shared_reads():
+    plain, c = build(lds_rows, level=1), build(lds_rows)
+    assert "ds_read_b128" not in plain.asm_text
+    assert mnemonics(c).count("ds_read_b128") == 2
+    x = RNG.standard_normal(64).astype(np.float32)
+    flags = RNG.integers(-50, 50, 64).astype(np.int32)
+    (_, out, got_flags) = same_as_level1(lds_rows, 1, 64, 64, x, np.zeros(256, np.float32),
+                                         flags)
+    tile, r = x.reshape(8, 8), np.arange(64) // 8
+    s = np.zeros(64, np.float32)
+    for k in range(8):
+        s = s + tile[r, k] * x[k]
+    np.testing.assert_array_equal(out[:64], s)
+    np.testing.assert_array_equal(out[64:128], tile[r, 0] + tile[r, 1] + tile[r, 2] + tile[7 - r, 3])
+    np.testing.assert_array_equal(out[128:192], tile[r, 4])
+    np.testing.assert_array_equal(out[192:], tile[r, 5] * np.float32(2.0))
+    np.testing.assert_array_equal(got_flags, flags.reshape(16, 4).sum(1)[r])
+
+
+@umd.kernel
+def multiply_adds(n: i32, a: f32, x: Ptr[f32], y: Ptr[f32], out: Ptr[f32]):
+    i = umd.block_idx.x * umd.block_dim.x + umd.thread_idx.x
+    if i < n:
+        t = x[i] * y[i]
+        out[i] = a * x[i] + y[i] + t * 2.0     # a*x + y and t*2.0 + (...) are mads
+        out[n + i] = 3.0 * 0.5 + x[i]          # constants fold, nothing to merge
+        out[2 * n + i] = x[i] * 3.0 + 1.0      # two constants: a mul and an add stay
+        out[3 * n + i] = t + t                 # t has two uses: its mul stays
+
+
+def test_mad_merges_a_multiply_into_its_add_bit_for_bit():
+    # v_mad_f32 rounds the product, then the sum: what v_mul_f32 + v_add_f32 give, for
+    # NaNs, infinities, overflow and denormals too (same_as_level1 compares the bits)
+    plain, c = build(multiply_adds, level=1), build(multiply_adds)
+    assert "v_mad_f32" not in mnemonics(plain)
+    assert mnemonics(c).count("v_mad_f32") == 2 and mnemonics(c).count("v_mul_f32") == 2
+    assert "v_fma_f32" not in mnemonics(c)
+    n = 64
+    x = np.concatenate([RNG.standard_normal(32), [np.nan, np.inf, -np.inf, 3e38, -3e38,
+                        1e-40, -1e-45, 0.0, -0.0, 1e-20] * 3, [1.5, 2.5]]).astype(np.float32)
+    with np.errstate(all="ignore"):
+        y = np.roll(x, 5) * np.float32(-1.25)
+        (_, _, got) = same_as_level1(multiply_adds, 1, 64, n, np.float32(0.75), x, y,
+                                     np.zeros(4 * n, np.float32))
+        a, t = np.float32(0.75), x * y
+        want = np.concatenate([a * x + y + t * np.float32(2.0), x + np.float32(1.5),
+                               x * np.float32(3.0) + np.float32(1.0), t + t])
+    np.testing.assert_array_equal(got, want)
 
 
 @umd.kernel
@@ -139,8 +225,10 @@ def test_unroll_leaves_variable_long_and_breaking_loops():
 
 def test_stencil_reads_the_halo_with_negative_offsets():
     c = build(N.stencil_1d)
-    offsets = sorted(int(o) for o in re.findall(r"ds_read_b32 v\d+, v\d+, (-?\d+)", c.asm_text))
-    assert offsets == [4 * k for k in range(-N.RADIUS, N.RADIUS + 1)]
+    offsets = [int(o) for o in re.findall(r"ds_read_b32 v\d+, v\d+, (-?\d+)", c.asm_text)]
+    quads = re.findall(r"ds_read_b128 v\[\d+:\d+\], v\d+, (-?\d+)", c.asm_text)
+    offsets += [int(o) + 4 * k for o in quads for k in range(4)]     # the first four merge
+    assert len(quads) == 1 and sorted(offsets) == [4 * k for k in range(-N.RADIUS, N.RADIUS + 1)]
 
 
 @umd.kernel

@@ -169,7 +169,7 @@ def test_math_functions_within_ulps(engine, dtype):
     run(build(K.special64 if wide else K.special32), blocks(n, 64), 64, xs, ys, special,
         engine=engine)
     run(build(K.parts64 if wide else K.parts32), blocks(n, 64), 64, xs, ys, k, parts, ex, flags,
-        engine=engine)
+        np.zeros((n, 8), dtype), engine=engine)
     want = {
         "fmod": [_reference(math.fmod, a, b) for a, b in zip(X, Y)],
         "erfc": [math.erfc(a) for a in X],
@@ -312,3 +312,26 @@ def test_global_numpy_array_is_a_constant(engine):
     want = np.zeros_like(x)
     want[1:-1] = c[0] * x[:-2] + c[1] * x[1:-1] + c[2] * x[2:]
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_ufuncs_on_scalars(engine, dtype):
+    """np.sqrt, np.floor... in a kernel, as Numba CUDA compiles them; against numpy in the
+    same dtype: floor, trunc and copysign exact, the others within rtol 4e-6 (float32:
+    a few ulp) or 1e-15 (float64: 1-2 ulp)."""
+    x, y = (RNG.uniform(-20, 20, 77).astype(dtype) for _ in range(2))
+    out = np.zeros((77, 8), dtype)
+    k, unused = np.zeros(77, np.int32), np.zeros((77, 4), dtype)
+    run(build(K.parts32 if dtype == np.float32 else K.parts64), 3, 32, x, y, k, unused, k.copy(),
+        k.copy(), out, engine=engine)
+    with np.errstate(all="ignore"):
+        want = np.stack([np.sqrt(np.abs(x)), np.exp(x * dtype(0.25)), np.log1p(np.fabs(x)),
+                         np.arctan2(y, x), np.floor(x), np.power(np.fabs(x), dtype(1.5)),
+                         np.hypot(x, y), np.copysign(np.trunc(y), x)], 1)
+    rtol = 4e-6 if dtype == np.float32 else 1e-15
+    for c in range(8):
+        if c in (4, 7):
+            np.testing.assert_array_equal(out[:, c], want[:, c])
+        else:
+            np.testing.assert_allclose(out[:, c], want[:, c], rtol=rtol, err_msg=str(c))

@@ -198,3 +198,19 @@ def test_off_means_the_plain_pool(vgpu_mount, tmp_path):
             print(e)
     """, vgpu_mount, env_extra=_env(tmp_path, on=False)))
     assert "DeviceArray was freed" in r.stdout and "=========" not in r.stderr
+
+
+def test_shared_quad_read_names_its_first_element_out_of_bounds():
+    # The compiler merges four consecutive shared reads into one ds_read_b128
+    # (compiler/lds_quads.py): a quad at 504 in 512 bytes faults on its third element,
+    # which is the read the report names (as the four separate reads would have).
+    from umd import memcheck
+    from vgpu import isa
+    inst = isa.decode(isa.encode(isa.FMT_MEM, isa.BY_NAME["ds_read_b128"].code,
+                                 isa.OPR_VGPR + 8, isa.OPR_VGPR + 4, 0, 0, 16))
+    vgprs = [[0] * 32 for _ in range(12)]
+    vgprs[4] = [16 * k for k in range(32)]          # + 16: lanes 0..29 fit
+    vgprs[4][30] = 488                              # 504: elements 122, 123 fit, 124 does not
+    lane, addr, detail = memcheck._shared_access(512, inst, {"vgprs": vgprs, "exec": 0xFFFFFFFF})
+    assert (lane, addr) == (30, 512)
+    assert "element 124 of the shared array at LDS offset 16" in detail[0]

@@ -5,21 +5,22 @@
 Pipeline: frontend (AST -> typed IR) -> opt (constant folding/propagation, dead code)
 -> unroll (small constant loops) -> uniformity (scalar vs vector registers) ->
 addressing (byte offsets, LDS constant offsets) -> cse / licm (shared and loop-invariant
-work) -> sinking (one store after an if/else) -> opt (again, and move coalescing) ->
+work) -> sinking (one store after an if/else) -> contract (mad; fma under fastmath) ->
+opt (again, and move coalescing) -> lds_quads (ds_read_b128 of four shared reads) ->
 regalloc (linear scan) -> codegen (vISA assembly) -> vgpu.asm.assemble -> .vco.
 """
 from __future__ import annotations
 
 from vgpu import asm
 
-from . import (addressing, cache, codegen, contract, cse, frontend, ir, licm, opt, regalloc,
-               sinking, uniformity, unroll)
+from . import (addressing, cache, codegen, contract, cse, frontend, ir, lds_quads, licm, opt,
+               regalloc, sinking, uniformity, unroll)
 from .compiled import CompiledKernel
 from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 5
+COMPILER_VERSION = 6
 
 
 def _unwrap(obj, env):
@@ -50,9 +51,11 @@ def optimize(fn: ir.Function, level: int = 2, fastmath: bool = False) -> None:
     sinking.sink_stores(fn)
     if fastmath:
         contract.contract_fma(fn)
+    contract.contract_mad(fn)
     opt.optimize(fn)
     opt.coalesce_moves(fn)
     uniformity.analyze(fn)
+    lds_quads.merge_lds_quads(fn)
 
 
 def build(pyfn, options: dict | None = None, env: dict | None = None, *,

@@ -41,7 +41,7 @@ _VUNARY = {"floor": "v_floor_f32", "ceil": "v_ceil_f32", "trunc": "v_trunc_f32",
            "cos": "v_cos_f32", "tanh": "v_tanh_f32", "not": "v_not_b32"}
 _SPECIAL_REG = {"thread_idx.x": "v0", "thread_idx.y": "v1", "thread_idx.z": "v2",
                 "block_idx.x": "s16", "block_idx.y": "s17", "block_idx.z": "s18"}
-_VOP3 = {"v_fma_f32", "v_mad_u32", "v_cndmask_b32"}
+_VOP3 = {"v_fma_f32", "v_mad_f32", "v_mad_u32", "v_cndmask_b32"}
 
 
 def _sfx(t) -> str:
@@ -112,7 +112,11 @@ class CodeGen(WideCodeGen):
             return x.text
         if isinstance(x, ir.Special):
             return _SPECIAL_REG[x.name]
+        if isinstance(x, ir.Part):
+            return f"v{x.var.reg + x.k}"
         if isinstance(x, ir.Var):
+            if isinstance(x.type, ir.VecType):
+                return f"v[{x.reg}:{x.reg + x.type.n - 1}]"
             if isinstance(x.type, PtrType):
                 return f"s[{x.reg}:{x.reg + 1}]"
             if x.type.wide:
@@ -520,6 +524,8 @@ class CodeGen(WideCodeGen):
             return self.op("v_and_b32", dst, a[0], ir.Const(0x7FFFFFFF, u32))
         if op == "fma":
             return self.op("v_fma_f32", dst, *a)
+        if op == "mad":
+            return self.op("v_mad_f32", dst, *a)
         if op in _VUNARY:
             return self.op(_VUNARY[op], dst, a[0])
         raise AssertionError(f"no vector form of {op}")
@@ -581,6 +587,8 @@ class CodeGen(WideCodeGen):
             return self.wide_memory(st, arr, lds, tail)
         if st.op == "load":
             op = "ds_read_b32" if lds else "global_load_dword"
+            if isinstance(st.dst.type, ir.VecType):     # lds_quads.py
+                op = "ds_read_b128"
             self.ins(f"{op} {self.reg(st.dst)}, {addr}, {tail}")
             return
         if st.op == "store":

@@ -63,6 +63,19 @@ _PY_MATH = {getattr(pymath, n): r for n, r in (
     ("log1p", "log1p"), ("radians", "radians"), ("degrees", "degrees"), ("erf", "erf"),
     ("erfc", "erfc"), ("gamma", "gamma"), ("lgamma", "lgamma"), ("fmod", "fmod"),
     ("frexp", "frexp"), ("ldexp", "ldexp")) + (("cbrt", "cbrt"),) * hasattr(pymath, "cbrt")}
+# NumPy's ufuncs on scalars, as Numba CUDA lowers them in kernels: the math function of
+# the same meaning (np.floor/ceil/trunc keep the float type, as NumPy's do)
+_NP_MATH = {getattr(np, n): r for n, r in (
+    ("sqrt", "sqrt"), ("exp", "exp"), ("exp2", "exp2"), ("expm1", "expm1"), ("log", "log"),
+    ("log2", "log2"), ("log10", "log10"), ("log1p", "log1p"), ("sin", "sin"), ("cos", "cos"),
+    ("tan", "tan"), ("arcsin", "asin"), ("arccos", "acos"), ("arctan", "atan"),
+    ("arctan2", "atan2"), ("sinh", "sinh"), ("cosh", "cosh"), ("tanh", "tanh"),
+    ("arcsinh", "asinh"), ("arccosh", "acosh"), ("arctanh", "atanh"), ("hypot", "hypot"),
+    ("floor", "floor"), ("ceil", "ceil"), ("trunc", "trunc"), ("fabs", "fabs"),
+    ("power", "pow"), ("copysign", "copysign"), ("fmod", "fmod"), ("cbrt", "cbrt"),
+    ("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfinite"), ("fmin", "fmin"),
+    ("fmax", "fmax"), ("radians", "radians"), ("degrees", "degrees"), ("deg2rad", "radians"),
+    ("rad2deg", "degrees"))}
 _NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32, np.float64: f64, np.int64: i64,
                 np.uint64: u64}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
@@ -1472,6 +1485,8 @@ class FunctionLowering:
                 return x
             return self.convert(self.fold_or_emit("rndne", x.type, [x], node),
                                 i64 if x.type.wide else i32, node)
+        if fn is np.abs or fn is np.absolute:     # NumPy's abs: Python's on a scalar
+            fn = abs
         if fn is min or fn is max or fn is abs:
             values()
             if fn is abs:
@@ -1496,6 +1511,8 @@ class FunctionLowering:
             return acc
         if _hashable(fn) and fn in _PY_MATH:
             return self.math(_PY_MATH[fn], name, node, args, nargs, values)
+        if _hashable(fn) and fn in _NP_MATH:
+            return self.math(_NP_MATH[fn], name, node, args, nargs, values)
         if fn is range:
             raise self.error(node, "range() is only for 'for NAME in range(...)' loops")
         if inspect.isfunction(fn) and fn.__module__ == f"{__package__}.libdevice":

@@ -27,7 +27,8 @@ UNARY = {"neg", "not", "lnot", "fabs", "floor", "ceil", "trunc", "rndne", "exp",
 COMPARE = {"eq", "ne", "lt", "le", "gt", "ge"}
 CONVERT = {"cvt"}                 # dst type from dst.type, source type from args[0]
 BITCAST = {"bitcast"}             # the same 32 bits as another type (f32 <-> u32)
-TERNARY = {"fma", "select"}       # fma(a, b, c); select(cond, if_true, if_false)
+# fma(a, b, c); mad(a, b, c): a * b rounded, + c (contract.py); select(cond, if_true, if_false)
+TERNARY = {"fma", "mad", "select"}
 # Bit counting: popc, ffs (1 + lowest set bit, 0 for 0), clz, brev (docs/umd-compiler.md 3.9).
 BITS = {"popc", "ffs", "clz", "brev"}
 # Wave operations: their value depends on the other lanes and on EXEC (which lanes run
@@ -102,7 +103,39 @@ class SharedArray:
         return f"lds:{self.name}"
 
 
-Operand = Var | Const | Special
+@dataclasses.dataclass(frozen=True)
+class VecType:
+    """`n` consecutive registers of `elem`: the result of an LDS quad load (lds_quads.py)."""
+
+    elem: ScalarType
+    n: int
+    wide = False
+    is_float = False
+
+    def __repr__(self) -> str:
+        return f"{self.elem!r}x{self.n}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Register `k` of the vector `var` read as a scalar operand (lds_quads.py)."""
+
+    var: Var
+    k: int
+
+    @property
+    def type(self) -> ScalarType:
+        return self.var.type.elem
+
+    @property
+    def cls(self) -> str:
+        return self.var.cls
+
+    def __repr__(self) -> str:
+        return f"{self.var!r}[{self.k}]"
+
+
+Operand = Var | Const | Special | Part
 
 
 def wrap32(value: int, t: ScalarType) -> int:
@@ -123,7 +156,10 @@ def wrap64(value: int, t: ScalarType) -> int:
 
 
 def width(t) -> int:
-    """Registers a value of type ``t`` takes: 2 for pointers and 64-bit types."""
+    """Registers a value of type ``t`` takes: 2 for pointers and 64-bit types, n for a
+    VecType."""
+    if isinstance(t, VecType):
+        return t.n
     return 2 if isinstance(t, PtrType) or t.wide else 1
 
 
@@ -179,7 +215,7 @@ class Inst:
     offset: int = 0
 
     def uses(self) -> list[Var]:
-        out = [a for a in self.args if isinstance(a, Var)]
+        out = [a.var if isinstance(a, Part) else a for a in self.args if isinstance(a, (Var, Part))]
         if isinstance(self.array, Var):
             out.append(self.array)
         return out

@@ -45,6 +45,9 @@ def _fold(op, t, at, v):
     if op == "fma":
         a, b, c = (float(np.float32(x)) for x in v)
         return ir.to_f32(a * b + c)
+    if op == "mad":
+        a, b, c = (float(np.float32(x)) for x in v)
+        return ir.to_f32(ir.to_f32(a * b) + c)
     if op == "cvt":
         x = v[0]
         if t == f32:
