@@ -25,10 +25,11 @@ from .device import Device, get_device
 from .errors import UMDError
 from .stream import Stream, default_stream
 
-#: dtypes kernels know (umd.types): float32, int32, uint32 and the 64-bit float64, int64,
-#: uint64; others copy fine too.
+#: dtypes kernels know (umd.types): float32, int32, uint32, the 64-bit float64, int64,
+#: uint64 and the element-only uint8, int8, uint16, int16, bool; others copy fine too.
 KERNEL_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.int32, np.uint32, np.float64, np.int64,
-                                            np.uint64))
+                                            np.uint64, np.uint8, np.int8, np.uint16, np.int16,
+                                            np.bool_))
 
 
 def _shape(shape) -> tuple[int, ...]:

@@ -45,7 +45,9 @@ _FORMATS = {"ptr": "<Q", "u32": "<I", "i32": "<i", "f32": "<f", "u64": "<Q", "i6
 _HIDDEN = {"__grid_dim_x": ("grid", 0), "__grid_dim_y": ("grid", 1), "__grid_dim_z": ("grid", 2),
            "__block_dim_x": ("block", 0), "__block_dim_y": ("block", 1), "__block_dim_z": ("block", 2)}
 _DTYPES = {"f32": np.dtype(np.float32), "i32": np.dtype(np.int32), "u32": np.dtype(np.uint32),
-           "f64": np.dtype(np.float64), "i64": np.dtype(np.int64), "u64": np.dtype(np.uint64)}
+           "f64": np.dtype(np.float64), "i64": np.dtype(np.int64), "u64": np.dtype(np.uint64),
+           "u8": np.dtype(np.uint8), "i8": np.dtype(np.int8), "u16": np.dtype(np.uint16),
+           "i16": np.dtype(np.int16), "b1": np.dtype(np.bool_)}
 MAX_EXTENT = (1 << 31) - 1            # shapes are i32 in kernels
 
 

@@ -7,7 +7,11 @@
 
 `f32`, `i32`, `u32` and the 64-bit `f64`, `i64`, `u64` annotate scalar arguments and,
 called inside a kernel, convert (`f32(i)`, `i64(x)`); `float32`, `int32`, `uint32`,
-`float64`, `int64` and `uint64` are the same markers under Numba's names. `Ptr[T]` is a device pointer to elements of T, any array of T seen
+`float64`, `int64` and `uint64` are the same markers under Numba's names. The small
+types `u8`, `i8`, `u16`, `i16` and `b1` (numpy's uint8, int8, uint16, int16, bool;
+also named `uint8`, `int8`, `uint16`, `int16`, `boolean`) are array element types only:
+a loaded element is an int32 (a b1 one a bool), a stored value wraps to the element's
+width (docs/umd-compiler.md 2). `Ptr[T]` is a device pointer to elements of T, any array of T seen
 flat (a device array is passed directly); `T[:]`, `T[:, :]`, `T[:, :, :]` (Numba's
 spelling) are C-contiguous arrays of exactly 1, 2 or 3 dimensions, indexed `m[i, j]`
 row-major. They are compile-time markers: the compiler reads them, and the launch
@@ -17,8 +21,9 @@ from __future__ import annotations
 
 
 class ScalarType:
-    """A scalar type: `kind` is 'i32', 'u32', 'f32', 'bool' (32 bits) or 'i64', 'u64',
-    'f64' (64 bits: a register pair)."""
+    """A scalar type: `kind` is 'i32', 'u32', 'f32', 'bool' (32 bits), 'i64', 'u64',
+    'f64' (64 bits: a register pair) or the element-only 'u8', 'i8', 'u16', 'i16', 'b1'
+    (1 or 2 bytes in memory, held widened in a 32-bit register: `register`)."""
 
     __slots__ = ("kind",)
 
@@ -31,11 +36,23 @@ class ScalarType:
 
     @property
     def is_int(self) -> bool:
-        return self.kind in ("i32", "u32", "bool", "i64", "u64")
+        return self.kind in ("i32", "u32", "bool", "i64", "u64") or self.small
 
     @property
     def signed(self) -> bool:
-        return self.kind in ("i32", "i64")
+        return self.kind in ("i32", "i64", "i8", "i16")
+
+    @property
+    def small(self) -> bool:
+        """An 8- or 16-bit (or boolean) element type: memory only, never a register's."""
+        return self.kind in SMALL_BYTES
+
+    @property
+    def register(self) -> "ScalarType":
+        """The type a loaded element has: i32 for u8/i8/u16/i16, bool for b1, else itself."""
+        if not self.small:
+            return self
+        return bool_ if self.kind == "b1" else i32
 
     @property
     def wide(self) -> bool:
@@ -44,7 +61,7 @@ class ScalarType:
 
     @property
     def itemsize(self) -> int:
-        return 8 if self.wide else 4
+        return 8 if self.wide else SMALL_BYTES.get(self.kind, 4)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ScalarType) and other.kind == self.kind
@@ -72,12 +89,14 @@ class ScalarType:
                 isinstance(d, slice) and d.start is None and d.stop is None and d.step in (None, 1)
                 for d in dims):
             raise TypeError(f"array types are f32[:], f32[:, :] or f32[:, :, :] (f32, i32, u32, "
-                            f"f64, i64 or u64), not {self!r}[{dims!r}]")
+                            f"f64, i64, u64, u8, i8, u16, i16 or b1), not {self!r}[{dims!r}]")
         return PtrType(self, len(dims))
 
 
 NUMPY_NAMES = {"f32": "float32", "i32": "int32", "u32": "uint32", "f64": "float64",
-               "i64": "int64", "u64": "uint64"}
+               "i64": "int64", "u64": "uint64", "u8": "uint8", "i8": "int8", "u16": "uint16",
+               "i16": "int16", "b1": "bool"}
+SMALL_BYTES = {"u8": 1, "i8": 1, "u16": 2, "i16": 2, "b1": 1}
 
 
 class PtrType:
@@ -109,7 +128,8 @@ class PtrType:
 class _PtrFactory:
     def __getitem__(self, elem) -> PtrType:
         if not isinstance(elem, ScalarType) or elem.kind == "bool":
-            raise TypeError(f"Ptr[...] takes f32, i32, u32, f64, i64 or u64, not {elem!r}")
+            raise TypeError(f"Ptr[...] takes f32, i32, u32, f64, i64, u64, u8, i8, u16, i16 or b1, "
+                            f"not {elem!r}")
         return PtrType(elem)
 
     def __repr__(self) -> str:
@@ -122,10 +142,17 @@ u32 = ScalarType("u32")
 f64 = ScalarType("f64")
 i64 = ScalarType("i64")
 u64 = ScalarType("u64")
+u8 = ScalarType("u8")
+i8 = ScalarType("i8")
+u16 = ScalarType("u16")
+i16 = ScalarType("i16")
+b1 = ScalarType("b1")           # a np.bool_ element (one byte, 0 or 1)
 bool_ = ScalarType("bool")      # comparisons and boolean logic; not an argument type
 Ptr = _PtrFactory()
 float32, int32, uint32 = f32, i32, u32      # Numba's names
 float64, int64, uint64 = f64, i64, u64
+uint8, int8, uint16, int16, boolean = u8, i8, u16, i16, b1
 
 __all__ = ["f32", "i32", "u32", "f64", "i64", "u64", "float32", "int32", "uint32", "float64",
-           "int64", "uint64", "Ptr", "ScalarType", "PtrType"]
+           "int64", "uint64", "u8", "i8", "u16", "i16", "b1", "uint8", "int8", "uint16", "int16", "boolean",
+           "Ptr", "ScalarType", "PtrType"]

@@ -586,14 +586,14 @@ class CodeGen(WideCodeGen):
         if elem.wide:                       # never scaled: v3 holds the byte offset
             return self.wide_memory(st, arr, lds, tail)
         if st.op == "load":
-            op = "ds_read_b32" if lds else "global_load_dword"
+            op = "ds_read_b32" if lds else _LOADS.get(elem.kind, "global_load_dword")
             if isinstance(st.dst.type, ir.VecType):     # lds_quads.py
                 op = "ds_read_b128"
             self.ins(f"{op} {self.reg(st.dst)}, {addr}, {tail}")
             return
         if st.op == "store":
             data = self.to_vgpr(st.args[1], "v4")
-            op = "ds_write_b32" if lds else "global_store_dword"
+            op = "ds_write_b32" if lds else _STORES.get(elem.itemsize, "global_store_dword")
             self.ins(f"{op} {addr}, {data}, {tail}")
             return
         dst = self.reg(st.dst) if st.dst is not None else "off"
@@ -619,6 +619,13 @@ class CodeGen(WideCodeGen):
             self.ins(f"{name} {dst}, {addr}, {data}, {tail}")
         else:
             self.ins(f"global_atomic_{kind}_{sfx} {dst}, {addr}, {data}, {tail}")
+
+
+# 8- and 16-bit elements (shared and local arrays hold them widened, never these):
+# loads sign- or zero-extend into the VGPR, stores write its low byte or short.
+_LOADS = {"u8": "global_load_ubyte", "b1": "global_load_ubyte", "i8": "global_load_sbyte",
+          "u16": "global_load_ushort", "i16": "global_load_sshort"}
+_STORES = {1: "global_store_byte", 2: "global_store_short"}
 
 
 def _kernarg_loads(args) -> list[tuple[int, int, int]]:

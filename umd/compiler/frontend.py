@@ -40,7 +40,7 @@ import textwrap
 import numpy as np
 
 from umd import intrinsics as K
-from umd.types import PtrType, ScalarType, bool_, f32, f64, i32, i64, u32, u64
+from umd.types import PtrType, ScalarType, b1, bool_, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 
 from . import ir, prints, wraparound
 from .errors import KernelCompileError
@@ -77,7 +77,8 @@ _NP_MATH = {getattr(np, n): r for n, r in (
     ("fmax", "fmax"), ("radians", "radians"), ("degrees", "degrees"), ("deg2rad", "radians"),
     ("rad2deg", "degrees"))}
 _NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32, np.float64: f64, np.int64: i64,
-                np.uint64: u64}
+                np.uint64: u64, np.uint8: u8, np.int8: i8, np.uint16: u16, np.int16: i16,
+                np.bool_: b1}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
            ast.FloorDiv: "floordiv", ast.Mod: "mod", ast.BitAnd: "and", ast.BitOr: "or",
            ast.BitXor: "xor", ast.LShift: "shl", ast.RShift: "shr", ast.Pow: "pow"}
@@ -166,6 +167,7 @@ class LocalArray:
     elem: ScalarType
     shape: list
     vars: list
+    storage: ScalarType | None = None   # a small type (u8...) its elem (i32, bool) holds
     type = None
 
 
@@ -218,6 +220,12 @@ def _elem(arr) -> ScalarType:
     return arr.type.elem if isinstance(arr, ir.Var) else arr.elem
 
 
+def _storage(arr) -> ScalarType:
+    """The element type an array holds: a shared or local array of a small type keeps
+    its elements widened (elem is then i32 or bool), `storage` names the small type."""
+    return arr.type.elem if isinstance(arr, ir.Var) else arr.storage or arr.elem
+
+
 def _float_literal(x) -> bool:
     return isinstance(x, ir.Const) and x.exact is not None
 
@@ -261,7 +269,8 @@ def _dtype_of(obj) -> ScalarType | None:
     except TypeError:
         return None
     return {"float32": f32, "int32": i32, "uint32": u32, "float64": f64, "int64": i64,
-            "uint64": u64}.get(dt.name, _MISSING)
+            "uint64": u64, "uint8": u8, "int8": i8, "uint16": u16, "int16": i16,
+            "bool": b1}.get(dt.name, _MISSING)
 
 
 # -- sources --------------------------------------------------------------------------------
@@ -418,6 +427,9 @@ class FunctionLowering:
         if p.arg not in scope.annotations:
             return None
         t = scope.annotations[p.arg]
+        if isinstance(t, ScalarType) and t.small:
+            raise self.error(p.annotation or p, f"{t!r} is an array element type ({t!r}[:], "
+                             f"Ptr[{t!r}]); a scalar argument takes i32, u32, f32, i64, u64 or f64")
         if isinstance(t, PtrType) or (isinstance(t, ScalarType) and t != bool_):
             return t
         raise self.error(p.annotation or p, f"unsupported argument type {t!r} (use i32, u32, f32, "
@@ -959,13 +971,20 @@ class FunctionLowering:
                 hit = self.op("eq", bool_, [idx, ir.Const(k, idx.type)], node)
                 res = self.op("select", arr.elem, [hit, arr.vars[k], res], node)
             return res
-        return self.op("load", _elem(arr), [idx], node, array=arr)
+        elem = _elem(arr)
+        if elem == b1:              # a byte other than 0 is True, as numpy's view(bool) has it
+            return self.op("ne", bool_, [self.op("load", i32, [idx], node, array=arr),
+                                         ir.Const(0, i32)], node)
+        return self.op("load", elem.register, [idx], node, array=arr)
 
     def store(self, arr, idx, value, node) -> None:
         if isinstance(arr, ir.Var) and arr.name in self.consts:
             raise self.error(node, "a constant array (umd.const.array_like) is read-only")
         self.check_value(value, node)
-        value = self.convert(value, _elem(arr), node)
+        if _storage(arr).small:     # memory truncates a global store; registers need the wrap
+            value = self.narrow(value, _storage(arr), node, wrap=not isinstance(arr, ir.Var))
+        else:
+            value = self.convert(value, _elem(arr), node)
         if isinstance(arr, LocalArray):
             if isinstance(idx, ir.Const):
                 self.emit("mov", self.local_element(arr, idx, node), [value], node)
@@ -975,6 +994,22 @@ class FunctionLowering:
                 self.emit("select", var, [hit, value, var], node)
             return
         self.emit("store", None, [idx, value], node, array=arr)
+
+    def narrow(self, x, t, node, wrap: bool = True):
+        """x stored into (or cast to) the small type t, held in t.register: a bool for b1
+        (x != 0); else x converted to int32 (a float truncated toward zero) and, with
+        `wrap`, wrapped to t's width (sign- or zero-extended again), as Numba's stores
+        and casts wrap. Without `wrap` the caller's byte/short store truncates."""
+        if t == b1:
+            return self.truth(x, node)
+        x = self.convert(x if x.type != bool_ else self.convert(x, i32, node), i32, node)
+        if not wrap:
+            return x
+        bits = 8 * t.itemsize
+        if not t.signed:
+            return self.fold_or_emit("and", i32, [x, ir.Const((1 << bits) - 1, i32)], node)
+        up = self.fold_or_emit("shl", i32, [x, ir.Const(32 - bits, i32)], node)
+        return self.fold_or_emit("shr", i32, [up, ir.Const(32 - bits, i32)], node)
 
     def local_element(self, arr, idx, node):
         k = ir.wrap32(idx.value, i32) if idx.type != u32 else idx.value
@@ -1451,11 +1486,14 @@ class FunctionLowering:
             nargs(1)
             values()
             t = fn if isinstance(fn, ScalarType) else _NUMPY_CASTS[fn]
+            if t.small:
+                return self.narrow(args[0], t, node)
             x = args[0] if args[0].type != bool_ else self.convert(args[0], i32, node)
             return self.convert(x, t, node)
         if isinstance(fn, type) and issubclass(fn, np.generic):
             raise self.error(node, f"{name}: {np.dtype(fn).name} is not a kernel type (np.float32, "
-                             "np.int32, np.uint32, np.float64, np.int64, np.uint64 are)")
+                             "np.int32, np.uint32, np.float64, np.int64, np.uint64, np.uint8, np.int8, np.uint16, "
+                             "np.int16, np.bool_ are)")
         if fn is float or fn is int:
             nargs(1)
             values()
@@ -1833,7 +1871,7 @@ class FunctionLowering:
         t = _dtype_of(obj.dtype)
         if t in (None, _MISSING) or not 1 <= obj.ndim <= 3 or obj.size == 0:
             raise self.error(node, f"{what}: a 1-3 dimensional, non-empty array of "
-                             f"a kernel type (f32, i32, u32, f64, i64, u64), not {obj.dtype} "
+                             f"a kernel type (f32, i32, u32, f64, i64, u64, u8, i8, u16, i16, b1), not {obj.dtype} "
                              f"{obj.shape}")
         data = np.ascontiguousarray(obj).tobytes()
         for name, (dt, shape, raw) in self.consts.items():      # the same array twice: one copy
@@ -1865,7 +1903,7 @@ class FunctionLowering:
         obj = self.resolve(given["dtype"])
         t = _dtype_of(obj) if obj not in (None, _MISSING) else None
         if t is None or t is _MISSING:
-            raise self.error(node, f"{fn.qualname}: the dtype must be f32, i32, u32, f64, i64 or u64 "
+            raise self.error(node, f"{fn.qualname}: the dtype must be f32, i32, u32, f64, i64, u64, u8, i8, u16, i16 or b1 "
                              f"(or np.float32, np.float64...), not {ast.unparse(given['dtype'])}")
         shape = self.expr(given["shape"])
         dims = shape.items if isinstance(shape, _Tuple) else [shape]
@@ -1879,12 +1917,14 @@ class FunctionLowering:
                                  f"registers here, at most {MAX_LOCAL_ELEMENTS} elements")
             self.locals_made += 1
             base = f"{self.scope.prefix}local{self.locals_made}"
-            arr = LocalArray(base, t, shape, [self.new_local(f"{base}[{k}]", t) for k in range(count)])
+            r = t.register
+            arr = LocalArray(base, r, shape, [self.new_local(f"{base}[{k}]", r) for k in range(count)], t)
             for v in arr.vars:                          # zeroed (Numba leaves them undefined)
-                self.emit("mov", v, [const(0, t)], node)
+                self.emit("mov", v, [const(0, r)], node)
             return arr
+        storage, t = t, t.register          # small elements: one LDS word each, widened
         self.lds = -(-self.lds // t.itemsize) * t.itemsize         # aligned for its element
-        sa = ir.SharedArray(f"lds{len(self.shared)}", t, count, self.lds)
+        sa = ir.SharedArray(f"lds{len(self.shared)}", t, count, self.lds, storage)
         sa.shape = shape
         self.lds += t.itemsize * count
         if self.lds > 65536:
@@ -1912,6 +1952,9 @@ class FunctionLowering:
         if isinstance(arr, ir.Var) and arr.name in self.consts:
             raise self.error(node, "a constant array (umd.const.array_like) is read-only")
         elem = _elem(arr)
+        if _storage(arr).small:
+            raise self.error(node, f"{qualname} on {_storage(arr)!r}: the vISA, as CUDA, has no 8- or "
+                             "16-bit atomics; use an i32 or u32 array")
         if elem not in ATOMIC_TYPES[kind]:
             raise self.error(node, f"{qualname} on {elem!r}: supported on "
                              + ", ".join(repr(t) for t in ATOMIC_TYPES[kind]) + " arrays (as in Numba)")

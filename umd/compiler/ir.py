@@ -98,6 +98,7 @@ class SharedArray:
     elem: ScalarType
     count: int
     offset: int                   # byte offset in LDS
+    storage: ScalarType | None = None   # a small type (u8...) held one per LDS word in elem
 
     def __repr__(self) -> str:
         return f"lds:{self.name}"

@@ -68,7 +68,7 @@ def _sink(st: ir.If, stable, state):
         return None
     arr = a.array
     elem = arr.elem if isinstance(arr, ir.SharedArray) else arr.type.elem
-    value = ir.Var(f"sv{state['next']}", elem, state["next"], local=True)
+    value = ir.Var(f"sv{state['next']}", elem.register, state["next"], local=True)
     state["next"] += 1
     before = []
     va, vb = a.args[1], b.args[1]
