@@ -16,7 +16,10 @@ TRACING = "sys/kernel/debug/tracing"
 
 # One process reads trace_pipe with a plain blocking read() and prints what it got.
 BLOCKING_READER = """
-import os, sys
+import os, signal, sys
+# A shell's background job starts with SIGINT ignored, and Python then keeps it so:
+# the interrupt test needs Python's own handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 fd = os.open(sys.argv[1], os.O_RDONLY)
 print("open", flush=True)
 data = b""
