@@ -393,7 +393,7 @@ def test_cache_action_encodings_are_amdgpus():
 
 # -- the executors' differential, with the model on ------------------------------------------
 from .isa_gen import random_program  # noqa: E402
-from .test_cu_differential import SAMPLE_RUNS  # noqa: E402
+from .test_cu_differential import ORDER_SENSITIVE, SAMPLE_RUNS  # noqa: E402
 
 
 def l2_same(run, lines: int):
@@ -434,10 +434,12 @@ def test_sample_kernels_through_the_l2(name):
     l2_same(SAMPLE_RUNS[name], lines=16)
 
 
-@pytest.mark.parametrize("name", sorted(SAMPLE_RUNS))
+@pytest.mark.parametrize("name", sorted(set(SAMPLE_RUNS) - ORDER_SENSITIVE))
 def test_two_worker_threads_share_the_l2(name):
     """The core's two threads take the cache's lock per instruction: a race-free
-    kernel leaves, once written back, the memory it leaves without a cache."""
+    kernel leaves, once written back, the memory it leaves without a cache. Not the
+    order-sensitive ones (float atomic sums across workgroups round differently in
+    another order: test_cu_differential.ORDER_SENSITIVE)."""
     rig = CachedRig("core", lines=8, threads=2)
     assert SAMPLE_RUNS[name](rig).status == "ok"
     rig.l2.sync(WB_INV)
