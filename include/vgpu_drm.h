@@ -68,6 +68,14 @@ struct vgpu_reply_header {
 	__u32 reserved;		/* 0 */
 };
 
+/* The display ioctls' numbers in drm.h (_IOC_NR of DRM_IOCTL_WAIT_VBLANK and of the
+ * KMS range DRM_IOCTL_MODE_GETRESOURCES .. DRM_IOCTL_MODE_GETFB2): vgpu, a device
+ * without a display, answers them EOPNOTSUPP as Linux does without DRIVER_MODESET.
+ */
+#define DRM_WAIT_VBLANK_NR		0x3A
+#define DRM_MODE_NR_FIRST		0xA0
+#define DRM_MODE_NR_LAST		0xCE
+
 /* AMDGPU_INFO_GPUVM_FAULT, as Linux 6.x's amdgpu_drm.h defines it; Debian's
  * libdrm-dev (2.4.114) predates it. The answer is the last page fault of the
  * calling file's VM, all zero if none. status: the VM_L2_PROTECTION_FAULT_STATUS

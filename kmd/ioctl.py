@@ -198,7 +198,7 @@ def lookup(table: dict[int, IoctlDesc], request: int) -> IoctlDesc | None:
 # driver without DRIVER_MODESET (or vblank support) answers EOPNOTSUPP
 # (drm_mode_getresources, drm_wait_vblank_ioctl). vgpu has no display, as a compute
 # accelerator has none: modetest and vbltest get "Operation not supported".
-NO_DISPLAY_NRS = frozenset(range(0xA0, 0xCF)) | {0x3A}
+NO_DISPLAY_NRS = frozenset(range(uapi.DRM_MODE_NR_FIRST, uapi.DRM_MODE_NR_LAST + 1)) | {uapi.DRM_WAIT_VBLANK_NR}
 
 
 def request_name(table: dict[int, IoctlDesc], request: int) -> str:

@@ -129,6 +129,10 @@ def _IOC_SIZE(request: int) -> int:
 DRM_IOCTL_BASE = ord("d")
 DRM_COMMAND_BASE = 0x40
 DRM_COMMAND_END = 0xA0
+# drm.h's display ioctl numbers: WAIT_VBLANK, and the KMS range from
+# DRM_IOCTL_MODE_GETRESOURCES (0xA0, = DRM_COMMAND_END) to DRM_IOCTL_MODE_GETFB2 (0xCE)
+DRM_WAIT_VBLANK_NR = 0x3A
+DRM_MODE_NR_FIRST, DRM_MODE_NR_LAST = 0xA0, 0xCE
 
 
 def DRM_IO(nr: int) -> int:
