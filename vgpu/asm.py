@@ -21,6 +21,7 @@ _LABEL = re.compile(r"\s*([A-Za-z_.$][\w.$]*)\s*:(?!\d)")
 _IDENT = re.compile(r"[A-Za-z_.$][\w.$]*$")
 _REG = re.compile(r"([sv])(\d+)$")
 _RANGE = re.compile(r"([sv])\[\s*(\d+)\s*:\s*(\d+)\s*\]$")
+_OFFSET2_START = re.compile(r"\s+(?=offset)", re.I)
 _SPECIAL = {"vcc": I.OPR_VCC, "exec": I.OPR_EXEC, "scc": I.OPR_SCC, "off": I.OPR_OFF}
 
 
@@ -105,6 +106,33 @@ def _split_operands(text: str, start: int) -> list[tuple[str, int]]:
         out.append((stripped, col))
         pos += len(part) + 1
     return out
+
+
+def _split_offset2(ops: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """GCN's `ds_read2_b32 v[4:5], v3 offset0:16 offset1:32`: the modifiers after the
+    address become one more operand ('' when there are none); a comma before them is
+    accepted too."""
+    if not ops or ops[-1][0].lower().startswith("offset"):
+        return ops
+    tok, col = ops[-1]
+    m = _OFFSET2_START.search(tok)
+    head, mods = (tok[:m.start()], tok[m.end():]) if m else (tok, "")
+    return ops[:-1] + [(head, col), (mods, col + len(tok) - len(mods))]
+
+
+def _parse_offset2(text: str) -> int:
+    """The MEM offset field of `offset0:N offset1:M` (either may be left out: 0)."""
+    values: dict[str, int] = {}
+    for mod in text.lower().split():
+        name, sep, value = mod.partition(":")
+        if name not in ("offset0", "offset1") or not sep or name in values:
+            raise ValueError(f"bad modifier {mod!r} (expected offset0:N and/or offset1:N)")
+        v = _parse_int(value)
+        if v is None or not 0 <= v <= I.OFFSET2_MAX:
+            raise ValueError(f"{name} {value!r} must be an integer in 0..{I.OFFSET2_MAX} "
+                             "(dwords)")
+        values[name] = v
+    return values.get("offset0", 0) | values.get("offset1", 0) << 8
 
 
 def _parse_int(tok: str) -> int | None:
@@ -251,6 +279,8 @@ class _Assembler:
         # MEM offsets are optional.
         if expected and expected[-1][1] == I.K_OFFSET and len(ops) == len(expected) - 1:
             ops.append(("0", len(line.text)))
+        if expected and expected[-1][1] == I.K_OFFSET2:
+            ops = _split_offset2(ops)
         if len(ops) != len(expected):
             raise self.err(f"{info.name} takes {len(expected)} operand(s) "
                            f"({', '.join(k for _, k in expected) or 'none'}), got {len(ops)}",
@@ -262,12 +292,12 @@ class _Assembler:
         for k in order:
             field, kind = expected[k]
             tok, tcol = ops[k]
-            if not tok:
+            if not tok and kind != I.K_OFFSET2:
                 raise self.err(f"missing operand {k + 1}", no, tcol)
             if kind == I.K_GADDR:
                 kind = I.K_VREG2 if fields["src1"] == I.OPR_OFF else I.K_VREG
             try:
-                if kind in (I.K_OFFSET, I.K_IMM, I.K_BRANCH):
+                if kind in (I.K_OFFSET, I.K_OFFSET2, I.K_IMM, I.K_BRANCH):
                     fields["imm"] = self.immediate(kind, tok, pc)
                     continue
                 code, lit = self.operand(kind, tok, info)
@@ -292,6 +322,8 @@ class _Assembler:
             if not -(1 << 31) <= v < 1 << 31:
                 raise ValueError(f"branch offset {tok} does not fit in 32 bits")
             return v & 0xFFFFFFFF
+        if kind == I.K_OFFSET2:
+            return _parse_offset2(tok)
         v = _parse_int(tok)
         if kind == I.K_OFFSET:
             if v is None or not I.OFFSET_MIN <= v <= I.OFFSET_MAX:
@@ -383,6 +415,10 @@ def disasm_word(word: int, pc: int | None = None, labels: dict[int, str] | None 
         if kind == I.K_OFFSET:
             if inst.imm:
                 parts.append(str(inst.imm))
+            continue
+        if kind == I.K_OFFSET2:     # GCN's spelling: modifiers after the address
+            mods = [f"offset{k}:{o}" for k, o in enumerate(I.offset2_split(inst.imm)) if o]
+            parts[-1] = " ".join([parts[-1]] + mods)
             continue
         if kind == I.K_IMM:
             parts.append(str(inst.imm))

@@ -73,6 +73,7 @@ K_GADDR = "gaddr"       # v[n:n+1] when base is off, else vN (32-bit offset)
 K_SBASE = "sbase"       # s[n:n+1] or off
 K_SBASE2 = "sbase2"     # s[n:n+1] (scalar loads)
 K_OFFSET = "offset"     # signed 24-bit byte offset (MEM [63:40])
+K_OFFSET2 = "offset2"   # two 8-bit dword counts: offset0 MEM [47:40], offset1 [55:48]; [63:56] 0
 K_BRANCH = "branch"     # signed 32-bit byte offset from the next instruction (SOPP imm32)
 K_IMM = "imm"           # unsigned 32-bit immediate (SOPP imm32)
 
@@ -201,6 +202,9 @@ def _ops() -> list[OpInfo]:
     op(0xC9, "ds_write_b32", FMT_MEM, (A, K_VREG), (DA, K_VREG), (I, K_OFFSET))
     # GCN's DS_READ_B128 (four consecutive dwords into a quad), in a free code.
     op(0x53, "ds_read_b128", FMT_MEM, (D, K_VREG4), (A, K_VREG), (I, K_OFFSET))
+    # GCN's DS_READ2_B32 (dwords at A + 4 * offset0 and A + 4 * offset1 into a pair; the
+    # two offsets packed as GCN packs them: offset0 [7:0], offset1 [15:8]), in a free code.
+    op(0x56, "ds_read2_b32", FMT_MEM, (D, K_VREG2), (A, K_VREG), (I, K_OFFSET2))
     for code, name, ft in ((0xCA, "ds_add_u32", "b32"), (0xCB, "ds_add_f32", "f32"),
                            (0xCC, "ds_max_i32", "b32"), (0xCD, "ds_max_u32", "b32"),
                            (0xCE, "ds_max_f32", "f32"), (0xC2, "ds_min_i32", "b32"),
@@ -305,6 +309,12 @@ globals().update({"OP_" + o.name.upper(): o.code for o in OPCODES})
 OFFSET_BITS = 24                # MEM [63:40]
 OFFSET_MIN = -(1 << (OFFSET_BITS - 1))
 OFFSET_MAX = (1 << (OFFSET_BITS - 1)) - 1
+OFFSET2_MAX = 255               # offset0 / offset1 of an offset2 operand (dwords)
+
+
+def offset2_split(imm: int) -> tuple[int, int]:
+    """(offset0, offset1) in dwords of an offset2 operand's MEM offset field."""
+    return imm & 0xFF, imm >> 8 & 0xFF
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,6 +439,8 @@ def check_fields(info: OpInfo, inst: Inst) -> str | None:
             return "literal field is not 0 but no operand is lit"
     elif (info.fmt == FMT_VOP3 or (info.fmt == FMT_SOPP and not uses_imm)) and inst.imm:
         return "reserved bits are not 0"
+    elif info.operands and info.operands[-1][1] == K_OFFSET2 and not 0 <= inst.imm <= 0xFFFF:
+        return "offset bits [63:56] are not 0"
     return None
 
 

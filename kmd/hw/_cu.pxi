@@ -157,6 +157,7 @@ cdef struct OpDesc:
     uint8_t fmt
     uint8_t uses_imm
     uint8_t wide        # a 64-bit operation (_cu_wide.pxi)
+    uint8_t offset2     # the MEM offset is an offset2 operand: bits [63:56] must be 0
     uint8_t kind[4]     # dst, src0, src1, src2 (MEM: dst, addr, base, data)
 
 cdef OpDesc _cu_ops[256]
@@ -353,6 +354,8 @@ cdef void cu_decode(uint64_t word, int sgprs, int vgprs, DInst* d) noexcept nogi
         rest = word >> 40
         if desc.fmt == F_MEM:
             d.off = <int64_t>rest - (<int64_t>1 << 24) if rest & 0x800000 else <int64_t>rest
+            if desc.offset2 and rest > 0xFFFF:
+                return
     f[3] = d.src2
     for k in range(4):
         kind = desc.kind[k]
@@ -413,6 +416,7 @@ def _cu_fill_op_table():
             d.kind[slot[attr]] = kinds[kind]
         d.uses_imm = any(f == _isa.FIELD_IMM for f, _ in info.operands)
         d.wide = info.code in _isa.WIDE_CODES
+        d.offset2 = any(kind == _isa.K_OFFSET2 for _, kind in info.operands)
         _cu_class[info.code] = _op_class(info.code, info.fmt, d.wide)
 
 
@@ -432,7 +436,7 @@ def _op_class(int op, fmt, bint wide):
         return CL_VOPC
     if op in (OP_DS_BPERMUTE_B32, OP_DS_PERMUTE_B32):
         return CL_PERMUTE
-    if op == OP_DS_READ_B128:
+    if op == OP_DS_READ_B128 or op == OP_DS_READ2_B32:
         return CL_LDS
     if op >= OP_GLOBAL_LOAD_DWORD:
         return CL_GLOBAL
@@ -924,6 +928,39 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
     return 0
 
 
+cdef inline uint32_t half_wave_span(const uint32_t* A) noexcept nogil:
+    """64 when each half-wave (lanes 0-15, 16-31) of the address register A holds 16
+    consecutive dword addresses, 4 when it holds one address (a 16-wide block's row or
+    column of a shared tile), else 0."""
+    cdef uint32_t run = 0, same = 0, x
+    cdef int l
+    for l in range(CU_WAVE):       # branch-free: the C compiler vectorizes it
+        x = A[l]
+        run |= x ^ (A[l & 16] + 4 * <uint32_t>(l & 15))
+        same |= x ^ A[l & 16]
+    if run == 0:
+        return 64
+    return 4 if same == 0 else 0
+
+
+cdef inline void half_wave_read(uint32_t* D, const uint32_t* lds, uint32_t a0, uint32_t a1,
+                                uint32_t span) noexcept nogil:
+    """D = the half-waves' dwords at byte addresses a0 (lanes 0-15) and a1 (16-31),
+    checked by the caller: two copies (span 64) or two fills (span 4)."""
+    cdef uint32_t x, y
+    cdef int l
+    a0 >>= 2
+    a1 >>= 2
+    if span == 64:
+        memmove(D, &lds[a0], 64)
+        memmove(D + 16, &lds[a1], 64)
+    else:
+        x, y = lds[a0], lds[a1]
+        for l in range(16):
+            D[l] = x
+            D[l + 16] = y
+
+
 cdef bint half_waves(CuThread* T, uint32_t* v, const DInst* d, uint32_t limit) noexcept nogil:
     """A full wave's ds_read/write_b32 where each half-wave (lanes 0-15, 16-31) touches
     16 consecutive dwords or one dword: a 16-wide block's row or column of a shared
@@ -932,39 +969,71 @@ cdef bint half_waves(CuThread* T, uint32_t* v, const DInst* d, uint32_t limit) n
     cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
     cdef uint32_t* D
     cdef uint32_t* lds = <uint32_t*>T.lds
-    cdef uint32_t run = 0, same = 0, x, y, a0, a1, span
-    cdef int l
-    for l in range(CU_WAVE):       # branch-free: the C compiler vectorizes it
-        x = A[l]
-        run |= x ^ (A[l & 16] + 4 * <uint32_t>(l & 15))
-        same |= x ^ A[l & 16]
-    if run and same:
+    cdef uint32_t a0, a1, span = half_wave_span(A)
+    if span == 0:
         return False
-    span = 64 if run == 0 else 4
     a0, a1 = A[0] + <uint32_t>d.off, A[16] + <uint32_t>d.off
     if (a0 | a1) & 3 or <uint64_t>a0 + span > limit or <uint64_t>a1 + span > limit:
         return False
+    if d.op == OP_DS_READ_B32:
+        half_wave_read(v + (d.dst - OPR_VGPR) * CU_WAVE, lds, a0, a1, span)
+        return True
+    # lanes in order: the upper half, and a half's last lane, win
+    D = v + (d.src2 - OPR_VGPR) * CU_WAVE
     a0 >>= 2
     a1 >>= 2
-    if d.op == OP_DS_READ_B32:
-        D = v + (d.dst - OPR_VGPR) * CU_WAVE
-        if run == 0:
-            memmove(D, &lds[a0], 64)
-            memmove(D + 16, &lds[a1], 64)
-        else:
-            x, y = lds[a0], lds[a1]
-            for l in range(16):
-                D[l] = x
-                D[l + 16] = y
-    else:                   # lanes in order: the upper half, and a half's last lane, win
-        D = v + (d.src2 - OPR_VGPR) * CU_WAVE
-        if run == 0:
-            memmove(&lds[a0], D, 64)
-            memmove(&lds[a1], D + 16, 64)
-        else:
-            lds[a0] = D[15]
-            lds[a1] = D[31]
+    if span == 64:
+        memmove(&lds[a0], D, 64)
+        memmove(&lds[a1], D + 16, 64)
+    else:
+        lds[a0] = D[15]
+        lds[a1] = D[31]
     return True
+
+
+cdef int lds_read2_b32(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d,
+                       CuFault* f) noexcept nogil:
+    """ds_read2_b32 (docs/isa.md 4.5): the dwords at A + 4 * offset0 and A + 4 * offset1
+    into v[dst] and v[dst+1], every lane read (both addresses checked in turn, misaligned
+    before lds_bounds) before a register is written."""
+    cdef uint32_t m = w.exec_, addr, span, top
+    cdef uint32_t limit = T.sh.lds_bytes
+    cdef uint32_t off[2]
+    cdef uint32_t* A = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* D = v + (d.dst - OPR_VGPR) * CU_WAVE
+    cdef uint32_t* lds = <uint32_t*>T.lds
+    cdef uint32_t vals[2 * CU_WAVE]
+    cdef uint32_t a0, a1
+    cdef int l, k
+    off[0] = (<uint32_t>d.off & 0xFF) * 4
+    off[1] = (<uint32_t>d.off >> 8 & 0xFF) * 4
+    if m == <uint32_t>0xFFFFFFFFU:
+        # A full wave whose half-waves read a tile's row or column (a 16-wide block's
+        # B column in a tiled matmul): two copies or fills per offset, the addresses
+        # taken before D (which may be A) is written.
+        span = half_wave_span(A)
+        top = off[0] if off[0] > off[1] else off[1]
+        a0, a1 = A[0], A[16]
+        if span and (a0 | a1) & 3 == 0 and <uint64_t>a0 + top + span <= limit and \
+                <uint64_t>a1 + top + span <= limit:
+            for k in range(2):
+                half_wave_read(D + k * CU_WAVE, lds, a0 + off[k], a1 + off[k], span)
+            return 0
+    for l in range(CU_WAVE):
+        if not (m >> l) & 1:
+            continue
+        for k in range(2):
+            addr = A[l] + off[k]
+            if addr & 3:
+                f.code, f.access = CU_MISALIGNED, -1
+                return 1
+            if <uint64_t>addr + 4 > limit:
+                f.code, f.access = CU_LDS_BOUNDS, -1
+                return 1
+            vals[k * CU_WAVE + l] = lds[addr >> 2]
+    for k in range(2):
+        merge(D + k * CU_WAVE, vals + k * CU_WAVE, m)
+    return 0
 
 
 cdef int lds_read_b128(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d,
@@ -1025,6 +1094,8 @@ cdef int lds_mem(CuThread* T, uint32_t* v, WaveSt* w, const DInst* d, CuFault* f
     cdef uint32_t* D
     if op == OP_DS_READ_B128:
         return lds_read_b128(T, v, w, d, f)
+    if op == OP_DS_READ2_B32:
+        return lds_read2_b32(T, v, w, d, f)
     if m == <uint32_t>0xFFFFFFFFU and limit >= 64 and \
             (op == OP_DS_READ_B32 or op == OP_DS_WRITE_B32) and half_waves(T, v, d, limit):
         return 0

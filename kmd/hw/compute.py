@@ -80,6 +80,10 @@ def op_class(name: str) -> str:
     return "salu"
 
 
+# The LDS reads and writes that are not atomics (no read-modify-write).
+LDS_MOVES = frozenset({"ds_read_b32", "ds_read_b128", "ds_read2_b32", "ds_write_b32"})
+
+
 def _memory_effect(name: str) -> tuple[int, int, bool]:
     """(bytes loaded, bytes stored, is an atomic) per lane (per wave for s_load)."""
     if "atomic" in name:
@@ -89,8 +93,7 @@ def _memory_effect(name: str) -> tuple[int, int, bool]:
         return _ACCESS_BYTES[name.rsplit("_", 1)[1]], 0, False
     if name.startswith("global_store_"):
         return 0, _ACCESS_BYTES[name.rsplit("_", 1)[1]], False
-    if name.startswith("ds_") and name not in ("ds_read_b32", "ds_read_b128", "ds_write_b32") \
-            and "permute" not in name:
+    if name.startswith("ds_") and name not in LDS_MOVES and "permute" not in name:
         return 0, 0, True       # an LDS atomic: on-chip, no memory bytes (permutes move lanes)
     return 0, 0, False
 

@@ -655,8 +655,8 @@ class _Dispatch(wide_ref.WideOps):
                 w.v[i.dst - I.OPR_VGPR][l] = old
 
     # -- LDS ----------------------------------------------------------------------------
-    def lds_addr(self, w, i, lane: int, size: int = 4) -> int:
-        addr = w.v[i.addr - I.OPR_VGPR][lane] + i.imm & _M32
+    def lds_addr(self, w, i, lane: int, size: int = 4, offset: int | None = None) -> int:
+        addr = w.v[i.addr - I.OPR_VGPR][lane] + (i.imm if offset is None else offset) & _M32
         if addr % 4:
             raise C.WaveFault(C.REASON_MISALIGNED)
         if addr + size > self.lds_bytes:
@@ -676,6 +676,15 @@ class _Dispatch(wide_ref.WideOps):
         for l, quad in values.items():      # all lanes read before any register is written
             for k in range(4):
                 w.v[i.dst - I.OPR_VGPR + k][l] = quad[k]
+
+    def op_ds_read2_b32(self, w, i):
+        offsets = [4 * o for o in I.offset2_split(i.imm)]
+        values = {l: [struct.unpack_from("<I", self.lds, self.lds_addr(w, i, l, 4, o))[0]
+                      for o in offsets]
+                  for l in _lanes(w.exec)}
+        for l, pair in values.items():      # all lanes read before any register is written
+            for k in range(2):
+                w.v[i.dst - I.OPR_VGPR + k][l] = pair[k]
 
     def _permute(self, w, i, backward: bool) -> None:
         addr, data = w.v[i.addr - I.OPR_VGPR], w.v[i.data - I.OPR_VGPR]
@@ -810,8 +819,7 @@ def _install_memory_ops() -> None:
             impl = (lambda n: lambda self, w, i: self.global_store(w, i, n))(name)
         elif name.startswith("global_atomic_"):
             impl = (lambda n: lambda self, w, i: self.global_atomic(w, i, n))(name)
-        elif name.startswith("ds_") and name not in ("ds_read_b32", "ds_read_b128", "ds_write_b32",
-                                                     "ds_bpermute_b32", "ds_permute_b32"):
+        elif name.startswith("ds_") and name not in C.LDS_MOVES and "permute" not in name:
             impl = (lambda n: lambda self, w, i: self.lds_atomic(w, i, n))(name)
         else:
             continue

@@ -403,6 +403,10 @@ class _Gen:
             e("v_and_b32 v17, v17, 0xfc")
             q = r.choice(POOL_V[:-3])
             e(f"ds_read_b128 v[{q}:{q + 3}], v17")
+        if r.random() < 0.5:        # a pair: two dwords up to 255 apart, in either order
+            p = r.choice(POOL_V[:-1])
+            e(f"ds_read2_b32 v[{p}:{p + 1}], v17 offset0:{r.randint(0, 255)} "
+              f"offset1:{r.randint(0, 255)}")
         e("s_barrier")
         self.block(0)
         # Commutative atomics on shared counters (no return values).

@@ -30,6 +30,7 @@ def operand_text(kind: str, r: random.Random, base_off: bool) -> str:
         I.K_GADDR: f"v[{v}:{v + 1}]" if base_off else f"v{v}",
         I.K_SBASE: "off" if base_off else f"s[{s}:{s + 1}]",
         I.K_OFFSET: str(r.choice([0, 4, -8, I.OFFSET_MAX, I.OFFSET_MIN])),
+        I.K_OFFSET2: r.choice(["offset0:3 offset1:255", "offset1:7", "OFFSET0:0x10"]),
         I.K_IMM: str(r.randrange(1 << 32)),
         I.K_BRANCH: "there",
     }[kind]
@@ -72,6 +73,21 @@ def test_field_layout_bit_by_bit():
     assert w[3] == 0x03 | 0xFFFFFFF0 << 32
 
 
+def test_ds_read2_b32_spelling():
+    # GCN's: the dword offsets as modifiers after the address (a comma before them is
+    # accepted); offset0 in bits [47:40], offset1 in [55:48]; zero ones are not printed.
+    for text in ("ds_read2_b32 v[4:5], v3 offset0:16 offset1:32",
+                 "ds_read2_b32 v[4:5], v3, offset1:32 offset0:16"):
+        word, = struct.unpack("<Q", assemble(text).code)
+        assert word == 0x56 | (128 + 4) << 8 | (128 + 3) << 16 | (16 | 32 << 8) << 40
+        assert disasm_word(word) == "ds_read2_b32 v[4:5], v3 offset0:16 offset1:32"
+    word, = struct.unpack("<Q", assemble("ds_read2_b32 v[4:5], v3 offset1:255").code)
+    assert word >> 40 == 255 << 8 and disasm_word(word) == "ds_read2_b32 v[4:5], v3 offset1:255"
+    word, = struct.unpack("<Q", assemble("ds_read2_b32 v[4:5], v3").code)
+    assert word >> 40 == 0 and disasm_word(word) == "ds_read2_b32 v[4:5], v3"
+    assert disasm_word(word | 1 << 56).startswith(".inst ")     # bits [63:56] are not 0
+
+
 def test_literals_floats_and_labels():
     obj = assemble("top: v_mov_b32 v1, -inf\n v_mov_b32 v2, 0.5 ; c\n"
                    "  s_cbranch_scc1 top // back\n")
@@ -101,6 +117,10 @@ def test_literals_floats_and_labels():
     ("  v_mov_b32 v1, 1e99", 1, 17, "out of binary32 range"),
     ("v_mov_b32 v1, banana", 1, 15, "bad operand 'banana'"),
     ("s_mov_b32 scc, 1", 1, 11, "scc is not allowed here"),
+    ("ds_read2_b32 v[2:3], v1 offset0:256", 1, 25, "offset0 '256' must be an integer in 0..255"),
+    ("ds_read2_b32 v[2:3], v1, offset1:1 offset1:2", 1, 26, "bad modifier 'offset1:2'"),
+    ("ds_read2_b32 v[2:3], v1 offset:4", 1, 25, "bad modifier 'offset:4'"),
+    ("ds_read2_b32 v2, v1", 1, 14, "expected 2 register(s)"),
 ])
 def test_errors_name_line_and_column(text, line, col, msg):
     with pytest.raises(AsmError) as e:

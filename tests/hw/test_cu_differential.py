@@ -127,8 +127,9 @@ def test_full_wave_global_access_over_two_pages():
 @pytest.mark.parametrize("fault", [False, True])
 def test_full_wave_lds_half_waves(fault):
     # Half-waves of 16 consecutive dwords (the engine copies them), overlapping halves
-    # (the upper half wins), one dword per half (the last lane of each half wins), then
-    # optionally a read whose upper lanes run past the LDS (the first bad lane faults).
+    # (the upper half wins), one dword per half (the last lane of each half wins), pairs
+    # of both patterns (ds_read2_b32), then optionally a read whose upper lanes run past
+    # the LDS (the first bad lane faults).
     text = f"""
     v_and_b32 v4, v0, 15
     v_lshl_b32 v4, v4, 2
@@ -149,6 +150,11 @@ def test_full_wave_lds_half_waves(fault):
     global_store_dword v13, v10, s[2:3], 0
     global_store_dword v13, v11, s[2:3], 0x100
     global_store_dword v13, v12, s[2:3], 0x200
+    ds_read2_b32 v[10:11], v4 offset0:48 offset1:16
+    ds_read2_b32 v[11:12], v9 offset0:1 offset1:60
+    global_store_dword v13, v10, s[2:3], 0x300
+    global_store_dword v13, v11, s[2:3], 0x400
+    global_store_dword v13, v12, s[2:3], 0x500
     {"ds_read_b32 v10, v7, 200" if fault else ""}
     s_endpgm
     """
@@ -211,6 +217,8 @@ FAULT_BODIES = {
     "misaligned_lds_one_lane": "v_and_b32 v4, v0, 3\n v_lshl_b32 v4, v4, 2\n v_mov_b32 v5, 2\n"
                                " v_cmp_eq_u32 vcc, v0, 7\n v_cndmask_b32 v4, v4, v5, vcc\n"
                                " ds_write_b32 v4, v0, 0\n ds_read_b32 v6, v4, 0",
+    # a pair whose second address is out of range from the lane that reads dword 1 on
+    "lds_bounds_read2": "v_lshl_b32 v4, v0, 2\n ds_read2_b32 v[5:6], v4 offset1:3",
     "trap": "s_trap 0x42",
     "fetch_unmapped": "s_branch 0x7ff00",
     # the body starts at pc 56: branch into the kernarg page (readable, not executable)

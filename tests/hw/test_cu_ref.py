@@ -458,18 +458,23 @@ def test_barrier_orders_waves(rig):
     assert r.vgprs[5] == list(range(0, 32))
 
 
-def test_ds_read_b128_reads_four_dwords_per_lane(rig):
-    # LDS dword k holds 1000 + k. Lanes read at 4 * lane (a different quad each, the
-    # lane loop) into v[8:11]; then the two half-waves each read one row (16 * (lane >=
-    # 16)) into v[12:15], over the address register v12 (every lane reads before any
-    # register is written); then with lanes 0..9 only, over v[8:11] again.
-    r = rig.run("""
+# 32 lanes fill LDS dwords 0..63 with 1000 + k; v3 = 4 * lane.
+LDS_1000_PLUS_K = """
     v_lshl_b32 v3, v0, 2
     v_add_u32 v4, v0, 1000
     ds_write_b32 v3, v4
     v_add_u32 v4, v0, 1032
     ds_write_b32 v3, v4, 128
     s_barrier
+"""
+
+
+def test_ds_read_b128_reads_four_dwords_per_lane(rig):
+    # LDS dword k holds 1000 + k. Lanes read at 4 * lane (a different quad each, the
+    # lane loop) into v[8:11]; then the two half-waves each read one row (16 * (lane >=
+    # 16)) into v[12:15], over the address register v12 (every lane reads before any
+    # register is written); then with lanes 0..9 only, over v[8:11] again.
+    r = rig.run(LDS_1000_PLUS_K + """
     ds_read_b128 v[8:11], v3, 4
     v_lshr_b32 v12, v0, 4
     v_lshl_b32 v12, v12, 6
@@ -501,6 +506,65 @@ def test_ds_read_b128_faults(rig):
     r = rig.run("v_mov_b32 v4, 48\n ds_read_b128 v[4:7], v4\n s_endpgm", (1, 1, 1),
                 (32, 1, 1), lds_bytes=64, vgprs=8)
     assert r.status == "ok"                 # the last quad
+
+
+def test_ds_read2_b32_reads_two_dwords_per_lane(rig):
+    # LDS dword k holds 1000 + k. Lanes read dwords lane + 1 and lane + 17 (the lane
+    # loop); offsets in either order and equal; the B-column pattern (each half-wave the
+    # 16 dwords of a tile's row) over the address register v12 (every lane reads before
+    # any register is written); one address per half-wave; then lanes 0..9 only.
+    r = rig.run(LDS_1000_PLUS_K + """
+    ds_read2_b32 v[4:5], v3 offset0:1 offset1:17
+    ds_read2_b32 v[6:7], v3 offset0:5
+    ds_read2_b32 v[8:9], v3, offset0:3 offset1:3
+    v_and_b32 v12, v0, 15
+    v_lshl_b32 v12, v12, 2
+    ds_read2_b32 v[11:12], v12 offset0:16 offset1:32
+    v_lshr_b32 v13, v0, 4
+    v_lshl_b32 v13, v13, 6
+    ds_read2_b32 v[14:15], v13 offset1:40
+    s_mov_b32 exec, 0x3ff
+    v_mov_b32 v16, 200
+    ds_read2_b32 v[8:9], v16 offset0:12 offset1:2
+    s_endpgm
+    """, (1, 1, 1), (32, 1, 1), lds_bytes=256, vgprs=17)
+    assert r.status == "ok"
+    lane = np.arange(32)
+    assert r.vgprs[4] == list(1001 + lane) and r.vgprs[5] == list(1017 + lane)
+    assert r.vgprs[6] == list(1005 + lane) and r.vgprs[7] == list(1000 + lane)
+    assert r.vgprs[8] == list(np.where(lane < 10, 1062, 1003 + lane))
+    assert r.vgprs[9] == list(np.where(lane < 10, 1052, 1003 + lane))
+    assert r.vgprs[11] == list(1016 + lane % 16) and r.vgprs[12] == list(1032 + lane % 16)
+    assert r.vgprs[14] == list(1000 + 16 * (lane >= 16))
+    assert r.vgprs[15] == list(1040 + 16 * (lane >= 16))
+
+
+def test_ds_read2_b32_faults(rig):
+    # Both addresses checked per lane, in lane order; a fault writes no register.
+    r, _ = fault_of(rig, "v_mov_b32 v4, 2\n ds_read2_b32 v[4:5], v4 offset1:1\n s_endpgm",
+                    lds_bytes=64, vgprs=8)
+    assert (r.reason, r.fault) == ("misaligned", None)
+    for mods in ("offset1:16", "offset0:16 offset1:0", "offset0:255"):
+        r, _ = fault_of(rig, f"v_mov_b32 v4, 0\n ds_read2_b32 v[4:5], v4 {mods}\n s_endpgm",
+                        lds_bytes=64, vgprs=8)
+        assert r.reason == "lds_bounds", mods
+    r, _ = fault_of(rig, "v_lshl_b32 v4, v0, 1\n ds_read2_b32 v[4:5], v4\n s_endpgm",
+                    lds_bytes=128, vgprs=8)
+    assert r.reason == "misaligned"         # lane 1 (address 2); lane 0 was fine
+    # lane 1's second address (4 + 60) is past the LDS; lane 0's pair was inside
+    r, _ = fault_of(rig, "v_mov_b32 v6, 7\n v_lshl_b32 v4, v0, 2\n"
+                         " ds_read2_b32 v[6:7], v4 offset1:15\n s_endpgm",
+                    lds_bytes=64, vgprs=8)
+    assert r.reason == "lds_bounds" and r.vgprs[6] == [7] * 32 and r.vgprs[7] == [0] * 32
+    # the address wraps modulo 2^32 (GCN's 32-bit LDS address)
+    r = rig.run("v_mov_b32 v4, -4\n ds_read2_b32 v[4:5], v4 offset0:1 offset1:16\n s_endpgm",
+                (1, 1, 1), (32, 1, 1), lds_bytes=64, vgprs=8)
+    assert r.status == "ok"
+    # offset bits [63:56] must be 0
+    word = I.encode(I.FMT_MEM, I.OP_DS_READ2_B32, I.OPR_VGPR + 4, I.OPR_VGPR + 4,
+                    imm=1 << 16)
+    r, _ = fault_of(rig, f".inst {word:#x}\n s_endpgm", lds_bytes=64, vgprs=8)
+    assert r.reason == "illegal_instruction"
 
 
 def test_memtime_and_nop(rig):

@@ -16,7 +16,7 @@ def test_opcode_table_is_consistent():
         assert getattr(I, "OP_" + info.name.upper()) == info.code
         kinds = [k for _, k in info.operands]
         if info.fmt == I.FMT_MEM:
-            assert kinds[-1] == I.K_OFFSET
+            assert kinds[-1] in (I.K_OFFSET, I.K_OFFSET2)
         if info.fmt == I.FMT_SOPP:
             assert all(f == I.FIELD_IMM for f, _ in info.operands)
 
@@ -53,6 +53,13 @@ def test_limits_and_conventions():
 
 
 def test_check_fields_rejects_bad_kinds_and_dirty_fields():
+    read2 = I.BY_NAME["ds_read2_b32"]      # offset2: offset0 | offset1 << 8, no more
+    assert I.check_fields(read2, I.decode(I.encode(I.FMT_MEM, read2.code, 130, 131,
+                                                   imm=0xFFFF))) is None
+    assert I.offset2_split(0xFF10) == (0x10, 0xFF)
+    for imm in (0x10000, -1):
+        assert I.check_fields(read2, I.decode(I.encode(I.FMT_MEM, read2.code, 130, 131,
+                                                       imm=imm)))
     mov = I.BY_NAME["s_mov_b32"]
     assert I.check_fields(mov, I.decode(I.encode(I.FMT_ALU, mov.code, 5, 6))) is None
     assert I.check_fields(mov, I.decode(I.encode(I.FMT_ALU, mov.code, 5, 130)))   # vgpr src
