@@ -58,6 +58,8 @@ FMT_SOPP, FMT_ALU, FMT_VOP3, FMT_MEM = "sopp", "alu", "vop3", "mem"
 K_SDST = "sdst"         # sN, vcc, exec
 K_SDST2 = "sdst2"       # s[n:n+1]
 K_SDST4 = "sdst4"       # s[n:n+3]
+K_SDST8 = "sdst8"       # s[n:n+7]
+K_SDST16 = "sdst16"     # s[n:n+15]
 K_SSRC = "ssrc"         # sN, vcc, exec, scc, literal
 K_SSRC2 = "ssrc2"       # s[n:n+1]
 K_SMASK = "smask"       # sN, vcc, exec (a lane mask; no literal)
@@ -147,6 +149,9 @@ def _ops() -> list[OpInfo]:
     op(0x50, "s_load_dword", FMT_MEM, (D, K_SDST), (B, K_SBASE2), (I, K_OFFSET))
     op(0x51, "s_load_dwordx2", FMT_MEM, (D, K_SDST2), (B, K_SBASE2), (I, K_OFFSET))
     op(0x52, "s_load_dwordx4", FMT_MEM, (D, K_SDST4), (B, K_SBASE2), (I, K_OFFSET))
+    # GCN's S_LOAD_DWORDX8 / X16 (a whole kernarg segment in one load), in free codes.
+    op(0x54, "s_load_dwordx8", FMT_MEM, (D, K_SDST8), (B, K_SBASE2), (I, K_OFFSET))
+    op(0x55, "s_load_dwordx16", FMT_MEM, (D, K_SDST16), (B, K_SBASE2), (I, K_OFFSET))
     # VOP1: vector, one source.
     for code, name, ft in ((0x60, "v_mov_b32", "b32"), (0x61, "v_not_b32", "b32"),
                            (0x62, "v_cvt_f32_i32", "b32"), (0x63, "v_cvt_f32_u32", "b32"),
@@ -387,7 +392,8 @@ def _is_vgpr(c: int) -> bool:
 
 _KIND_OK = {
     K_SDST: lambda c: _is_sgpr(c) or c in (OPR_VCC, OPR_EXEC),
-    K_SDST2: _is_sgpr, K_SDST4: _is_sgpr, K_SSRC2: _is_sgpr, K_SBASE2: _is_sgpr,
+    K_SDST2: _is_sgpr, K_SDST4: _is_sgpr, K_SDST8: _is_sgpr, K_SDST16: _is_sgpr,
+    K_SSRC2: _is_sgpr, K_SBASE2: _is_sgpr,
     K_SSRC: lambda c: _is_sgpr(c) or c in (OPR_VCC, OPR_EXEC, OPR_SCC, OPR_LIT),
     K_SMASK: lambda c: _is_sgpr(c) or c in (OPR_VCC, OPR_EXEC),
     K_VDST: _is_vgpr, K_VREG: _is_vgpr, K_VREG2: _is_vgpr, K_VREG4: _is_vgpr,
@@ -398,7 +404,8 @@ _KIND_OK = {
     K_GADDR: _is_vgpr,
     K_SBASE: lambda c: _is_sgpr(c) or c == OPR_OFF,
 }
-KIND_WIDTH = {K_SDST2: 2, K_SSRC2: 2, K_SBASE2: 2, K_SBASE: 2, K_SDST4: 4, K_VREG2: 2,
+KIND_WIDTH = {K_SDST2: 2, K_SSRC2: 2, K_SBASE2: 2, K_SBASE: 2, K_SDST4: 4, K_SDST8: 8, K_SDST16: 16,
+              K_VREG2: 2,
               K_VSRC2: 2, K_VDST2_OFF: 2, K_VREG4: 4}
 _ATTR = {FIELD_DST: "dst", FIELD_SRC0: "src0", FIELD_SRC1: "src1", FIELD_SRC2: "src2",
          FIELD_ADDR: "src0", FIELD_BASE: "src1", FIELD_DATA: "src2"}

@@ -98,6 +98,8 @@ cdef enum Kind:
     K_SDST
     K_SDST2
     K_SDST4
+    K_SDST8
+    K_SDST16
     K_SSRC
     K_SSRC2
     K_SMASK
@@ -302,7 +304,8 @@ cdef struct CuThread:
 cdef inline bint kind_ok(int kind, int c) noexcept nogil:
     if kind == K_SDST or kind == K_SMASK:
         return c <= OPR_EXEC
-    if kind == K_SDST2 or kind == K_SDST4 or kind == K_SSRC2 or kind == K_SBASE2:
+    if kind == K_SDST2 or kind == K_SDST4 or kind == K_SDST8 or kind == K_SDST16 or kind == K_SSRC2 \
+            or kind == K_SBASE2:
         return c < CU_MAX_SGPRS
     if kind == K_SSRC:
         return c <= OPR_SCC or c == OPR_LIT
@@ -320,6 +323,10 @@ cdef inline bint kind_ok(int kind, int c) noexcept nogil:
 
 
 cdef inline int kind_width(int kind) noexcept nogil:
+    if kind == K_SDST16:
+        return 16
+    if kind == K_SDST8:
+        return 8
     if kind == K_SDST4 or kind == K_VREG4:
         return 4
     if kind == K_SDST2 or kind == K_SSRC2 or kind == K_SBASE2 or kind == K_SBASE \
@@ -400,6 +407,7 @@ def _cu_fill_op_table():
     fmts = {_isa.FMT_SOPP: F_SOPP, _isa.FMT_ALU: F_ALU, _isa.FMT_VOP3: F_VOP3,
             _isa.FMT_MEM: F_MEM}
     kinds = {_isa.K_SDST: K_SDST, _isa.K_SDST2: K_SDST2, _isa.K_SDST4: K_SDST4,
+             _isa.K_SDST8: K_SDST8, _isa.K_SDST16: K_SDST16,
              _isa.K_SSRC: K_SSRC, _isa.K_SSRC2: K_SSRC2, _isa.K_SMASK: K_SMASK,
              _isa.K_VDST: K_VDST, _isa.K_VDST_OFF: K_VDST_OFF, _isa.K_VSRC: K_VSRC,
              _isa.K_VREG: K_VREG, _isa.K_VREG2: K_VREG2, _isa.K_GADDR: K_GADDR,
@@ -1176,18 +1184,36 @@ cdef inline uint32_t bit_reverse(uint32_t x) noexcept nogil:
     return (x >> 16) | (x << 16)
 
 
+cdef inline int s_load_dwords(int op) noexcept nogil:
+    """Dwords an s_load_dword[xN] reads (the codes are not in width order)."""
+    if op == OP_S_LOAD_DWORDX16:
+        return 16
+    if op == OP_S_LOAD_DWORDX8:
+        return 8
+    return 1 << (op - OP_S_LOAD_DWORD)
+
+
 cdef int s_load(CuThread* T, uint32_t* s, const DInst* d, int n, CuFault* f) noexcept nogil:
     """s_load_dword[xN]: all or nothing; a fault names the first dword of the bad page."""
     cdef uint64_t base = (<uint64_t>s[d.src1] | (<uint64_t>s[d.src1 + 1] << 32)) + \
         <uint64_t>d.off
     cdef uint64_t addr
-    cdef uint32_t vals[4]
+    cdef uint32_t vals[16]
     cdef uint8_t* p
     cdef uint8_t* host = NULL
     cdef int k
     if misaligned(base, 4, ACCESS_READ, f):
         return 1
     tlb_check(T)
+    if T.sh.l2 == NULL and (base & PAGE_MASK) + 4 * <uint64_t>n <= PAGE_SIZE:
+        # The common case (kernel arguments): one page, no cache model, so one
+        # translation and one copy straight into the SGPRs, which nothing can fault
+        # once the translation succeeded.
+        host = translate(T, base, ACCESS_READ, f)
+        if host == NULL:
+            return 1
+        memcpy(s + d.dst, host, 4 * n)
+        return 0
     for k in range(n):
         addr = base + 4 * k
         if addr < base:         # past the top of the VA space: nothing is mapped there
@@ -1550,11 +1576,11 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
         elif cls == CL_SLOAD:
             if T.sh.l2 != NULL:
                 l2_begin(T)
-                code = s_load(T, s, d, 1 << (op - OP_S_LOAD_DWORD), f)
+                code = s_load(T, s, d, s_load_dwords(op), f)
                 T.sh.l2.unlock()
                 if code:
                     return f.code
-            elif s_load(T, s, d, 1 << (op - OP_S_LOAD_DWORD), f):
+            elif s_load(T, s, d, s_load_dwords(op), f):
                 return f.code
         elif cls == CL_SCMP:
             a, b = sread(T, s, w, d.src0, d.imm), sread(T, s, w, d.src1, d.imm)

@@ -63,7 +63,7 @@ class ComputeResult:
 COMPUTE_COUNTERS = ("dispatches", "waves", "instructions", "lane_instructions", "valu",
                     "salu", "smem", "vmem", "lds", "bytes_loaded", "bytes_stored",
                     "atomics", "barriers", "tlb_hits", "tlb_misses", "pt_walks")
-_ACCESS_BYTES = {"dword": 4, "dwordx2": 8, "dwordx4": 16, "ubyte": 1, "sbyte": 1, "byte": 1,
+_ACCESS_BYTES = {"dword": 4, "dwordx2": 8, "dwordx4": 16, "dwordx8": 32, "dwordx16": 64, "ubyte": 1, "sbyte": 1, "byte": 1,
                  "ushort": 2, "sshort": 2, "short": 2}
 
 

@@ -476,6 +476,12 @@ class _Dispatch(wide_ref.WideOps):
     def op_s_load_dwordx4(self, w, i):
         self._s_load(w, i, 4)
 
+    def op_s_load_dwordx8(self, w, i):
+        self._s_load(w, i, 8)
+
+    def op_s_load_dwordx16(self, w, i):
+        self._s_load(w, i, 16)
+
     # -- vector ALU -------------------------------------------------------------------------
     def valu(self, w, name, i):
         fn = _VOP1.get(name)

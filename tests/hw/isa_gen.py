@@ -293,12 +293,25 @@ class _Gen:
     def load(self) -> None:
         # Index into the read-only input: (v & 1023) * 4 (+ a small dword offset, in range).
         r = self.r
+        if r.random() < 0.15:
+            self.scalar_load()
+            return
         v = r.choice(POOL_V)
         self.emit(f"v_and_b32 v3, v{v}, {INP_WORDS - 8}")
         self.emit("v_lshl_b32 v3, v3, 2")
         op = r.choice(["global_load_dword", "global_load_ubyte", "global_load_sbyte",
                        "global_load_ushort", "global_load_sshort"])
         self.emit(f"{op} {self.vdst()}, v3, s[20:21], {4 * r.randint(0, 7)}")
+
+    def scalar_load(self) -> None:
+        # s_load_dword[xN] of the input at a random dword offset: into the uniform pool
+        # (s24..s35), or for x16 into s48..s63, which only these loads write.
+        r = self.r
+        n = r.choice([1, 2, 4, 8, 16])
+        first = 48 if n == 16 else r.choice([k for k in POOL_S if k + n - 1 <= POOL_S[-1]])
+        dst = f"s{first}" if n == 1 else f"s[{first}:{first + n - 1}]"
+        name = "s_load_dword" if n == 1 else f"s_load_dwordx{n}"
+        self.emit(f"{name} {dst}, s[20:21], {4 * r.randint(0, INP_WORDS - n)}")
 
     def cross_lane(self) -> None:
         # A permute from random lane addresses (any bits: the low two and those above the
@@ -368,7 +381,7 @@ class _Gen:
     def program(self) -> str:
         r = self.r
         head = [".kernel random", ".arg inp ptr", ".arg out ptr", ".arg cnt ptr",
-                ".sgprs 48", ".vgprs 20",
+                ".sgprs 64", ".vgprs 20",
                 f".lds {LDS_COUNTER_OFF + 4 * LDS_COUNTERS}"]
         e = self.emit
         e("s_load_dwordx4 s[20:23], s[0:1]")           # inp, out

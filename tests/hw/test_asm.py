@@ -18,6 +18,7 @@ def operand_text(kind: str, r: random.Random, base_off: bool) -> str:
     return {
         I.K_SDST: r.choice([f"s{s}", "vcc", "exec"]),
         I.K_SDST2: f"s[{s}:{s + 1}]", I.K_SDST4: f"s[{s}:{s + 3}]",
+        I.K_SDST8: f"s[{min(s, 96)}:{min(s, 96) + 7}]", I.K_SDST16: f"s[{min(s, 88)}:{min(s, 88) + 15}]",
         I.K_SSRC: r.choice([f"s{s}", "vcc", "exec", "scc", "-7"]),
         I.K_SSRC2: f"s[{s}:{s + 1}]", I.K_SBASE2: f"s[{s}:{s + 1}]",
         I.K_SMASK: r.choice([f"s{s}", "vcc", "exec"]),

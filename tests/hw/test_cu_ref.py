@@ -444,6 +444,38 @@ def test_scalar_load_across_pages_and_into_an_unmapped_one(rig):
     assert r.reason == "unmapped" and r.fault.va == MEM_VA + rig.mem.nbytes
 
 
+def test_wide_scalar_loads_x8_x16(rig):
+    # GCN's s_load_dwordx8 / x16: 8 and 16 consecutive dwords; inside one page and
+    # across a page boundary; past the arena's end a fault at the first dword of the
+    # unmapped page, with none of the destination registers written
+    rig.put(A_OFF, np.arange(16, dtype=np.uint32) + 500)
+    rig.put(4096 - 24, np.arange(16, dtype=np.uint32) + 900)
+    r = rig.run("""
+    s_load_dwordx8 s[20:27], s[2:3], 0
+    s_load_dwordx16 s[30:45], s[2:3], 0
+    s_load_dwordx16 s[50:65], s[2:3], 4072
+    s_endpgm
+    """, (1, 1, 1), (1, 1, 1), user_data=UD, vgprs=8, sgprs=66)
+    assert r.status == "ok", r
+    assert r.sgprs[20:28] == list(range(500, 508))
+    assert r.sgprs[30:46] == list(range(500, 516))
+    assert r.sgprs[50:66] == list(range(900, 916))
+    r, _ = fault_of(rig, f"""
+    s_mov_b32 s24, 77
+    s_load_dwordx8 s[20:27], s[2:3], {rig.mem.nbytes - 12}
+    s_endpgm""", vgprs=8)
+    assert r.reason == "unmapped" and r.fault.va == MEM_VA + rig.mem.nbytes
+    assert r.sgprs[24] == 77
+    r, _ = fault_of(rig, "s_load_dwordx16 s[20:35], s[2:3], 2\n s_endpgm", vgprs=8, sgprs=36)
+    assert r.reason == "misaligned"
+
+
+def test_wide_scalar_load_registers_must_fit(rig):
+    # s[n:n+15] past the kernel's declared SGPRs is a bad register, as for x2/x4
+    r, _ = fault_of(rig, "s_load_dwordx16 s[20:35], s[2:3], 0\n s_endpgm", vgprs=8, sgprs=30)
+    assert r.reason == "bad_register"
+
+
 def test_barrier_orders_waves(rig):
     # Wave 1 reads what wave 0 wrote to LDS before the barrier, and vice versa.
     r = rig.run("""

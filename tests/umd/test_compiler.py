@@ -1,6 +1,7 @@
 """Compiler stages one by one: types, frontend errors, folding, DCE, uniformity,
 register allocation, code generation, the kernel decorator and the disk cache."""
 import inspect
+import re
 import os
 import subprocess
 import sys
@@ -211,7 +212,9 @@ def test_compiled_kernel_contract():
     first = start + next(i for i, text in enumerate(src) if text.lstrip().startswith("def "))
     assert {first + 1, first + 2, first + 3} <= lines
     assert "v_cmp_lt_i32" in disassemble(obj.code)
-    assert "s_mul_i32" in c.asm_text              # block_idx.x * block_dim.x is scalar
+    # block_idx.x * block_dim.x + thread_idx.x: one v_mad_u32 whose factors stay scalar
+    # (s16 = workgroup id x), added to the local id (v0)
+    assert re.search(r"v_mad_u32 v\d+, s16, s\d+, v0\n", c.asm_text), c.asm_text
 
 
 def test_kernel_defined_inside_a_function_with_local_imports(tmp_path, monkeypatch):

@@ -7,20 +7,21 @@ Pipeline: frontend (AST -> typed IR) -> opt (constant folding/propagation, dead 
 addressing (byte offsets, LDS constant offsets) -> cse / licm (shared and loop-invariant
 work) -> sinking (one store after an if/else) -> contract (mad; fma under fastmath) ->
 opt (again, and move coalescing) -> lds_quads (ds_read_b128 of four shared reads) ->
-regalloc (linear scan) -> codegen (vISA assembly) -> vgpu.asm.assemble -> .vco.
+regalloc (linear scan) -> codegen (vISA assembly) -> peephole (exec skips and restores
+that do nothing) -> vgpu.asm.assemble -> .vco.
 """
 from __future__ import annotations
 
 from vgpu import asm
 
 from . import (addressing, cache, codegen, contract, cse, frontend, ir, lds_quads, licm, opt,
-               regalloc, sinking, uniformity, unroll)
+               peephole, regalloc, sinking, uniformity, unroll)
 from .compiled import CompiledKernel
 from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 6
+COMPILER_VERSION = 7
 
 
 def _unwrap(obj, env):
@@ -69,6 +70,9 @@ def build(pyfn, options: dict | None = None, env: dict | None = None, *,
     stop, _ = regalloc.allocate(fn)
     gen = codegen.CodeGen(fn, stop)
     body = gen.generate()
+    if level >= 2:
+        gen.out, gen.lines = peephole.tidy(gen.out, gen.lines)
+        body = "\n".join(gen.out) + "\n"
     ir_text = ir.format_function(fn)
     header = [f".kernel {fn.name}"]
     for a in fn.args:

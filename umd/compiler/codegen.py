@@ -26,7 +26,7 @@ from . import ir
 from .codegen_wide import Raw as _Raw
 from .codegen_wide import WideCodeGen, is_wide
 from .errors import KernelCompileError
-from .regalloc import SCRATCH_S
+from .regalloc import ALLOC_S, SCRATCH_S
 from .uniformity import has_divergent_return
 
 _VBIN = {"add": ("v_add_f32", "v_add_u32"), "sub": ("v_sub_f32", "v_sub_u32"),
@@ -525,7 +525,7 @@ class CodeGen(WideCodeGen):
         if op == "fma":
             return self.op("v_fma_f32", dst, *a)
         if op == "mad":
-            return self.op("v_mad_f32", dst, *a)
+            return self.op("v_mad_f32" if isf else "v_mad_u32", dst, *a)
         if op in _VUNARY:
             return self.op(_VUNARY[op], dst, a[0])
         raise AssertionError(f"no vector form of {op}")
@@ -629,23 +629,30 @@ _STORES = {1: "global_store_byte", 2: "global_store_short"}
 
 
 def _kernarg_loads(args) -> list[tuple[int, int, int]]:
-    """(first SGPR, kernarg offset, dwords) of the prologue's scalar loads: arguments
-    adjacent both in the kernarg segment and in SGPRs share one s_load_dwordx2/x4."""
+    """(first SGPR, kernarg offset, dwords) of the prologue's scalar loads. Arguments
+    at the same distance in the kernarg segment and in the SGPRs (regalloc.py keeps
+    small gaps of unused arguments) share loads of up to 16 dwords; a run is cut into
+    s_load_dwordx16/x8/x4/x2/dword pieces that read nothing outside it, so no other
+    register is written and nothing past the segment is read. A gap is loaded over
+    only when its SGPRs are allocatable ones (free at the prologue): never the
+    workgroup ids or the scratch registers, even when an argument happens to sit at
+    its kernarg distance past them."""
     runs: list[list[int]] = []             # [reg, offset, dwords]
     for a in sorted(args, key=lambda a: a.arg.offset):
         n = a.arg.size // 4
         last = runs[-1] if runs else None
-        if last and last[0] + last[2] == a.reg and last[1] + 4 * last[2] == a.arg.offset \
-                and last[2] + n <= 4:
-            last[2] += n
+        if last and a.reg - last[0] == (a.arg.offset - last[1]) // 4 >= last[2] \
+                and (a.arg.offset - last[1]) % 4 == 0 and (a.arg.offset - last[1]) // 4 + n <= 16 \
+                and all(r in ALLOC_S for r in range(last[0] + last[2], a.reg)):
+            last[2] = (a.arg.offset - last[1]) // 4 + n
         else:
             runs.append([a.reg, a.arg.offset, n])
     out = []
     for reg, offset, n in runs:
-        if n == 3:                          # there is no x3
-            out += [(reg, offset, 2), (reg + 2, offset + 8, 1)]
-        else:
-            out.append((reg, offset, n))
+        while n:
+            k = next(w for w in (16, 8, 4, 2, 1) if w <= n)
+            out.append((reg, offset, k))
+            reg, offset, n = reg + k, offset + 4 * k, n - k
     return out
 
 

@@ -9,7 +9,11 @@
   the product and then the sum, bit for bit what the v_mul_f32 and v_add_f32 it
   replaces give, so results do not change; one instruction fewer per pair (the
   accumulation of a dot product). Not when two of the three operands are constants:
-  VOP3 takes no literal, so each would cost an s_mov.
+  VOP3 takes no literal, so each would cost an s_mov. The same for 32-bit integers
+  whose add is a vector one (v_mad_u32, exact modulo 2^32 like the pair it replaces):
+  ``block_idx.x * block_dim.x + thread_idx.x`` is one instruction instead of an
+  s_mul_i32 and a v_add_u32. Not with a constant operand: its s_mov would cost what
+  the mad saves.
 
 An ``add`` of a float type whose operand is a temporary defined by a ``mul`` of the
 same type, earlier in the same statement list and used nowhere else, becomes
@@ -54,7 +58,7 @@ def _block(block: list, uses: dict, counts: dict, into: str) -> int:
     for pos, st in enumerate(block):
         if not isinstance(st, ir.Inst):
             continue
-        if st.op == "add" and st.dst is not None and _contractible(st.dst.type, into):
+        if st.op == "add" and st.dst is not None and _contractible(st.dst, into):
             for k in (0, 1):
                 t = st.args[k]
                 hit = muls.get(t) if isinstance(t, ir.Var) else None
@@ -62,20 +66,35 @@ def _block(block: list, uses: dict, counts: dict, into: str) -> int:
                     continue
                 where, mul = hit
                 args = [mul.args[0], mul.args[1], st.args[1 - k]]
+                consts = sum(isinstance(a, ir.Const) for a in args)
                 if mul.dst.type != st.dst.type or _reassigned(block[where + 1:pos], mul.args) \
-                        or (into == "mad" and sum(isinstance(a, ir.Const) for a in args) > 1):
+                        or (into == "mad" and consts > (0 if st.dst.type.is_int else 1)):
                     continue
                 st.op, st.args = into, args
                 fused += 1
                 break
-        if st.op == "mul" and st.dst is not None and _contractible(st.dst.type, into):
+        if st.op == "mul" and st.dst is not None and (_contractible(st.dst, into) or _int32(st.dst.type)):
             muls[st.dst] = (pos, st)
     return fused
 
 
-def _contractible(t, into: str) -> bool:
-    """fma: every float type; mad: float32 (GCN has no V_MAD_F64)."""
-    return t.is_float and (into == "fma" or not getattr(t, "wide", False))
+def _contractible(dst, into: str) -> bool:
+    """fma: every float type; mad: float32 (GCN has no V_MAD_F64), and 32-bit integers
+    whose result is a vector (v_mad_u32: the low 32 bits of a * b + c, what the multiply
+    and the add give, signed or not). A uniform integer add stays a scalar add: a mad
+    is a vector instruction only."""
+    t = dst.type
+    if getattr(t, "wide", False):
+        return into == "fma" and t.is_float
+    if t.is_float:
+        return True
+    return into == "mad" and t.is_int and getattr(dst, "cls", "s") == "v"
+
+
+def _int32(t) -> bool:
+    """A 32-bit integer multiply: a mad's factors even when it is uniform (the vector
+    add it feeds decides)."""
+    return t.is_int and not getattr(t, "wide", False)
 
 
 def _reassigned(between: list, factors: list) -> bool:

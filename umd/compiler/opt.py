@@ -45,6 +45,8 @@ def _fold(op, t, at, v):
     if op == "fma":
         a, b, c = (float(np.float32(x)) for x in v)
         return ir.to_f32(a * b + c)
+    if op == "mad" and not t.is_float:     # v_mad_u32: modulo 2^32, like mul and add
+        return v[0] * v[1] + v[2]
     if op == "mad":
         a, b, c = (float(np.float32(x)) for x in v)
         return ir.to_f32(ir.to_f32(a * b) + c)

@@ -96,6 +96,7 @@ def allocate(fn: ir.Function) -> tuple[int, int]:
     free = {"s": list(ALLOC_S), "v": [r for r in ALLOC_V if r not in scratch_v]}
     active: list = []
     top = {"s": max(SCRATCH_S + (18,)), "v": max(scratch_v)}
+    prev_arg = None     # the last scalar argument placed (kernarg order)
     for v in order:
         start, end = intervals[v]
         for a in list(active):
@@ -105,8 +106,8 @@ def allocate(fn: ir.Function) -> tuple[int, int]:
                 free[a.cls].sort()
         pool = free[v.cls]
         width = ir.width(v.type)
-        reg = None
-        for r in pool:
+        reg = _kernarg_slot(v, prev_arg, pool, width)
+        for r in pool if reg is None else ():
             if all(r + k in pool for k in range(width)):
                 reg = r
                 break
@@ -120,7 +121,31 @@ def allocate(fn: ir.Function) -> tuple[int, int]:
         v.reg = reg
         top[v.cls] = max(top[v.cls], reg + width - 1)
         active.append(v)
+        if v.arg is not None and v.cls == "s":
+            prev_arg = v
     return top["s"], top["v"]
+
+
+# Unused kernel arguments of at most this many dwords between two used ones keep their
+# place in the SGPRs, so the prologue loads both with one wider s_load (codegen.py
+# _kernarg_loads: saxpy's n, a, x, y and block_dim.x in one x8 and one x2 instead of
+# an x4, an x2 and a dword). The skipped SGPRs are free afterwards.
+KERNARG_GAP_DWORDS = 3
+
+
+def _kernarg_slot(v, prev, pool: list[int], width: int) -> int | None:
+    """The SGPR that keeps scalar argument `v` at its kernarg distance from `prev`
+    (the argument placed before it), when that run of registers, gap included, is
+    free; else None (the first free run is taken)."""
+    if v.arg is None or v.cls != "s" or prev is None:
+        return None
+    end = prev.arg.offset + prev.arg.size
+    gap = v.arg.offset - end
+    if gap < 0 or gap % 4 or gap // 4 > KERNARG_GAP_DWORDS:
+        return None
+    first = prev.reg + ir.width(prev.type)
+    reg = first + gap // 4
+    return reg if all(r in pool for r in range(first, reg + width)) else None
 
 
 def _is_cas64(st) -> bool:
