@@ -307,24 +307,30 @@ def _shared_access(lds_bytes: int, inst, wave):
     bytes rounded up to the dispatch's 512-byte granules (docs/pm4.md)."""
     vg, exec_mask = wave["vgprs"], wave["exec"]
     kernel_bytes, lds_bytes = lds_bytes, -(-lds_bytes // LDS_GRANULE) * LDS_GRANULE
-    # a ds_read_b128 reads four elements (the compiler's merged loads): the first one
-    # out of bounds is the access the kernel's source made
-    elements = 4 if inst.op == isa.BY_NAME["ds_read_b128"].code else 1
+    # a ds_read_b128 reads four elements, a ds_read2_b32 two (the compiler's merged
+    # loads): the first one out of bounds is the access the kernel's source made
+    pair = inst.op == isa.OP_DS_READ2_B32
+    elements = 4 if inst.op == isa.OP_DS_READ_B128 else 1
     for lane in range(isa.WAVE_SIZE):
         if not exec_mask >> lane & 1:
             continue
-        first = vg[inst.addr - isa.OPR_VGPR][lane] + inst.imm & 0xFFFFFFFF
-        bad = [first + 4 * k for k in range(elements)
-               if first % 4 or first + 4 * k + 4 > lds_bytes]
+        base = vg[inst.addr - isa.OPR_VGPR][lane]
+        addrs = ([base + 4 * o & 0xFFFFFFFF for o in isa.offset2_split(inst.imm)] if pair else
+                 [(base + inst.imm & 0xFFFFFFFF) + 4 * k for k in range(elements)])
+        bad = [a for a in addrs if a % 4 or a + 4 > lds_bytes]
         if not bad:
             continue
         addr = bad[0]
-        # the compiler addresses a shared array as index * 4 + the array's LDS offset
-        index = (addr - inst.imm) // 4 if addr >= inst.imm else -((inst.imm - addr) // 4)
+        if pair:        # through a register the compiler may have moved by a constant
+            o0, o1 = isa.offset2_split(inst.imm)
+            what = f"a paired read of the dwords {o0} and {o1} past address {base:#x}"
+        else:           # the compiler addresses a shared array as index * 4 + its LDS offset
+            index = (addr - inst.imm) // 4 if addr >= inst.imm else -((inst.imm - addr) // 4)
+            what = f"element {index} of the shared array at LDS offset {inst.imm}"
         return lane, addr, [
             f"    Address {addr:#x} is out of bounds: the workgroup has {lds_bytes} bytes of "
             f"shared memory (the kernel's {kernel_bytes}, in {LDS_GRANULE}-byte granules); "
-            f"element {index} of the shared array at LDS offset {inst.imm}"]
+            + what]
     return None
 
 

@@ -102,18 +102,22 @@ def test_licm_moves_the_row_offset_out_of_the_loop():
 def test_unroll_and_lds_offsets_in_the_tiled_matmul():
     c, plain = build(K.matmul), build(K.matmul, level=1)
     assert c.ir_text.count("loop") == 1 and plain.ir_text.count("loop") == 2
-    reads = re.findall(r"ds_read_b32 v\d+, v\d+, (\d+)", c.asm_text)
-    assert sorted(map(int, reads)) == [1024 + 64 * k for k in range(16)]
+    # b_tile[kk, tx] (at LDS 1024 + 64 kk) in pairs through tx * 4 + 1024 (lds_pairs.py)
+    base = re.search(r"v_add_u32 (v\d+), v\d+, 1024\n\.L\d+_loop:", c.asm_text).group(1)
+    pairs = re.findall(rf"ds_read2_b32 v\[\d+:\d+\], {base} offset0:(\d+) offset1:(\d+)",
+                       c.asm_text)
+    assert sorted(int(o) for p in pairs for o in p) == [16 * k for k in range(16)]
+    assert "ds_read_b32" not in c.asm_text
     quads = re.findall(r"ds_read_b128 v\[\d+:\d+\], v\d+, (\d+)", c.asm_text)
     assert sorted(map(int, quads)) == [0, 16, 32, 48]       # a_tile[ty, kk..kk+3]
     # 2 LDS reads, the multiply and the add per multiply-add, plus the tile loads
     assert per_multiply_add(plain) == 15
     assert per_multiply_add(c) < 6
-    # the unrolled body: per four multiply-adds, one quad read of A's row, and an LDS
-    # read of B and a v_mad_f32 each
+    # the unrolled body: per four multiply-adds, one quad read of A's row, two pair reads
+    # of B's column and four v_mad_f32
     body = c.asm_text.split("s_barrier\n", 1)[1].split("s_barrier\n", 1)[0]
     ops = [ln.split()[0] for ln in body.splitlines() if ln.startswith("    ") and ln.strip()]
-    assert ops == (["ds_read_b128"] + ["ds_read_b32", "v_mad_f32"] * 4) * 4
+    assert ops == (["ds_read_b128"] + ["ds_read2_b32", "v_mad_f32", "v_mad_f32"] * 2) * 4
 
 
 @umd.kernel
@@ -230,7 +234,9 @@ def test_stencil_reads_the_halo_with_negative_offsets():
     offsets = [int(o) for o in re.findall(r"ds_read_b32 v\d+, v\d+, (-?\d+)", c.asm_text)]
     quads = re.findall(r"ds_read_b128 v\[\d+:\d+\], v\d+, (-?\d+)", c.asm_text)
     offsets += [int(o) + 4 * k for o in quads for k in range(4)]     # the first four merge
-    assert len(quads) == 1 and sorted(offsets) == [4 * k for k in range(-N.RADIUS, N.RADIUS + 1)]
+    pairs = re.findall(r"ds_read2_b32 v\[\d+:\d+\], v\d+ offset0:(\d+) offset1:(\d+)", c.asm_text)
+    offsets += [4 * int(o) for p in pairs for o in p]                 # the next two
+    assert len(quads) == len(pairs) == 1 and sorted(offsets) == [4 * k for k in range(-N.RADIUS, N.RADIUS + 1)]
 
 
 @umd.kernel

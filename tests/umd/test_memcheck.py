@@ -214,3 +214,17 @@ def test_shared_quad_read_names_its_first_element_out_of_bounds():
     lane, addr, detail = memcheck._shared_access(512, inst, {"vgprs": vgprs, "exec": 0xFFFFFFFF})
     assert (lane, addr) == (30, 512)
     assert "element 124 of the shared array at LDS offset 16" in detail[0]
+
+
+def test_shared_pair_read_names_its_out_of_bounds_address():
+    # A ds_read2_b32 (compiler/lds_pairs.py) at dwords 2 and 100 past 4 * lane: lane 28's
+    # second dword (4 * 28 + 400 = 512) is the first past 512 bytes.
+    from umd import memcheck
+    from vgpu import isa
+    inst = isa.decode(isa.encode(isa.FMT_MEM, isa.OP_DS_READ2_B32, isa.OPR_VGPR + 8,
+                                 isa.OPR_VGPR + 4, 0, 0, 2 | 100 << 8))
+    vgprs = [[0] * 32 for _ in range(12)]
+    vgprs[4] = [4 * k for k in range(32)]
+    lane, addr, detail = memcheck._shared_access(512, inst, {"vgprs": vgprs, "exec": 0xFFFFFFFF})
+    assert (lane, addr) == (28, 512)
+    assert "a paired read of the dwords 2 and 100 past address 0x70" in detail[0]

@@ -7,21 +7,21 @@ Pipeline: frontend (AST -> typed IR) -> opt (constant folding/propagation, dead 
 addressing (byte offsets, LDS constant offsets) -> cse / licm (shared and loop-invariant
 work) -> sinking (one store after an if/else) -> contract (mad; fma under fastmath) ->
 opt (again, and move coalescing) -> lds_quads (ds_read_b128 of four shared reads) ->
-regalloc (linear scan) -> codegen (vISA assembly) -> peephole (exec skips and restores
-that do nothing) -> vgpu.asm.assemble -> .vco.
+lds_pairs (ds_read2_b32 of two) -> regalloc (linear scan) -> codegen (vISA assembly) ->
+peephole (exec skips and restores that do nothing) -> vgpu.asm.assemble -> .vco.
 """
 from __future__ import annotations
 
 from vgpu import asm
 
-from . import (addressing, cache, codegen, contract, cse, frontend, ir, lds_quads, licm, opt,
-               peephole, regalloc, sinking, uniformity, unroll)
+from . import (addressing, cache, codegen, contract, cse, frontend, ir, lds_pairs, lds_quads,
+               licm, opt, peephole, regalloc, sinking, uniformity, unroll)
 from .compiled import CompiledKernel
 from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 7
+COMPILER_VERSION = 8
 
 
 def _unwrap(obj, env):
@@ -57,6 +57,7 @@ def optimize(fn: ir.Function, level: int = 2, fastmath: bool = False) -> None:
     opt.coalesce_moves(fn)
     uniformity.analyze(fn)
     lds_quads.merge_lds_quads(fn)
+    lds_pairs.merge_lds_pairs(fn)
 
 
 def build(pyfn, options: dict | None = None, env: dict | None = None, *,

@@ -587,6 +587,10 @@ class CodeGen(WideCodeGen):
             return self.wide_memory(st, arr, lds, tail)
         if st.op == "load":
             op = "ds_read_b32" if lds else _LOADS.get(elem.kind, "global_load_dword")
+            if isinstance(st.dst.type, ir.VecType) and st.dst.type.n == 2:     # lds_pairs.py
+                o0, o1 = ((arr.offset + off) // 4 for off in (st.offset, st.offset1))
+                self.ins(f"ds_read2_b32 {self.reg(st.dst)}, {addr} offset0:{o0} offset1:{o1}")
+                return
             if isinstance(st.dst.type, ir.VecType):     # lds_quads.py
                 op = "ds_read_b128"
             self.ins(f"{op} {self.reg(st.dst)}, {addr}, {tail}")

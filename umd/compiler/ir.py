@@ -106,7 +106,8 @@ class SharedArray:
 
 @dataclasses.dataclass(frozen=True)
 class VecType:
-    """`n` consecutive registers of `elem`: the result of an LDS quad load (lds_quads.py)."""
+    """`n` consecutive registers of `elem`: the result of an LDS quad or pair load
+    (lds_quads.py, lds_pairs.py)."""
 
     elem: ScalarType
     n: int
@@ -119,7 +120,8 @@ class VecType:
 
 @dataclasses.dataclass(frozen=True)
 class Part:
-    """Register `k` of the vector `var` read as a scalar operand (lds_quads.py)."""
+    """Register `k` of the vector `var` read as a scalar operand (lds_quads.py,
+    lds_pairs.py)."""
 
     var: Var
     k: int
@@ -214,6 +216,7 @@ class Inst:
     # byte offset (index * 4) instead of the element index, plus `offset` bytes (LDS only)
     scaled: bool = False
     offset: int = 0
+    offset1: int = 0                          # a pair load (lds_pairs.py): the second's
 
     def uses(self) -> list[Var]:
         out = [a.var if isinstance(a, Part) else a for a in self.args if isinstance(a, (Var, Part))]
@@ -301,6 +304,10 @@ def sub_blocks(st) -> tuple:
     return ()
 
 
+def _is_pair(v) -> bool:
+    return isinstance(v, Var) and isinstance(v.type, VecType) and v.type.n == 2
+
+
 def walk(block: list):
     """Every statement, depth first, in program order."""
     for st in block:
@@ -364,7 +371,9 @@ def format_function(fn: Function) -> str:
             if isinstance(st, Inst):
                 lhs = f"{var(st.dst)} = " if st.dst is not None else ""
                 extra = f"{st.array!r}, " if st.array is not None else ""
-                if st.scaled:
+                if st.scaled and _is_pair(st.dst):
+                    extra += f"bytes+{st.offset}/{st.offset1} "
+                elif st.scaled:
                     extra += f"bytes+{st.offset} " if st.offset else "bytes "
                 op = st.op + (f".{st.kind}" if st.kind else "")
                 lines.append(f"{pad}{lhs}{op} {extra}" + ", ".join(var(a) for a in st.args)

@@ -16,26 +16,38 @@ it named the value's. The LDS holds the same bytes at the first load as at the l
 (nothing writes it in between), so the values are the same; a fault (out of bounds)
 is reported at the first load's line instead of a later one's. Runs after the last
 uniformity analysis, before register allocation.
+
+The search for loads that may merge (``open_runs``), the check that their values can be
+renamed (``movable``) and the rewrite (``rewrite``) are shared with lds_pairs.py.
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 from . import ir
 
-_READERS = {"add", "sub", "mul", "mad", "fma", "min", "max"}
+# The operations that may read a merged value, per element type: they name the vector's
+# register where they named the value's (codegen.py's operands accept an ir.Part).
+READERS = {ir.f32: {"add", "sub", "mul", "mad", "fma", "min", "max"},
+           ir.i32: {"add", "sub", "mul", "mad", "min", "max", "and", "or", "xor"}}
 
 
 def merge_lds_quads(fn: ir.Function) -> int:
     """Merge what can be merged in ``fn``; the number of quad loads made."""
     made = 0
-    blocks = [fn.body] + [sub for st in ir.walk(fn.body) for sub in ir.sub_blocks(st)]
-    for block in blocks:
-        while (group := _find_group(block, _use_counts(fn))) is not None:
-            _rewrite(fn, block, group)
+    for block in _blocks(fn):
+        while (group := _find_group(block, use_counts(fn))) is not None:
+            rewrite(fn, block, group, block[group[0]].args[0], block[group[0]].offset)
             made += 1
     return made
 
 
-def _use_counts(fn: ir.Function) -> dict:
+def _blocks(fn: ir.Function) -> list[list]:
+    """Every statement list of ``fn``."""
+    return [fn.body] + [sub for st in ir.walk(fn.body) for sub in ir.sub_blocks(st)]
+
+
+def use_counts(fn: ir.Function) -> dict:
     uses: dict = {}
     for st in ir.walk(fn.body):
         if isinstance(st, ir.Inst):
@@ -46,48 +58,61 @@ def _use_counts(fn: ir.Function) -> dict:
     return uses
 
 
-def _candidate(st) -> bool:
+def candidate(st, elems=(ir.f32,)) -> bool:
+    """A shared load of one 32-bit element of a type in ``elems`` into a VGPR."""
     return (isinstance(st, ir.Inst) and st.op == "load" and isinstance(st.array, ir.SharedArray)
-            and st.scaled and st.array.elem == ir.f32 and isinstance(st.dst, ir.Var)
+            and st.scaled and st.array.elem in elems and isinstance(st.dst, ir.Var)
+            and not isinstance(st.dst.type, ir.VecType)
             and not st.dst.local and st.dst.arg is None and st.dst.cls == "v"
             and isinstance(st.args[0], (ir.Var, ir.Special)))
 
 
-def _find_group(block: list, uses: dict):
-    """Positions of four loads that can merge, in offset order, or None."""
-    open_runs: dict = {}          # (array, base) -> {offset: position}
+def open_runs(block: list, elems) -> Iterator[tuple[int, dict]]:
+    """(position, run) at each candidate load of ``block``: ``run`` maps the byte offsets
+    of the candidates since the last store, atomic, barrier, trap, control flow or new
+    value of the base, from the same array and base as this one, to their positions
+    (the first load at each offset), this one included."""
+    runs: dict = {}               # (array, base) -> {offset: position}
     for pos, st in enumerate(block):
         if not isinstance(st, ir.Inst) or st.op in ir.SIDE_EFFECTS:
-            open_runs.clear()       # control flow, or LDS may change / waves meet
+            runs.clear()            # control flow, or LDS may change / waves meet
             continue
-        if _candidate(st):
-            run = open_runs.setdefault((st.array.name, st.args[0]), {})
+        if candidate(st, elems):
+            run = runs.setdefault((st.array.name, st.args[0]), {})
             run.setdefault(st.offset, pos)
-            for off in sorted(run):
-                quad = [run.get(off + 4 * k) for k in range(4)]
-                if None not in quad and _movable(block, quad, uses):
-                    return quad
+            yield pos, run
         if st.dst is not None:      # a new base ends the runs that use it
-            for key in [k for k in open_runs if k[1] is st.dst]:
-                del open_runs[key]
+            for key in [k for k in runs if k[1] is st.dst]:
+                del runs[key]
+
+
+def _find_group(block: list, uses: dict):
+    """Positions of four loads that can merge, in offset order, or None."""
+    for _, run in open_runs(block, (ir.f32,)):
+        for off in sorted(run):
+            quad = [run.get(off + 4 * k) for k in range(4)]
+            if None not in quad and movable(block, quad, uses):
+                return quad
     return None
 
 
-def _windows(block: list, quad: list) -> list[list[tuple[int, int]]] | None:
+def _windows(block: list, group: list, uses: dict) -> list[list[tuple[int, int]]] | None:
     """For each load, the (position, argument index) of the reads of its value: from
-    the load to the next assignment of the same variable. None when one is not a
-    float read _READERS allows."""
+    the load to the next assignment of the same variable, or to control flow once all
+    its reads are found. None when one is not a read READERS allows."""
     out = []
-    for pos in quad:
+    for pos in group:
         x = block[pos].dst
         reads = []
         for p in range(pos + 1, len(block)):
             st = block[p]
             if not isinstance(st, ir.Inst):
-                return None
+                if len(reads) < uses.get(x, 0):
+                    return None
+                break
             hits = [k for k, a in enumerate(st.args) if a is x]
             if hits:
-                if st.op not in _READERS or st.dst is None or st.dst.type != ir.f32:
+                if st.op not in READERS[x.type] or st.dst is None or st.dst.type != x.type:
                     return None
                 reads.extend((p, k) for k in hits)
             if st.dst is x or st.array is x:
@@ -96,13 +121,13 @@ def _windows(block: list, quad: list) -> list[list[tuple[int, int]]] | None:
     return out
 
 
-def _movable(block: list, quad: list, uses: dict) -> bool:
-    """Every read of the four values is in this list after its load (and found by
-    _windows), so replacing them and deleting three loads changes nothing else."""
-    windows = _windows(block, quad)
+def movable(block: list, group: list, uses: dict) -> bool:
+    """Every read of the loaded values is in this list after its load (and found by
+    _windows), so replacing them and deleting all loads but one changes nothing else."""
+    windows = _windows(block, group, uses)
     if windows is None:
         return False
-    for pos, reads in zip(quad, windows):
+    for pos, reads in zip(group, windows):
         x = block[pos].dst
         seen = sum(1 for st in block if isinstance(st, ir.Inst) for a in st.args if a is x)
         if uses.get(x, 0) != seen or not reads:
@@ -116,16 +141,20 @@ def _movable(block: list, quad: list, uses: dict) -> bool:
     return True
 
 
-def _rewrite(fn: ir.Function, block: list, quad: list) -> None:
-    first = min(quad)
-    load = block[first]
+def rewrite(fn: ir.Function, block: list, group: list, base, offset: int,
+            offset1: int = 0) -> None:
+    """Replace the loads at ``group`` (movable) by one load of a vector, register k the
+    value of ``group[k]``, from ``base`` at ``offset`` (a pair: and ``offset1``), placed
+    where the first of them was."""
+    first = min(group)
+    load = block[group[0]]
     vid = ir.next_var_id(fn)
-    q = ir.Var(f"q{vid}", ir.VecType(ir.f32, 4), vid, cls="v")
-    for k, (pos, reads) in enumerate(zip(quad, _windows(block, quad))):
+    vec = ir.Var(f"q{vid}", ir.VecType(load.array.elem, len(group)), vid, cls="v")
+    for k, (pos, reads) in enumerate(zip(group, _windows(block, group, use_counts(fn)))):
         for p, i in reads:
-            block[p].args[i] = ir.Part(q, k)
-    quad_load = ir.Inst("load", q, [load.args[0]], load.line, array=load.array,
-                        scaled=True, offset=block[quad[0]].offset)
-    for pos in sorted(quad, reverse=True):
+            block[p].args[i] = ir.Part(vec, k)
+    merged = ir.Inst("load", vec, [base], block[first].line, array=load.array, scaled=True,
+                     offset=offset, offset1=offset1)
+    for pos in sorted(group, reverse=True):
         del block[pos]
-    block.insert(first, quad_load)
+    block.insert(first, merged)

@@ -16,12 +16,14 @@ from . import ir
 _NOT_MOVED = {"load"} | ir.WAVE        # memory the loop may write; EXEC-dependent values
 
 
-def hoist_loop_invariants(fn: ir.Function) -> bool:
+def hoist_loop_invariants(fn: ir.Function, only: set | None = None) -> bool:
+    """Hoist what can be hoisted (``only``: of these instructions); whether any moved."""
     counts = ir.def_counts(fn.body)
     changed = False
 
     def movable(st, inside) -> bool:
-        return (isinstance(st, ir.Inst) and st.op in ir.PURE and st.op not in _NOT_MOVED
+        return (isinstance(st, ir.Inst) and (only is None or st in only)
+                and st.op in ir.PURE and st.op not in _NOT_MOVED
                 and st.dst is not None and not st.dst.local and st.dst.arg is None
                 and counts.get(st.dst) == 1
                 and all(not isinstance(a, ir.Var) or a not in inside for a in st.args))
