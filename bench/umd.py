@@ -189,12 +189,13 @@ def _engine_dispatch(compiled, grid, block, args: list) -> tuple[object, list]:
 
 def inner_loop_per_multiply_add(asm: str) -> float:
     """Instructions per multiply (v_mul_f32, v_mad_f32, v_fma_f32) in the innermost loop
-    that has one: its body from the loop label to the back branch, the branch included."""
+    that has one: its body from the loop label to the back branch (an s_branch, or the
+    s_cbranch_scc1 of a rotated uniform loop), the branch included."""
     import re
     multiplies = ("v_mul_f32", "v_mad_f32", "v_fma_f32")
     bodies = []
     for top in re.findall(r"^(\.L\d+_loop):", asm, re.M):
-        text = asm.split(top + ":\n", 1)[1].split(f"s_branch {top}\n", 1)[0]
+        text = asm.split(top + ":\n", 1)[1].split(f"s_branch {top}\n", 1)[0].split(f"s_cbranch_scc1 {top}\n", 1)[0]
         body = [ln.split()[0] for ln in text.splitlines() if ln.startswith("    ") and ln.strip()]
         if any(m in body for m in multiplies):
             bodies.append(body)

@@ -1448,6 +1448,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             A = vsrc(T, s, v, w, d.src0, 0, ta)
             B = vsrc(T, s, v, w, d.src1, 0, tb)
             D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            if m == <uint32_t>0xFFFFFFFFU:
+                R = D       # lane-wise: each lane reads its sources before its write
             if op == OP_V_CNDMASK_B32:
                 mask = sread(T, s, w, d.src2, 0)
                 for l in range(CU_WAVE):
@@ -1464,7 +1466,8 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 else:
                     for l in range(CU_WAVE):
                         R[l] = A[l] * B[l] + Cc[l]
-            merge(D, R, m)
+            if R != D:
+                merge(D, R, m)
         elif cls == CL_VOPC:
             A = vsrc(T, s, v, w, d.src0, d.imm, ta)
             B = vsrc(T, s, v, w, d.src1, d.imm, tb)

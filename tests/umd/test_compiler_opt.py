@@ -24,10 +24,11 @@ def mnemonics(compiled) -> list[str]:
 
 
 def loop_body(asm: str, n: int = 0) -> list[str]:
-    """The instructions of the n-th loop (from its label to its back branch)."""
+    """The instructions of the n-th loop (from its label to its back branch: an
+    s_branch, or the s_cbranch_scc1 of a rotated uniform loop)."""
     labels = re.findall(r"^(\.L\d+_loop):", asm, re.M)
     top = labels[n]
-    text = asm.split(top + ":\n", 1)[1].split(f"s_branch {top}\n", 1)[0]
+    text = asm.split(top + ":\n", 1)[1].split(f"s_branch {top}\n", 1)[0].split(f"s_cbranch_scc1 {top}\n", 1)[0]
     return [ln.split()[0] for ln in text.splitlines() if ln.startswith("    ") and ln.strip()]
 
 
@@ -110,8 +111,9 @@ def test_unroll_and_lds_offsets_in_the_tiled_matmul():
     assert "ds_read_b32" not in c.asm_text
     quads = re.findall(r"ds_read_b128 v\[\d+:\d+\], v\d+, (\d+)", c.asm_text)
     assert sorted(map(int, quads)) == [0, 16, 32, 48]       # a_tile[ty, kk..kk+3]
-    # 2 LDS reads, the multiply and the add per multiply-add, plus the tile loads
-    assert per_multiply_add(plain) == 15
+    # 2 LDS reads, the multiply and the add per multiply-add, plus the counter and the
+    # rotated loop's test and branch at the bottom
+    assert per_multiply_add(plain) == 14
     assert per_multiply_add(c) < 6
     # the unrolled body: per four multiply-adds, one quad read of A's row, two pair reads
     # of B's column and four v_mad_f32
@@ -427,3 +429,37 @@ def test_prologue_loads_never_write_reserved_sgprs():
                 assert not regs & {2, 3, 4, 5} or regs in ({2}, {2, 3}), (k.fn.__name__, line)
                 checked += 1
     assert checked > 50
+
+
+@umd.kernel
+def uniform_loops(n: i32, out: Ptr[i32]):
+    i = umd.thread_idx.x
+    total = 0
+    for k in range(n):              # zero iterations when n == 0
+        total += k
+    j = 0
+    while j * j < n:                # a header (j * j) before the test
+        j += 1
+        if j == 5:
+            continue
+        total += 100
+    out[i] = total + 1000 * j
+
+
+def test_uniform_loops_are_rotated_and_still_exact():
+    # the test at the bottom (s_cbranch_scc1 back to the top, no s_branch), the first
+    # test once before the loop: zero-trip loops run nothing; continue goes through the
+    # header again
+    c = build(uniform_loops)
+    assert not re.search(r"s_branch \.L\d+_loop", c.asm_text)
+    assert len(re.findall(r"s_cbranch_scc1 \.L\d+_loop", c.asm_text)) == 2
+    for n in (0, 1, 7, 30):
+        out = np.zeros(32, np.int32)
+        run(c, 1, 32, n, out)
+        j = 0
+        total = sum(range(n))
+        while j * j < n:
+            j += 1
+            if j != 5:
+                total += 100
+        assert list(out) == [total + 1000 * j] * 32, n

@@ -42,6 +42,9 @@ _VUNARY = {"floor": "v_floor_f32", "ceil": "v_ceil_f32", "trunc": "v_trunc_f32",
 _SPECIAL_REG = {"thread_idx.x": "v0", "thread_idx.y": "v1", "thread_idx.z": "v2",
                 "block_idx.x": "s16", "block_idx.y": "s17", "block_idx.z": "s18"}
 _VOP3 = {"v_fma_f32", "v_mad_f32", "v_mad_u32", "v_cndmask_b32"}
+# A uniform loop whose header (the statements before its test) is at most this many
+# straight-line instructions is rotated: the header and test are emitted twice.
+ROTATE_HEADER_MAX = 4
 
 
 def _sfx(t) -> str:
@@ -342,19 +345,36 @@ class CodeGen(WideCodeGen):
                 and self.fusable(header[-1]):
             fused, header = header[-1], header[:-1]
         if not st.divergent:
-            self.label(c.top)
-            self.block(header)
-            self.cur_line = line
-            if not isinstance(st.cond, ir.Const):
+            rotate = not isinstance(st.cond, ir.Const) and len(header) <= ROTATE_HEADER_MAX \
+                and all(isinstance(h, ir.Inst) for h in header)
+            if rotate:
+                # Rotated (LLVM's loop rotation): the test once before the loop, then at
+                # the bottom, so an iteration ends in one conditional branch instead of
+                # an s_branch back to a test and its branch out.
+                self.block(header)
+                self.cur_line = line
                 self.scalar_cond(st.cond, fused)
                 self.ins(f"s_cbranch_scc0 {c.end}")
+            self.label(c.top)
+            if not rotate:
+                self.block(header)
+                self.cur_line = line
+                if not isinstance(st.cond, ir.Const):
+                    self.scalar_cond(st.cond, fused)
+                    self.ins(f"s_cbranch_scc0 {c.end}")
             self.ctx.append(c)
             self.block(st.body)
             self.ctx.pop()
             self.label(c.cont)
             self.block(st.latch)
             self.cur_line = line
-            self.ins(f"s_branch {c.top}")
+            if rotate:
+                self.block(header)
+                self.cur_line = line
+                self.scalar_cond(st.cond, fused)
+                self.ins(f"s_cbranch_scc1 {c.top}")
+            else:
+                self.ins(f"s_branch {c.top}")
             self.label(c.end)
             return
         saved = self.push_mask()
