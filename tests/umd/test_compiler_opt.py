@@ -104,7 +104,7 @@ def test_unroll_and_lds_offsets_in_the_tiled_matmul():
     c, plain = build(K.matmul), build(K.matmul, level=1)
     assert c.ir_text.count("loop") == 1 and plain.ir_text.count("loop") == 2
     # b_tile[kk, tx] (at LDS 1024 + 64 kk) in pairs through tx * 4 + 1024 (lds_pairs.py)
-    base = re.search(r"v_add_u32 (v\d+), v\d+, 1024\n\.L\d+_loop:", c.asm_text).group(1)
+    base = re.search(r"v_add_u32 (v\d+), v\d+, 1024\n(?:.*\n)*?\.L\d+_loop:", c.asm_text).group(1)
     pairs = re.findall(rf"ds_read2_b32 v\[\d+:\d+\], {base} offset0:(\d+) offset1:(\d+)",
                        c.asm_text)
     assert sorted(int(o) for p in pairs for o in p) == [16 * k for k in range(16)]

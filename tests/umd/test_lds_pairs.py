@@ -48,7 +48,7 @@ def test_pairs_form_only_where_gcn_and_the_lds_allow():
     pairs = [(int(o0), int(o1)) for _, o0, o1 in PAIR.findall(c.asm_text)]
     assert sorted(pairs) == [(0, 3), (0, 10), (64, 69)], c.asm_text
     # the loop's pair reads through a register computed once, before the loop
-    loop = c.asm_text.split("_loop:\n", 1)[1].split("s_branch", 1)[0]
+    loop = c.asm_text.split("_loop:\n", 1)[1].split("_endloop:", 1)[0]
     base = next(r for r, o0, o1 in PAIR.findall(loop) if (o0, o1) == ("0", "10"))
     assert re.search(rf"v_add_u32 {base}, v\d+, 1456\n(?:.*\n)*?\.L\d+_loop:", c.asm_text)
     assert f"{base}," not in loop.replace(f"{base} offset0", "")
@@ -77,9 +77,9 @@ def test_tiled_matmul_reads_b_in_pairs_and_still_equals_numpy():
     c = build(K.matmul)
     assert len(PAIR.findall(c.asm_text)) == 8
     # the k0 loop per 16 multiply-adds: 16 v_mad_f32, 4 quads of A and 8 pairs of B
-    # (16 single reads of B without the pairs: 68 instructions, 4.25 per multiply-add)
-    # and the 32 of the tile loads, barriers and loop control
-    assert per_multiply_add(c) <= 60 / 16
+    # (without the pairs 16 single reads: 8 instructions more), and the tile loads,
+    # barriers and loop control (28 instructions)
+    assert per_multiply_add(c) <= (16 + 4 + 8 + 28) / 16
     m, n, k = 40, 36, 48
     a = RNG.standard_normal((m, k)).astype(np.float32)
     b = RNG.standard_normal((k, n)).astype(np.float32)

@@ -21,7 +21,7 @@ from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 8
+COMPILER_VERSION = 9
 
 
 def _unwrap(obj, env):
