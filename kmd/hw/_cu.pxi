@@ -257,6 +257,7 @@ cdef struct CuShared:
     uint32_t user_data[16]
     uint32_t* wave_exec     # [nwaves]
     uint32_t* lid           # [nwaves][3][32]
+    int lid_rows            # v0 only (1-D blocks), v0-v1 (2-D) or all three: the rest are 0
     uint8_t pad_back[64]
 
 cdef struct CuThread:
@@ -1787,6 +1788,8 @@ cdef int run_workgroup(CuThread* T, uint64_t index, int slot, CuFault* f) noexce
     cdef bint live
     cdef uint32_t* s
     cdef uint32_t* v
+    cdef const uint32_t* lid
+    cdef int l
     xyz[0] = index % sh.gx
     xyz[1] = (index // sh.gx) % sh.gy
     xyz[2] = index // (<uint64_t>sh.gx * sh.gy)
@@ -1804,8 +1807,15 @@ cdef int run_workgroup(CuThread* T, uint64_t index, int slot, CuFault* f) noexce
             memset(s, 0, sh.sgprs * 4)
             memcpy(s, sh.user_data, USER_SGPRS * 4)
             memcpy(s + SGPR_WORKGROUP_ID, xyz, 12)
-            memcpy(v, sh.lid + wi * 3 * CU_WAVE, 3 * CU_WAVE * 4)
-            memset(v + 3 * CU_WAVE, 0, (sh.vgprs - 3) * CU_WAVE * 4)
+            # The local ids: v0 lane by lane (a fixed 128-byte copy the C compiler turns
+            # into vector moves; memcpy of all three rows was a `rep movsq`, 5 % of
+            # saxpy), v1/v2 only where the block has a y/z extent, zeros otherwise.
+            lid = sh.lid + wi * 3 * CU_WAVE
+            for l in range(CU_WAVE):
+                v[l] = lid[l]
+            if sh.lid_rows > 1:
+                memcpy(v + CU_WAVE, lid + CU_WAVE, (sh.lid_rows - 1) * CU_WAVE * 4)
+            memset(v + sh.lid_rows * CU_WAVE, 0, (sh.vgprs - sh.lid_rows) * CU_WAVE * 4)
             T.waves[wi].exec_ = sh.wave_exec[wi]
             T.waves[wi].vcc = 0
             T.waves[wi].scc = 0
@@ -2058,11 +2068,14 @@ cdef class ComputeEngine:
             sh.win = <DInst*>malloc(sizeof(DInst) * (CU_WINDOW // 8))
             if sh.wave_exec == NULL or sh.lid == NULL or sh.win == NULL:
                 raise MemoryError
+            sh.lid_rows = 1
             for wi, (mask, ids) in enumerate(layout):
                 sh.wave_exec[wi] = mask
                 for lane, xyz in enumerate(ids):
                     for k in range(3):
                         sh.lid[(wi * 3 + k) * CU_WAVE + lane] = xyz[k]
+                        if xyz[k] and k >= sh.lid_rows:
+                            sh.lid_rows = k + 1
             for i in range(nthreads):
                 threads[i].sh = &sh
                 threads[i].s = <uint32_t*>cu_zalloc(sh.nwaves * CU_MAX_SGPRS * 4)
