@@ -199,8 +199,8 @@ def test_compiled_kernel_contract():
     c = build(K.saxpy)
     assert isinstance(c, CompiledKernel) and c.name == "saxpy"
     names = [a.name for a in c.args]
-    assert names == ["n", "a", "x", "y", "__grid_dim_x", "__grid_dim_y", "__grid_dim_z",
-                     "__block_dim_x", "__block_dim_y", "__block_dim_z"]
+    assert names == ["n", "a", "x", "y", "__block_dim_x", "__block_dim_y", "__block_dim_z",
+                     "__grid_dim_x", "__grid_dim_y", "__grid_dim_z"]
     assert c.args[2] == ArgSpec("x", "ptr", 8, 8, dtype="f32", ndim=0)    # Ptr[f32]: flat, any ndim
     assert all(a.kind == "u32" for a in c.args[4:])
     assert c.kernarg_size == 48
@@ -331,6 +331,9 @@ def test_cache_key_covers_source_options_and_constants(tmp_path, monkeypatch):
     a = compile_kernel(K.saxpy)
     b = compile_kernel(K.saxpy)
     assert a.code_object == b.code_object and a.line_table == b.line_table
+    # a different compiler (its sources' digest) at the same COMPILER_VERSION: new key
+    monkeypatch.setattr(cache, "_COMPILER_DIGEST", "another compiler")
+    assert k1 != cache.cache_key(K.saxpy, {}, 1)
 
 
 def test_shaders_debug_dumps_ir_and_asm(tmp_path):

@@ -267,13 +267,34 @@ def test_sinking_one_store_after_if_else():
 
 
 def test_adjacent_arguments_share_one_scalar_load():
-    # n, a, x, y (offsets 0..23) and block_dim.x (36) keep their kernarg distances in
-    # s6..s15 (the unused grid dims between are a 3-dword gap): one s_load_dwordx8 of
-    # offsets 0..31 and one x2 of 32..39; nothing past the 48-byte segment is read
+    # n, a, x, y (offsets 0..23) and block_dim.x (24: the block dims come first among
+    # the hidden arguments) are 7 dwords in s6..s12: one s_load_dwordx8 of offsets
+    # 0..31, inside the 48-byte segment, whose eighth dword lands in s13, which holds
+    # no argument
     c = build(K.saxpy)
     loads = [line.split() for line in c.asm_text.splitlines() if "s_load" in line]
-    assert [(ld[0], ld[1], ld[-1]) for ld in loads] == [("s_load_dwordx8", "s[6:13],", "0"),
-                                                       ("s_load_dwordx2", "s[14:15],", "32")]
+    assert [(ld[0], ld[1], ld[-1]) for ld in loads] == [("s_load_dwordx8", "s[6:13],", "0")]
+
+
+@umd.kernel
+def gap_kernel(n: i32, a: f32, x: Ptr[f32], y: Ptr[f32]):
+    # reads grid_dim.x (offset 36) past the block dims: a 3-dword gap from y's end
+    i = umd.thread_idx.x
+    if i < n:
+        y[i] = a * x[i] + f32(umd.grid_dim.x)
+
+
+def test_small_kernarg_gaps_are_loaded_over():
+    # n..y (0..23) and grid_dim.x (36) keep their distance (the block dims between are
+    # a 3-dword gap, regalloc KERNARG_GAP_DWORDS): s6..s15, one x8 and one x2; the
+    # kernel reads the right values
+    c = build(gap_kernel)
+    loads = [line.split() for line in c.asm_text.splitlines() if "s_load" in line]
+    assert [(ld[0], ld[-1]) for ld in loads] == [("s_load_dwordx8", "0"), ("s_load_dwordx2", "32")]
+    x, y = np.arange(32, dtype=np.float32), np.zeros(32, np.float32)
+    run(c, 3, 32, 20, np.float32(2), x, y)
+    np.testing.assert_array_equal(y[:20], 2 * x[:20] + 3)
+    assert not y[20:].any()
 
 
 @umd.kernel

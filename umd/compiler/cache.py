@@ -4,8 +4,10 @@
 <key>.vco (the code object) and <key>.json (CompiledKernel's other fields).  The key is
 the SHA-256 of the kernel's source text, the values of the module-level constants it
 names, the sources and constants of the device functions it may call (and of theirs),
-the compiler's own kernel-language library, the compile options, the vISA version and
-the compiler version: any of them changing makes a new entry.  Hits and misses are logged under VGPU_DEBUG=cache.
+the compiler's own kernel-language library, the compile options, the vISA version, the
+compiler version and a digest of the compiler's and the assembler's source files (so a
+changed compiler never reuses another's entries, whatever its version number): any of
+them changing makes a new entry.  Hits and misses are logged under VGPU_DEBUG=cache.
 """
 from __future__ import annotations
 
@@ -89,6 +91,27 @@ def _source(pyfn) -> str:
         return repr(pyfn.__code__.co_code)
 
 
+_COMPILER_DIGEST: str | None = None
+
+
+def compiler_digest() -> str:
+    """SHA-256 of the compiler's own source files and of the vISA tables and
+    assembler it emits for (umd/compiler/*.py, vgpu/isa.py, vgpu/asm.py), read once
+    per process (about a millisecond). Part of every key: two checkouts whose
+    compilers differ never share an entry, even with the same COMPILER_VERSION (two
+    branches that both bumped it once handed each other code with opcodes the other
+    did not know)."""
+    global _COMPILER_DIGEST
+    if _COMPILER_DIGEST is None:
+        h = hashlib.sha256()
+        here = Path(__file__).resolve().parent
+        for path in sorted(here.glob("*.py")) + [Path(isa.__file__).resolve(),
+                                                 Path(isa.__file__).resolve().with_name("asm.py")]:
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        _COMPILER_DIGEST = h.hexdigest()
+    return _COMPILER_DIGEST
+
+
 def cache_key(pyfn, options: dict, compiler_version: int, env: dict | None = None) -> str:
     from . import libdevice
     device: dict = {}
@@ -96,7 +119,8 @@ def cache_key(pyfn, options: dict, compiler_version: int, env: dict | None = Non
     blob = json.dumps({"source": _source(pyfn), "constants": _constants(pyfn, env),
                        "device_functions": device, "library": inspect.getsource(libdevice),
                        "options": {k: repr(v) for k, v in sorted(options.items())},
-                       "isa": isa.ISA_VERSION, "compiler": compiler_version},
+                       "isa": isa.ISA_VERSION, "compiler": compiler_version,
+                       "compiler_sources": compiler_digest()},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 

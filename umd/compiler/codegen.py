@@ -173,8 +173,9 @@ class CodeGen(WideCodeGen):
             elif a.cls == "v":
                 self.ins(f"s_load_dword s2, s[0:1], {a.arg.offset}")
                 self.ins(f"v_mov_b32 {self.reg(a)}, s2")
+        end = max((a.arg.offset + a.arg.size for a in fn.args), default=0)
         for reg, offset, n in _kernarg_loads([a for a in fn.args if a.reg is not None
-                                              and a.cls == "s"]):
+                                              and a.cls == "s"], end):
             if n == 1:
                 self.ins(f"s_load_dword s{reg}, s[0:1], {offset}")
             else:
@@ -652,15 +653,17 @@ _LOADS = {"u8": "global_load_ubyte", "b1": "global_load_ubyte", "i8": "global_lo
 _STORES = {1: "global_store_byte", 2: "global_store_short"}
 
 
-def _kernarg_loads(args) -> list[tuple[int, int, int]]:
+def _kernarg_loads(args, kernarg_end: int) -> list[tuple[int, int, int]]:
     """(first SGPR, kernarg offset, dwords) of the prologue's scalar loads. Arguments
     at the same distance in the kernarg segment and in the SGPRs (regalloc.py keeps
-    small gaps of unused arguments) share loads of up to 16 dwords; a run is cut into
-    s_load_dwordx16/x8/x4/x2/dword pieces that read nothing outside it, so no other
-    register is written and nothing past the segment is read. A gap is loaded over
-    only when its SGPRs are allocatable ones (free at the prologue): never the
+    small gaps of unused arguments) share loads of up to 16 dwords. A gap is loaded
+    over only when its SGPRs are allocatable ones (free at the prologue): never the
     workgroup ids or the scratch registers, even when an argument happens to sit at
-    its kernarg distance past them."""
+    its kernarg distance past them. A run of a width with no load of its own (3, 5-7,
+    9-15 dwords) is loaded by the next wider s_load when the extra dwords are still
+    inside the kernarg segment (`kernarg_end`) and land in allocatable SGPRs that hold
+    no argument (saxpy: n, a, x, y, block_dim.x, 7 dwords, in one x8); else it is cut
+    into x16/x8/x4/x2/dword pieces that read nothing outside it."""
     runs: list[list[int]] = []             # [reg, offset, dwords]
     for a in sorted(args, key=lambda a: a.arg.offset):
         n = a.arg.size // 4
@@ -671,8 +674,13 @@ def _kernarg_loads(args) -> list[tuple[int, int, int]]:
             last[2] = (a.arg.offset - last[1]) // 4 + n
         else:
             runs.append([a.reg, a.arg.offset, n])
+    held = {a.reg + k for a in args for k in range(a.arg.size // 4)}
     out = []
     for reg, offset, n in runs:
+        wide = next(w for w in (1, 2, 4, 8, 16) if w >= n)
+        if offset + 4 * wide <= kernarg_end and \
+                all(r in ALLOC_S and r not in held for r in range(reg + n, reg + wide)):
+            n = wide
         while n:
             k = next(w for w in (16, 8, 4, 2, 1) if w <= n)
             out.append((reg, offset, k))

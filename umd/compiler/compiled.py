@@ -14,7 +14,7 @@ class CompiledKernel:
 
     name: str
     code_object: bytes                     # a .vco image
-    args: list[ArgSpec]                    # user arguments, then __grid_dim_*, __block_dim_*
+    args: list[ArgSpec]                    # user arguments, then __block_dim_*, __grid_dim_*
     kernarg_size: int
     line_table: dict[int, int] = dataclasses.field(default_factory=dict)  # PC -> source line
     source_file: str = ""

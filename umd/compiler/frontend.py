@@ -460,7 +460,10 @@ class FunctionLowering:
             v = ir.Var(p.arg, t, -len(self.args) - 1, local=True, arg=spec)
             self.args.append(v)
             self.locals[p.arg] = v
-        for prefix in ("grid_dim", "block_dim"):
+        # block_dim before grid_dim: the one nearly every kernel reads (umd.grid, the
+        # index idiom) then sits next to the user arguments, so the prologue's one
+        # s_load_dwordx8 reaches it (saxpy: n, a, x, y, block_dim.x in offsets 0..27).
+        for prefix in ("block_dim", "grid_dim"):
             for d in DIMS:
                 name = f"__{prefix}_{d}"
                 spec = ir.ArgSpec(name, "u32", offset, 4)
