@@ -348,21 +348,23 @@ class CodeGen(WideCodeGen):
         if not st.divergent:
             rotate = not isinstance(st.cond, ir.Const) and len(header) <= ROTATE_HEADER_MAX \
                 and all(isinstance(h, ir.Inst) for h in header)
-            if rotate:
-                # Rotated (LLVM's loop rotation): the test once before the loop, then at
-                # the bottom, so an iteration ends in one conditional branch instead of
-                # an s_branch back to a test and its branch out.
-                self.block(header)
-                self.cur_line = line
-                self.scalar_cond(st.cond, fused)
-                self.ins(f"s_cbranch_scc0 {c.end}")
-            self.label(c.top)
-            if not rotate:
+
+            def test(branch: str) -> None:
+                """The header, then `branch` on the loop's condition (none if constant)."""
                 self.block(header)
                 self.cur_line = line
                 if not isinstance(st.cond, ir.Const):
                     self.scalar_cond(st.cond, fused)
-                    self.ins(f"s_cbranch_scc0 {c.end}")
+                    self.ins(branch)
+
+            if rotate:
+                # Rotated (LLVM's loop rotation): the test once before the loop, then at
+                # the bottom, so an iteration ends in one conditional branch instead of
+                # an s_branch back to a test and its branch out.
+                test(f"s_cbranch_scc0 {c.end}")
+            self.label(c.top)
+            if not rotate:
+                test(f"s_cbranch_scc0 {c.end}")
             self.ctx.append(c)
             self.block(st.body)
             self.ctx.pop()
@@ -370,10 +372,7 @@ class CodeGen(WideCodeGen):
             self.block(st.latch)
             self.cur_line = line
             if rotate:
-                self.block(header)
-                self.cur_line = line
-                self.scalar_cond(st.cond, fused)
-                self.ins(f"s_cbranch_scc1 {c.top}")
+                test(f"s_cbranch_scc1 {c.top}")
             else:
                 self.ins(f"s_branch {c.top}")
             self.label(c.end)
