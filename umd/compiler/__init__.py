@@ -5,23 +5,25 @@
 Pipeline: frontend (AST -> typed IR) -> opt (constant folding/propagation, dead code)
 -> unroll (small constant loops) -> uniformity (scalar vs vector registers) ->
 addressing (byte offsets, LDS constant offsets) -> cse / licm (shared and loop-invariant
-work) -> sinking (one store after an if/else) -> contract (mad; fma under fastmath) ->
-opt (again, and move coalescing) -> lds_quads (ds_read_b128 of four shared reads) ->
-lds_pairs (ds_read2_b32 of two) -> regalloc (linear scan) -> codegen (vISA assembly) ->
-peephole (exec skips and restores that do nothing) -> vgpu.asm.assemble -> .vco.
+work) -> reassociate (an add's invariant terms together, then licm again) -> cse ->
+sinking (one store after an if/else) -> contract (mad; fma under fastmath) -> opt
+(again, and move coalescing) -> lds_quads (ds_read_b128 of four shared reads) ->
+lds_pairs (ds_read2_b32 of two) -> lane_masks (vector bools kept in SGPR lane masks) ->
+regalloc (linear scan) -> codegen (vISA assembly) -> peephole (exec skips and restores
+that do nothing) -> vgpu.asm.assemble -> .vco.
 """
 from __future__ import annotations
 
 from vgpu import asm
 
-from . import (addressing, cache, codegen, contract, cse, frontend, ir, lds_pairs, lds_quads,
-               licm, opt, peephole, regalloc, sinking, uniformity, unroll)
+from . import (addressing, cache, codegen, contract, cse, frontend, ir, lane_masks, lds_pairs,
+               lds_quads, licm, opt, peephole, reassociate, regalloc, sinking, uniformity, unroll)
 from .compiled import CompiledKernel
 from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 9
+COMPILER_VERSION = 10
 
 
 def _unwrap(obj, env):
@@ -48,6 +50,8 @@ def optimize(fn: ir.Function, level: int = 2, fastmath: bool = False) -> None:
     addressing.lower_addresses(fn)
     cse.eliminate_common_subexpressions(fn)
     licm.hoist_loop_invariants(fn)
+    if reassociate.reassociate_loop_adds(fn):
+        licm.hoist_loop_invariants(fn)
     cse.eliminate_common_subexpressions(fn)
     sinking.sink_stores(fn)
     if fastmath:
@@ -58,6 +62,7 @@ def optimize(fn: ir.Function, level: int = 2, fastmath: bool = False) -> None:
     uniformity.analyze(fn)
     lds_quads.merge_lds_quads(fn)
     lds_pairs.merge_lds_pairs(fn)
+    lane_masks.assign_lane_masks(fn)
 
 
 def build(pyfn, options: dict | None = None, env: dict | None = None, *,

@@ -1,6 +1,7 @@
 """IR -> vISA assembly text (docs/umd-compiler.md 7, docs/isa.md 5).
 
-Scalar values (Var.cls 's') use SALU instructions, vector values VALU ones.  Control
+Scalar values (Var.cls 's') use SALU instructions, vector values VALU ones, bools kept
+as lane masks ('m', lane_masks.py) an SGPR a v_cmp writes and SALU ops combine.  Control
 flow follows the canonical EXEC idioms of docs/isa.md 5:
   - an `if` on a scalar condition is an SCC branch; on a vector condition it is
     s_and_saveexec / s_andn2 (the else lanes) / restore, with s_cbranch_execz skips;
@@ -124,7 +125,7 @@ class CodeGen(WideCodeGen):
                 return f"s[{x.reg}:{x.reg + 1}]"
             if x.type.wide:
                 return f"v[{x.reg}:{x.reg + 1}]"
-            return f"{x.cls}{x.reg}"
+            return f"{'s' if x.cls == 'm' else x.cls}{x.reg}"
         bits = x.bits()
         if x.type == f32:
             return f"0x{bits:08x}"
@@ -268,10 +269,15 @@ class CodeGen(WideCodeGen):
         else:
             self.op("s_cmp_ne_u32", None, cond, ir.Const(0, u32))
 
-    def vector_cond(self, cond, fused) -> None:
-        """VCC = cond (lanes where the vector bool is true)."""
+    def vector_cond(self, cond, fused) -> str:
+        """The lane mask of cond (lanes where the vector bool is true): VCC, or the
+        SGPR of a lane-mask value (lane_masks.py), which needs no instruction."""
         if isinstance(fused, tuple):                    # fused_logic
             logic, cmp, other = fused
+            if other.cls == "m":
+                self.compare(cmp, "vcc")
+                self.ins(f"s_{logic.op}_b32 vcc, vcc, {self.reg(other)}")
+                return "vcc"
             m = self.push_mask()
             self.op("v_cmp_ne_u32", m, other, ir.Const(0, u32))
             self.compare(cmp, "vcc")
@@ -279,15 +285,18 @@ class CodeGen(WideCodeGen):
             self.pop_mask()
         elif fused is not None:
             self.compare(fused, "vcc")
+        elif isinstance(cond, ir.Var) and cond.cls == "m":
+            return self.reg(cond)
         else:
             self.op("v_cmp_ne_u32", "vcc", cond, ir.Const(0, u32))
+        return "vcc"
 
     def is_scalar_cond(self, cond, fused) -> bool:
         if isinstance(fused, tuple):
             return False
         if fused is not None:
             return fused.dst.cls == "s"
-        return not (isinstance(cond, (ir.Var, ir.Special)) and cond.cls == "v")
+        return not (isinstance(cond, (ir.Var, ir.Special)) and cond.cls in ("v", "m"))
 
     def restore(self, saved: str) -> None:
         c = self.ctx[-1]
@@ -312,12 +321,12 @@ class CodeGen(WideCodeGen):
                 self.block(st.else_)
             self.label(end)
             return
-        self.vector_cond(st.cond, fused)
+        mask = self.vector_cond(st.cond, fused)
         saved = self.push_mask()
-        self.ins(f"s_and_saveexec_b32 {saved}, vcc")
+        self.ins(f"s_and_saveexec_b32 {saved}, {mask}")
         if st.else_:
             els_mask = self.push_mask()
-            self.ins(f"s_andn2_b32 {els_mask}, {saved}, vcc")
+            self.ins(f"s_andn2_b32 {els_mask}, {saved}, {mask}")
         els = self.new_label("else") if st.else_ else end
         self.ins(f"s_cbranch_execz {els}")
         self.under_vector += 1
@@ -395,8 +404,8 @@ class CodeGen(WideCodeGen):
                 self.scalar_cond(st.cond, fused)
                 self.ins(f"s_cbranch_scc0 {c.end}")
             else:
-                self.vector_cond(st.cond, fused)
-                self.ins("s_and_b32 exec, exec, vcc")
+                mask = self.vector_cond(st.cond, fused)
+                self.ins(f"s_and_b32 exec, exec, {mask}")
         self.ins(f"s_cbranch_execz {c.end}")
         if has_cont:
             self.ins(f"s_mov_b32 {c.iter}, exec")
@@ -492,6 +501,8 @@ class CodeGen(WideCodeGen):
             return self.wave_op(st)
         if op not in ir.COMPARE and (is_wide(d) or any(is_wide(x) for x in a)):
             return self.wide_inst(st)
+        if d.cls == "m":
+            return self.lane_mask(st)
         dst = self.reg(d)
         scalar = d.cls == "s"
         t = d.type
@@ -550,6 +561,17 @@ class CodeGen(WideCodeGen):
             return self.op(_VUNARY[op], dst, a[0])
         raise AssertionError(f"no vector form of {op}")
 
+    def lane_mask(self, st: ir.Inst) -> None:
+        """A bool kept as a lane mask (lane_masks.py): a compare writes it, and/or/lnot
+        combine masks with SALU ops. Bits of lanes that are off may be anything: every
+        use runs with a subset of the lanes on here."""
+        dst = self.reg(st.dst)
+        if st.op in ir.COMPARE:
+            return self.compare(st, dst)
+        if st.op == "lnot":
+            return self.ins(f"s_not_b32 {dst}, {self.reg(st.args[0])}")
+        self.ins(f"s_{st.op}_b32 {dst}, {self.reg(st.args[0])}, {self.reg(st.args[1])}")
+
     def wave_op(self, st: ir.Inst) -> None:
         """Lane ids, votes, shuffles and bit counts: vector results (uniformity.py)."""
         op, dst, a = st.op, self.reg(st.dst), st.args
@@ -586,8 +608,8 @@ class CodeGen(WideCodeGen):
         if st.dst.cls == "s":
             self.scalar_cond(cond, fused)
             return self.op("s_cselect_b32", dst, a, b)
-        self.vector_cond(cond, fused)
-        self.op("v_cndmask_b32", dst, b, a, _Raw("vcc"))
+        mask = self.vector_cond(cond, fused)
+        self.op("v_cndmask_b32", dst, b, a, _Raw(mask))
 
     def memory(self, st: ir.Inst) -> None:
         arr, idx = st.array, st.args[0]

@@ -181,10 +181,10 @@ class WideCodeGen:
 
     def wide_select(self, st: ir.Inst, fused=None) -> None:
         cond, a, b = st.args
-        self.vector_cond(cond, fused)
+        mask = self.vector_cond(cond, fused)
         for k in range(2):
             self.op("v_cndmask_b32", f"v{st.dst.reg + k}", self.halves(b)[k], self.halves(a)[k],
-                    Raw("vcc"))
+                    Raw(mask))
 
     def wide_memory(self, st: ir.Inst, arr, lds: bool, tail: str) -> None:
         """load/store/atomic of an 8-byte element; v3 holds the byte offset."""

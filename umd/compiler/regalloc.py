@@ -6,7 +6,8 @@ whole loop (its value flows around the back edge), and in divergent code a VGPR 
 keep its old value in lanes that skip an assignment, so a variable keeps one register
 for its whole interval.  Registers:
   s[0:1] kernarg pointer, s2..s5 scratch, s16..s18 workgroup ids (reserved);
-  s6..s15 and s19..s103 allocatable (pointers take a pair, no alignment);
+  s6..s15 and s19..s103 allocatable (pointers take a pair, no alignment; a lane
+  mask, lane_masks.py, takes one);
   v0..v2 thread ids, v3..v5 scratch (reserved); v6..v127 allocatable (64-bit values
   take a pair); a kernel with a 64-bit compare-and-swap reserves v6..v7 as well (its
   data and compare value go in v[4:7]).
@@ -102,9 +103,9 @@ def allocate(fn: ir.Function) -> tuple[int, int]:
         for a in list(active):
             if intervals[a][1] < start:
                 active.remove(a)
-                free[a.cls].extend(_regs(a))
-                free[a.cls].sort()
-        pool = free[v.cls]
+                free[_file(a)].extend(_regs(a))
+                free[_file(a)].sort()
+        pool = free[_file(v)]
         width = ir.width(v.type)
         reg = _kernarg_slot(v, prev_arg, pool, width)
         for r in pool if reg is None else ():
@@ -112,14 +113,14 @@ def allocate(fn: ir.Function) -> tuple[int, int]:
                 reg = r
                 break
         if reg is None:
-            kind = "SGPRs" if v.cls == "s" else "VGPRs"
+            kind = "SGPRs" if _file(v) == "s" else "VGPRs"
             raise KernelCompileError(
                 f"{fn.source_file}: {fn.name}: out of {kind}: too many values live at once "
                 f"(no spilling; simplify the kernel or split it)")
         for k in range(width):
             pool.remove(reg + k)
         v.reg = reg
-        top[v.cls] = max(top[v.cls], reg + width - 1)
+        top[_file(v)] = max(top[_file(v)], reg + width - 1)
         active.append(v)
         if v.arg is not None and v.cls == "s":
             prev_arg = v
@@ -146,6 +147,11 @@ def _kernarg_slot(v, prev, pool: list[int], width: int) -> int | None:
     first = prev.reg + ir.width(prev.type)
     reg = first + gap // 4
     return reg if all(r in pool for r in range(first, reg + width)) else None
+
+
+def _file(v) -> str:
+    """The register file of a value: lane masks (cls 'm', lane_masks.py) are SGPRs."""
+    return "s" if v.cls == "m" else v.cls
 
 
 def _is_cas64(st) -> bool:

@@ -34,7 +34,7 @@ _SCALAR_INT_OPS = {"mov", "add", "sub", "mul", "and", "or", "xor", "shl", "shr",
 
 def is_vector(x) -> bool:
     if isinstance(x, ir.Var):
-        return x.cls == "v"
+        return x.cls in ("v", "m")          # 'm': a lane mask (lane_masks.py)
     if isinstance(x, ir.Special):
         return x.cls == "v"
     return False
