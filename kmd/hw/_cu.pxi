@@ -258,6 +258,7 @@ cdef struct CuShared:
     uint32_t* wave_exec     # [nwaves]
     uint32_t* lid           # [nwaves][3][32]
     int lid_rows            # v0 only (1-D blocks), v0-v1 (2-D) or all three: the rest are 0
+    int vzero_from          # no instruction of the window writes a VGPR below this one
     uint8_t pad_back[64]
 
 cdef struct CuThread:
@@ -298,6 +299,7 @@ cdef struct CuThread:
     int last_wave
     int64_t last_pc
     DInst scratch           # decode of an instruction outside the window
+    int vzero_from          # a fresh wave zeroes its VGPRs from here (see run_workgroup)
     uint8_t pad[64]         # the next thread's record starts a cache line later
 
 
@@ -769,6 +771,57 @@ cdef inline int misaligned(uint64_t addr, uint64_t size, int access, CuFault* f)
     return 0
 
 
+cdef inline uint32_t half_wave_span(const uint32_t* A) noexcept nogil:
+    """64 when each half-wave (lanes 0-15, 16-31) of the address register A holds 16
+    consecutive dword addresses, 4 when it holds one address (a 16-wide block's row or
+    column of a shared tile), else 0."""
+    cdef uint32_t run = 0, same = 0, x
+    cdef int l
+    for l in range(CU_WAVE):       # branch-free: the C compiler vectorizes it
+        x = A[l]
+        run |= x ^ (A[l & 16] + 4 * <uint32_t>(l & 15))
+        same |= x ^ A[l & 16]
+    if run == 0:
+        return 64
+    return 4 if same == 0 else 0
+
+
+cdef bint global_half_waves(CuThread* T, uint32_t* s, uint32_t* v, const DInst* d) noexcept nogil:
+    """A full wave's global_load/store_dword at SGPR base + VGPR offsets where each
+    half-wave (lanes 0-15, 16-31) touches 16 consecutive dwords inside one page (a
+    16-wide block's rows of a tile): two translations, then two 64-byte copies, the
+    lower half first (lane order: the upper half wins an address both write).  False,
+    with nothing done, for any other pattern, an offset run that wraps 2^32, or a
+    translation that would fault: the other paths then find the first faulting lane."""
+    cdef uint32_t* O = v + (d.src0 - OPR_VGPR) * CU_WAVE
+    cdef uint64_t base = ((<uint64_t>s[d.src1] | (<uint64_t>s[d.src1 + 1] << 32)) +
+                          <uint64_t>d.off)
+    cdef uint64_t a0, a1
+    cdef uint8_t* p0
+    cdef uint8_t* p1
+    cdef CuFault scratch
+    cdef int access = ACCESS_READ if d.op == OP_GLOBAL_LOAD_DWORD else ACCESS_WRITE
+    if half_wave_span(O) != 64 or O[0] > <uint32_t>0xFFFFFFFFU - 60 or \
+            O[16] > <uint32_t>0xFFFFFFFFU - 60:
+        return False
+    a0, a1 = base + O[0], base + O[16]
+    if (a0 | a1) & 3 or (a0 & PAGE_MASK) > PAGE_SIZE - 64 or (a1 & PAGE_MASK) > PAGE_SIZE - 64:
+        return False
+    p0 = translate(T, a0, access, &scratch)
+    if p0 == NULL:
+        return False
+    p1 = translate(T, a1, access, &scratch)
+    if p1 == NULL:
+        return False
+    if access == ACCESS_READ:      # D may be O: both addresses are taken already
+        memcpy(v + (d.dst - OPR_VGPR) * CU_WAVE, p0, 64)
+        memcpy(v + (d.dst - OPR_VGPR) * CU_WAVE + 16, p1, 64)
+    else:
+        memmove(p0, v + (d.src2 - OPR_VGPR) * CU_WAVE, 64)
+        memmove(p1, v + (d.src2 - OPR_VGPR) * CU_WAVE + 16, 64)
+    return True
+
+
 cdef bint global_two_pages(CuThread* T, uint32_t* s, uint32_t* v, const DInst* d) noexcept nogil:
     """A full wave's global_load/store_dword at SGPR base + VGPR offsets whose aligned
     addresses all lie in at most two pages (a tile's rows, a strided column): one
@@ -861,7 +914,7 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
                         return 1
                     memcpy(p, v + (d.src2 - OPR_VGPR) * CU_WAVE, 4 * CU_WAVE)
                 return 0
-        if d.src1 != OPR_OFF and global_two_pages(T, s, v, d):
+        if d.src1 != OPR_OFF and (global_half_waves(T, s, v, d) or global_two_pages(T, s, v, d)):
             return 0
     if op <= OP_GLOBAL_LOAD_SSHORT:
         size = 4 if op == OP_GLOBAL_LOAD_DWORD else (1 if op <= OP_GLOBAL_LOAD_SBYTE else 2)
@@ -935,21 +988,6 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
         if d.dst != OPR_OFF:
             v[(d.dst - OPR_VGPR) * CU_WAVE + l] = old
     return 0
-
-
-cdef inline uint32_t half_wave_span(const uint32_t* A) noexcept nogil:
-    """64 when each half-wave (lanes 0-15, 16-31) of the address register A holds 16
-    consecutive dword addresses, 4 when it holds one address (a 16-wide block's row or
-    column of a shared tile), else 0."""
-    cdef uint32_t run = 0, same = 0, x
-    cdef int l
-    for l in range(CU_WAVE):       # branch-free: the C compiler vectorizes it
-        x = A[l]
-        run |= x ^ (A[l & 16] + 4 * <uint32_t>(l & 15))
-        same |= x ^ A[l & 16]
-    if run == 0:
-        return 64
-    return 4 if same == 0 else 0
 
 
 cdef inline void half_wave_read(uint32_t* D, const uint32_t* lds, uint32_t a0, uint32_t a1,
@@ -1265,6 +1303,8 @@ cdef const DInst* fetch(CuThread* T, int64_t pc, CuFault* f) noexcept nogil:
     memcpy(&word, p, 8)
     sh.lock.unlock_shared()
     cu_decode(word, sh.sgprs, sh.vgprs, &T.scratch)
+    if T.scratch.dst >= OPR_VGPR and T.scratch.dst - OPR_VGPR < T.vzero_from:
+        T.vzero_from = T.scratch.dst - OPR_VGPR     # code past the window wrote lower
     return &T.scratch
 
 
@@ -1745,6 +1785,7 @@ cdef void csa_restore(CuThread* T, int slot) noexcept nogil:
         memcpy(T.v + wi * sh.vgprs * CU_WAVE, p + CU_CSA_WAVE_HEADER + sh.sgprs * 4,
                sh.vgprs * CU_WAVE * 4)
         p += sh.wave_rec
+    T.vzero_from = 0        # the saved rows need not be zero: later waves zero them all
     memcpy(T.lds, p, sh.lds_bytes)
     sh.csa_used.fetch_and(~(<uint32_t>1 << slot))
 
@@ -1815,7 +1856,11 @@ cdef int run_workgroup(CuThread* T, uint64_t index, int slot, CuFault* f) noexce
                 v[l] = lid[l]
             if sh.lid_rows > 1:
                 memcpy(v + CU_WAVE, lid + CU_WAVE, (sh.lid_rows - 1) * CU_WAVE * 4)
-            memset(v + sh.lid_rows * CU_WAVE, 0, (sh.vgprs - sh.lid_rows) * CU_WAVE * 4)
+            # The ISA's zeros (docs/isa.md): only the rows this dispatch's code may
+            # write; the rows below vzero_from are still zero from the allocation.
+            l = T.vzero_from if T.vzero_from > sh.lid_rows else sh.lid_rows
+            if l < sh.vgprs:
+                memset(v + l * CU_WAVE, 0, (sh.vgprs - l) * CU_WAVE * 4)
             T.waves[wi].exec_ = sh.wave_exec[wi]
             T.waves[wi].vcc = 0
             T.waves[wi].scc = 0
@@ -2112,6 +2157,15 @@ cdef class ComputeEngine:
                             nwin += 8
                     pt.lock.unlock_shared()
                 sh.win_bytes = nwin
+                # The lowest VGPR an instruction of the window may write (a bad or
+                # unused dst field only lowers it): run_workgroup zeroes from there.
+                sh.vzero_from = vgprs
+                for i in range(nwin >> 3):
+                    if sh.win[i].status == CU_OK and sh.win[i].dst >= OPR_VGPR and \
+                            sh.win[i].dst - OPR_VGPR < sh.vzero_from:
+                        sh.vzero_from = sh.win[i].dst - OPR_VGPR
+                for i in range(nthreads):
+                    threads[i].vzero_from = sh.vzero_from
                 for i in range(1, nthreads):
                     if pthread_create(&tids[i], NULL, cu_worker, &threads[i]) != 0:
                         nthreads = i        # run with the threads we have

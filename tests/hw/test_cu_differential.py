@@ -124,6 +124,44 @@ def test_full_wave_global_access_over_two_pages():
     assert r.status == "ok"
 
 
+# (offset of lanes 0-15, of lanes 16-31, an unmapped page): rows in two pages; one row
+# twice (a store's upper half wins); halves overlapping by 8 dwords; a half across a
+# page boundary (the lane loop runs); the upper half's load, or store, on an unmapped
+# page (a load writes nothing, a store keeps lanes 0-15); offsets wrapping 2^32.
+HALF_WAVE_CASES = {"two_pages": (0x40, 0x1880, None), "same_row": (0x2000, 0x2000, None),
+                   "overlap": (0x2000, 0x2020, None), "page_crossing": (0x0fe0, 0x3000, None),
+                   "load_unmapped": (0x3000, 0x5000, 0x5000),
+                   "store_unmapped": (0x3000, 0x5000, 0xd000),
+                   "wrap": (0xffffffe0, 0x100, None)}
+
+
+@pytest.mark.parametrize("case", sorted(HALF_WAVE_CASES))
+def test_full_wave_global_half_waves(case):
+    # Each half-wave of a full wave loads 16 consecutive dwords, then stores 16 at
+    # 0x8000 further (a 16-wide block's tile rows: the engine copies each half at once).
+    lo, hi, hole = HALF_WAVE_CASES[case]
+    text = f"""
+    v_and_b32 v4, v0, 15
+    v_lshl_b32 v4, v4, 2
+    v_cmp_lt_u32 vcc, v0, 16
+    v_mov_b32 v5, {hi}
+    v_mov_b32 v6, {lo}
+    v_cndmask_b32 v5, v5, v6, vcc
+    v_add_u32 v4, v4, v5
+    global_load_dword v7, v4, s[2:3], 0
+    v_add_u32 v7, v7, v0
+    global_store_dword v4, v7, s[2:3], 0x8000
+    s_endpgm
+    """
+    def run(rig):
+        rig.put(0, np.arange(0x8000 // 4, dtype=np.uint32) * 3)
+        if hole is not None:
+            rig.pt.unmap(MEM_VA + hole, 0x1000)
+        return rig.run(text, (1, 1, 1), (32, 1, 1), user_data=UD, sgprs=24, vgprs=8)
+    r = same(run)
+    assert (r.status == "ok") == (hole is None and case != "wrap"), r
+
+
 @pytest.mark.parametrize("fault", [False, True])
 def test_full_wave_lds_half_waves(fault):
     # Half-waves of 16 consecutive dwords (the engine copies them), overlapping halves

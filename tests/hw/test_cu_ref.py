@@ -599,6 +599,37 @@ def test_ds_read2_b32_faults(rig):
     assert r.reason == "illegal_instruction"
 
 
+def test_every_wave_starts_with_zero_vgprs_even_past_the_decoded_window(rig):
+    """docs/isa.md 1.2: a wave's VGPRs other than the local ids start at 0. Each wave
+    stores v1 and v5 as it finds them, then writes both: no later wave (the core runs
+    many on one worker, in the same registers) may see those values. v5 is written in
+    the entry page; v1 only in code on a page behind an unmapped one, which the core
+    fetches past its decoded window."""
+    text = f"""
+    v_lshl_b32 v3, v0, 3
+    s_mul_i32 s6, s16, 512
+    v_add_u32 v3, s6, v3
+    global_store_dword v3, v1, s[2:3], {OUT_OFF}
+    global_store_dword v3, v5, s[2:3], {OUT_OFF + 4}
+    v_mov_b32 v5, 7
+    s_branch 0
+    """
+    obj = assemble(text)
+    branch_pc = len(obj.code) - 16                      # the s_branch, before s_endpgm
+    far = 2 * 4096
+    code = bytearray(obj.code)
+    code[branch_pc:branch_pc + 8] = assemble(f"s_branch {far - branch_pc - 8}").code[:8]
+    rig.code[:] = 0
+    rig.code[:len(code)] = np.frombuffer(bytes(code), np.uint8)
+    tail = assemble("v_mov_b32 v1, 9\n v_mov_b32 v6, 9\n s_endpgm").code
+    rig.code[far:far + len(tail)] = np.frombuffer(tail, np.uint8)
+    rig.pt.unmap(CODE_VA + 4096, 4096)
+    r = rig.engine.dispatch(rig.pt, CODE_VA, sgprs=24, vgprs=8, lds_bytes=0,
+                            grid=(32, 1, 1), block=(64, 1, 1), user_data=UD)
+    assert r.status == "ok", r
+    assert not rig.u32(OUT_OFF, 32 * 64 * 2).any()
+
+
 def test_memtime_and_nop(rig):
     r = scalar(rig, "s_nop\n s_memtime s[20:21]\n s_memtime s[22:23]")
     t0, t1 = r.sgprs[20] | r.sgprs[21] << 32, r.sgprs[22] | r.sgprs[23] << 32
