@@ -32,6 +32,7 @@ cdef extern from *:
         return (int)((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
     }
     static inline int cu_ctz(uint32_t x) { return __builtin_ctz(x); }
+    static inline void cu_prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
     /* The lane mask of 32 compare results (each 0 or 1): bit l = r[l]. SSE2 (every
        x86-64) packs them to bytes and takes the byte signs, 16 lanes per movemask;
        the plain loop (variable shifts: not vectorized) elsewhere. */
@@ -78,6 +79,7 @@ cdef extern from *:
     uint32_t cu_f32(double d) nogil
     int cu_popcount(uint32_t x) nogil
     int cu_ctz(uint32_t x) nogil
+    void cu_prefetch(const void* p) nogil
     uint32_t cu_lane_mask(const uint32_t* r) nogil
     const uint64_t CU_NO_LIMIT
     void* cu_zalloc(size_t n) nogil
@@ -91,6 +93,7 @@ DEF CU_WINDOW = 65536          # bytes of code decoded up front (8192 instructio
 DEF TLB_BITS = 6
 DEF TLB_SIZE = 64              # per-thread translation cache entries (direct mapped)
 DEF NO_PAGE = -1
+DEF PREFETCH_AHEAD = 2048     # bytes ahead of a full-wave contiguous load (global_mem)
 
 # Operand kinds (vgpu/isa.py K_*), filled into _cu_ops from its tables at import.
 cdef enum Kind:
@@ -907,6 +910,10 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
                     p = translate(T, addr, ACCESS_READ, f)
                     if p == NULL:
                         return 1
+                    # A stream (a[i] over consecutive waves): the host's prefetcher
+                    # stops at its 4 KiB pages; 16 waves ahead saved 6-7 % of saxpy.
+                    cu_prefetch(p + PREFETCH_AHEAD)
+                    cu_prefetch(p + PREFETCH_AHEAD + 64)
                     memcpy(v + (d.dst - OPR_VGPR) * CU_WAVE, p, 4 * CU_WAVE)
                 else:
                     p = translate(T, addr, ACCESS_WRITE, f)
@@ -1522,27 +1529,24 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 # Integer compares, one branch-free loop per condition (same results as
                 # cu_compare): signed order is unsigned order with the sign bit flipped.
                 x = <uint32_t>0x80000000U if t == 0 else 0
-                for l in range(CU_WAVE):
-                    R[l] = A[l] ^ x
-                    tc[l] = B[l] ^ x
                 if c == 0:
                     for l in range(CU_WAVE):
-                        R[l] = R[l] == tc[l]
+                        R[l] = A[l] == B[l]
                 elif c == 1:
                     for l in range(CU_WAVE):
-                        R[l] = R[l] != tc[l]
+                        R[l] = A[l] != B[l]
                 elif c == 2:
                     for l in range(CU_WAVE):
-                        R[l] = R[l] < tc[l]
+                        R[l] = (A[l] ^ x) < (B[l] ^ x)
                 elif c == 3:
                     for l in range(CU_WAVE):
-                        R[l] = R[l] <= tc[l]
+                        R[l] = (A[l] ^ x) <= (B[l] ^ x)
                 elif c == 4:
                     for l in range(CU_WAVE):
-                        R[l] = R[l] > tc[l]
+                        R[l] = (A[l] ^ x) > (B[l] ^ x)
                 else:
                     for l in range(CU_WAVE):
-                        R[l] = R[l] >= tc[l]
+                        R[l] = (A[l] ^ x) >= (B[l] ^ x)
                 mask = cu_lane_mask(R) & m
             swrite(s, w, d.dst, mask)
         elif cls == CL_CARRY:
