@@ -32,6 +32,19 @@ cdef extern from *:
         return (int)((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
     }
     static inline int cu_ctz(uint32_t x) { return __builtin_ctz(x); }
+    /* Lane l's bit of a mask. cu_lane_sel's and-compare vectorizes with SSE2; a per-lane
+       `(m >> l) & 1` needs a variable shift SSE2 lacks, and Cython's `x if c else y`
+       becomes a branch: both kept the lane loops scalar (v_cndmask 2x a v_add). */
+    static const uint32_t CU_LANE_BIT[32] = {
+        1u << 0, 1u << 1, 1u << 2, 1u << 3, 1u << 4, 1u << 5, 1u << 6, 1u << 7,
+        1u << 8, 1u << 9, 1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15,
+        1u << 16, 1u << 17, 1u << 18, 1u << 19, 1u << 20, 1u << 21, 1u << 22, 1u << 23,
+        1u << 24, 1u << 25, 1u << 26, 1u << 27, 1u << 28, 1u << 29, 1u << 30, 1u << 31};
+    /* b where lane l's bit of m is set, else a; branch-free. */
+    static inline uint32_t cu_lane_sel(uint32_t m, int l, uint32_t a, uint32_t b) {
+        uint32_t sel = 0u - (uint32_t)((m & CU_LANE_BIT[l]) != 0);
+        return (b & sel) | (a & ~sel);
+    }
     static inline void cu_prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
     /* The lane mask of 32 compare results (each 0 or 1): bit l = r[l]. SSE2 (every
        x86-64) packs them to bytes and takes the byte signs, 16 lanes per movemask;
@@ -81,6 +94,7 @@ cdef extern from *:
     int cu_ctz(uint32_t x) nogil
     void cu_prefetch(const void* p) nogil
     uint32_t cu_lane_mask(const uint32_t* r) nogil
+    uint32_t cu_lane_sel(uint32_t m, int l, uint32_t a, uint32_t b) nogil
     const uint64_t CU_NO_LIMIT
     void* cu_zalloc(size_t n) nogil
     uint32_t cu_atomic_load(uint32_t* p) nogil
@@ -674,7 +688,7 @@ cdef inline void merge(uint32_t* D, const uint32_t* R, uint32_t m) noexcept nogi
         memcpy(D, R, CU_WAVE * 4)
         return
     for l in range(CU_WAVE):
-        D[l] = R[l] if (m >> l) & 1 else D[l]
+        D[l] = cu_lane_sel(m, l, D[l], R[l])
 
 
 cdef inline void count_issue(CuThread* T, int op, int active) noexcept nogil:
@@ -1501,7 +1515,7 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             if op == OP_V_CNDMASK_B32:
                 mask = sread(T, s, w, d.src2, 0)
                 for l in range(CU_WAVE):
-                    R[l] = B[l] if (mask >> l) & 1 else A[l]
+                    R[l] = cu_lane_sel(mask, l, A[l], B[l])
             else:
                 Cc = vsrc(T, s, v, w, d.src2, 0, tc)
                 if op == OP_V_MAD_F32:  # two binary32 roundings (-ffp-contract=off: no fma)
