@@ -1536,9 +1536,27 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
             c, t = (op - OP_V_CMP_EQ_I32) % 6, (op - OP_V_CMP_EQ_I32) // 6
             mask = 0
             if t == 2:
-                for l in range(CU_WAVE):
-                    if (m >> l) & 1 and cu_compare(c, t, A[l], B[l]):
-                        mask |= (<uint32_t>1) << l
+                # Float compares, branch-free too (C's float compares are IEEE's: NaN is
+                # unordered, only ne holds), the same results as cu_compare.
+                if c == 0:
+                    for l in range(CU_WAVE):
+                        R[l] = cu_f(A[l]) == cu_f(B[l])
+                elif c == 1:
+                    for l in range(CU_WAVE):
+                        R[l] = cu_f(A[l]) != cu_f(B[l])
+                elif c == 2:
+                    for l in range(CU_WAVE):
+                        R[l] = cu_f(A[l]) < cu_f(B[l])
+                elif c == 3:
+                    for l in range(CU_WAVE):
+                        R[l] = cu_f(A[l]) <= cu_f(B[l])
+                elif c == 4:
+                    for l in range(CU_WAVE):
+                        R[l] = cu_f(A[l]) > cu_f(B[l])
+                else:
+                    for l in range(CU_WAVE):
+                        R[l] = cu_f(A[l]) >= cu_f(B[l])
+                mask = cu_lane_mask(R) & m
             else:
                 # Integer compares, one branch-free loop per condition (same results as
                 # cu_compare): signed order is unsigned order with the sign bit flipped.
