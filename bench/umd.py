@@ -30,6 +30,13 @@ VGPU_CACHE_DIR an empty temporary directory:
 
 Runs alternate (ours, numpy, ours, ...) after a warm-up; each figure is the median.
 
+The client runs with ``OPENBLAS_THREAD_TIMEOUT=4``: after each ``a @ b`` OpenBLAS's
+worker threads otherwise busy-wait for about 2^28 cycles (0.1 s) before they sleep, so
+on a 2-core machine the umd launch that follows ran with both cores taken by the
+client's idle BLAS threads while the daemon's compute-unit threads waited for them
+(matmul 125-150 ms instead of 96 ms, docs/bench.md). With the timeout they
+sleep at once; numpy's own ``@`` measured the same either way (1.5-1.8 ms).
+
     python3 -m bench.umd        # mounts a vgpu itself
 """
 from __future__ import annotations
@@ -250,7 +257,8 @@ def run(vgpu_mount: str | None = None) -> dict:
             vgpu_mount = stack.enter_context(util.vgpu_mount())
         cache_dir = tempfile.mkdtemp(prefix="vgpu-bench-cache-")
         stack.callback(shutil.rmtree, cache_dir, True)
-        return util.client_json("bench.umd", vgpu_mount, extra_env={"VGPU_CACHE_DIR": cache_dir})
+        return util.client_json("bench.umd", vgpu_mount, extra_env={
+            "VGPU_CACHE_DIR": cache_dir, "OPENBLAS_THREAD_TIMEOUT": "4"})
 
 
 def report(r: dict) -> list[tuple[str, str, str]]:
@@ -264,10 +272,10 @@ def report(r: dict) -> list[tuple[str, str, str]]:
 
     return [
         ("saxpy, umd kernel", f"{sx['umd'] * 1e3:.1f} ms",
-         f"{n >> 20}M floats, launch + synchronize; umd / numpy {sx['umd'] / sx['numpy']:.0f}x"),
+         f"{n >> 20}M floats, launch + synchronize; umd / numpy {sx['umd'] / sx['numpy']:.2f}x"),
         ("saxpy, numpy a * x + y", f"{sx['numpy'] * 1e3:.1f} ms", ""),
         ("matmul, umd kernel (16x16 tiles)", f"{mm['umd'] * 1e3:.0f} ms",
-         f"{size}x{size}, {flops / mm['umd'] / 1e9:.2f} GFLOP/s; umd / numpy {mm['umd'] / mm['numpy']:.0f}x"),
+         f"{size}x{size}, {flops / mm['umd'] / 1e9:.2f} GFLOP/s; umd / numpy {mm['umd'] / mm['numpy']:.1f}x"),
         ("matmul, numpy @", f"{mm['numpy'] * 1e3:.2f} ms", f"{flops / mm['numpy'] / 1e9:.1f} GFLOP/s"),
         ("matmul, instructions per multiply-add", f"{ic['matmul_per_madd']:.2f}",
          f"wave instructions x 32 / {size}^3 (engine count); inner loop "
