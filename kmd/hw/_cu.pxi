@@ -106,6 +106,7 @@ cdef extern from *:
 DEF CU_WINDOW = 65536          # bytes of code decoded up front (8192 instructions)
 DEF TLB_BITS = 6
 DEF TLB_SIZE = 64              # per-thread translation cache entries (direct mapped)
+DEF TLB_FILL_PAGES = 8         # a miss fills its block of 8 pages (translate_miss)
 DEF NO_PAGE = -1
 DEF PREFETCH_AHEAD = 2048     # bytes ahead of a full-wave contiguous load (global_mem)
 
@@ -293,7 +294,8 @@ cdef struct CuThread:
     uint64_t op_lane[256]   # lanes of memory instructions only (dispatch_counters)
     uint64_t tlb_lookups
     uint64_t tlb_misses
-    uint64_t walks          # page-table walks outside the TLB (fetches past the window)
+    uint64_t walks          # page-table walks besides one per TLB miss (fetches past the
+                            # window, the rest of a missed page's block)
     uint64_t l2_key         # the line of this instruction's previous access (l2_at)
     int32_t l2_slot
     VgpuL2Tally l2          # the L2 counters of this thread's work
@@ -700,11 +702,18 @@ cdef inline void count_issue(CuThread* T, int op, int active) noexcept nogil:
     T.op_inst[op] += 1
 
 
+cdef inline TlbEntry* tlb_slot(CuThread* T, uint64_t page) noexcept nogil:
+    # Fibonacci hashing: buffers mapped at large power-of-two VA steps must not share
+    # one slot (a + b -> c would refill it on every lane).
+    return &T.tlb[(page * <uint64_t>0x9E3779B97F4A7C15ULL) >> (64 - TLB_BITS)]
+
+
 cdef uint8_t* translate_miss(CuThread* T, uint64_t addr, int access, TlbEntry* e,
                             CuFault* f) noexcept nogil:
     """TLB miss: walk the page table under its shared lock and refill the entry."""
-    cdef uint64_t page = addr >> PAGE_SHIFT
+    cdef uint64_t page = addr >> PAGE_SHIFT, nxt
     cdef CuShared* sh = T.sh
+    cdef TlbEntry* n
     T.tlb_misses += 1
     sh.lock.lock_shared()
     it = sh.ptes.find(page)
@@ -715,6 +724,19 @@ cdef uint8_t* translate_miss(CuThread* T, uint64_t addr, int access, TlbEntry* e
     e.page = page
     e.host = deref(it).second.host
     e.flags = deref(it).second.flags
+    # As a GPU's walker reads a 64-byte line of 8 PTEs: the entries of the rest of the
+    # page's 8-page block are filled too, under the same lock (an atomic on a line both
+    # workers share). Streams (a[i] over consecutive waves) then miss once per 8 pages.
+    nxt = page + 1
+    while nxt & (TLB_FILL_PAGES - 1):
+        it = sh.ptes.find(nxt)
+        if it == sh.ptes.end():
+            break
+        n = tlb_slot(T, nxt)
+        if n != e:
+            n.page, n.host, n.flags = nxt, deref(it).second.host, deref(it).second.flags
+        nxt += 1
+    T.walks += nxt - page - 1     # the block's other pages walked
     sh.lock.unlock_shared()
     if not (e.flags & access_flag(access)):
         f.code, f.va, f.access = CU_PERMISSION, addr, access
@@ -727,9 +749,7 @@ cdef inline uint8_t* translate(CuThread* T, uint64_t addr, int access,
     """Host address of addr (its access needs the access kind's PTE bit), or NULL + f.
     The TLB hit stays inline; a miss goes to translate_miss."""
     cdef uint64_t page = addr >> PAGE_SHIFT
-    # Fibonacci hashing: buffers mapped at large power-of-two VA steps must not share
-    # one slot (a + b -> c would refill it on every lane).
-    cdef TlbEntry* e = &T.tlb[(page * <uint64_t>0x9E3779B97F4A7C15ULL) >> (64 - TLB_BITS)]
+    cdef TlbEntry* e = tlb_slot(T, page)
     T.tlb_lookups += 1
     if e.page != page:
         return translate_miss(T, addr, access, e, f)

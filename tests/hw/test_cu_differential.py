@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from kmd.hw import _core, compute, cu_ref, ref
+from kmd.hw.mmu import PTE_READ, PTE_WRITE
 from vgpu import isa as I
 from vgpu.asm import assemble
 
@@ -160,6 +161,40 @@ def test_full_wave_global_half_waves(case):
         return rig.run(text, (1, 1, 1), (32, 1, 1), user_data=UD, sgprs=24, vgprs=8)
     r = same(run)
     assert (r.status == "ok") == (hole is None and case != "wrap"), r
+
+
+@pytest.mark.parametrize("last", ["read_only", "unmapped", "other_buffer"])
+def test_translations_of_a_block_of_pages(last):
+    # The core's TLB fills a missed page's 8-page block at once: pages of one block from
+    # another host buffer, read-only or unmapped must translate as page by page. A load
+    # from the block's first page, then one from page 3 (another buffer), then a store
+    # to page 2 (read-only, unmapped, or the other buffer).
+    va = MEM_VA + 0x40000
+    text = f"""
+    s_mov_b32 s20, {va}
+    s_mov_b32 s21, 0
+    v_lshl_b32 v4, v0, 2
+    global_load_dword v5, v4, s[20:21], 0
+    global_load_dword v6, v4, s[20:21], 0x3000
+    v_add_u32 v5, v5, v6
+    global_store_dword v4, v5, s[2:3], 0x100
+    global_store_dword v4, v5, s[20:21], 0x2000
+    s_endpgm
+    """
+    def run(rig):
+        other = (np.arange(2048, dtype=np.uint32) * 7).view(np.uint8)     # two pages
+        rig.put(0x40000, np.arange(1024, dtype=np.uint32))
+        rig.pt.unmap(va + 0x2000, 0x2000)
+        rig.pt.map(va + 0x3000, other, 0, 0x1000, PTE_READ | PTE_WRITE)
+        if last == "read_only":
+            rig.pt.map(va + 0x2000, rig.mem, 0x42000, 0x1000, PTE_READ)
+        elif last == "other_buffer":
+            rig.pt.map(va + 0x2000, other, 0x1000, 0x1000, PTE_READ | PTE_WRITE)
+        r = rig.run(text, (1, 1, 1), (32, 1, 1), user_data=UD, sgprs=24, vgprs=8)
+        rig.mem[0x80000:0x80000 + other.size] = other     # compared with the arena
+        return r
+    r = same(run)
+    assert (r.status == "ok") == (last == "other_buffer"), r
 
 
 @pytest.mark.parametrize("fault", [False, True])
