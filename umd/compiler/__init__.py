@@ -6,6 +6,7 @@ Pipeline: frontend (AST -> typed IR) -> opt (constant folding/propagation, dead 
 -> unroll (small constant loops) -> uniformity (scalar vs vector registers) ->
 addressing (byte offsets, LDS constant offsets) -> cse / licm (shared and loop-invariant
 work) -> reassociate (an add's invariant terms together, then licm again) -> cse ->
+induction (loop addresses stepped in the latch) ->
 sinking (one store after an if/else) -> contract (mad; fma under fastmath) -> opt
 (again, and move coalescing) -> lds_quads (ds_read_b128 of four shared reads) ->
 lds_pairs (ds_read2_b32 of two) -> lane_masks (vector bools kept in SGPR lane masks) ->
@@ -16,14 +17,14 @@ from __future__ import annotations
 
 from vgpu import asm
 
-from . import (addressing, cache, codegen, contract, cse, frontend, ir, lane_masks, lds_pairs,
-               lds_quads, licm, opt, peephole, reassociate, regalloc, sinking, uniformity, unroll)
+from . import (addressing, cache, codegen, contract, cse, frontend, induction, ir, lane_masks,
+               lds_pairs, lds_quads, licm, opt, peephole, reassociate, regalloc, sinking, uniformity, unroll)
 from .compiled import CompiledKernel
 from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 10
+COMPILER_VERSION = 11
 
 
 def _unwrap(obj, env):
@@ -53,6 +54,8 @@ def optimize(fn: ir.Function, level: int = 2, fastmath: bool = False) -> None:
     if reassociate.reassociate_loop_adds(fn):
         licm.hoist_loop_invariants(fn)
     cse.eliminate_common_subexpressions(fn)
+    if induction.reduce_loop_addresses(fn):
+        uniformity.analyze(fn)
     sinking.sink_stores(fn)
     if fastmath:
         contract.contract_fma(fn)

@@ -304,6 +304,16 @@ def sub_blocks(st) -> tuple:
     return ()
 
 
+def own_lists(block: list):
+    """``block`` and the statement lists of its ifs and regions, nested ones too, but
+    not those of its loops: the code of one loop iteration, for the loop passes."""
+    yield block
+    for st in block:
+        if isinstance(st, (If, Region)):
+            for sub in sub_blocks(st):
+                yield from own_lists(sub)
+
+
 def _is_pair(v) -> bool:
     return isinstance(v, Var) and isinstance(v.type, VecType) and v.type.n == 2
 

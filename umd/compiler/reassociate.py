@@ -65,14 +65,7 @@ def _rewrite_lists(block: list, inside: set, counts: dict, uses: dict) -> int:
         (which then reads only such values; x = add p, q needs q defined before x)."""
         return not isinstance(a, ir.Var) or a not in inside or a in invariant
 
-    def lists(b):
-        yield b
-        for st in b:
-            if isinstance(st, (ir.If, ir.Region)):
-                for sub in ir.sub_blocks(st):
-                    yield from lists(sub)
-
-    for b in lists(block):
+    for b in ir.own_lists(block):
         where = {st.dst: k for k, st in enumerate(b)
                  if isinstance(st, ir.Inst) and st.dst is not None and counts.get(st.dst) == 1}
         for k, d in enumerate(b):
