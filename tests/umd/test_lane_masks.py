@@ -13,6 +13,7 @@ from umd import Ptr, f32, i32
 from umd.compiler import build
 
 from . import kernels as K
+from . import numba_kernels as N
 from .refrun import run
 from .test_compiler_opt import loop_body, same_as_level1
 
@@ -180,3 +181,23 @@ def test_matmul_ragged_matches_numpy_and_level1(m, n, k):
     c = np.zeros((m, n), np.float32)          # the Cython core runs the same code
     run(build(K.matmul), grid, (16, 16), m, n, k, a, b, c, engine="cython")
     np.testing.assert_array_equal(c.view(np.uint32), got.view(np.uint32))
+
+
+def test_variable_step_loop_test_is_a_select_of_masks():
+    # range(start, n, stride): `i < n if stride > 0 else i > n` each iteration is two
+    # v_cmp into SGPRs and an s_cselect_b32 of the masks on the uniform sign, ANDed
+    # into EXEC; no 0/1 VGPRs (before: three v_cndmask, two v_cmp_ne, four s_mov)
+    c = build(N.saxpy_grid_stride)
+    body = loop_body(c.asm_text)
+    assert "v_cndmask_b32" not in body and "v_cmp_ne_u32" not in body
+    assert body.count("s_cselect_b32") == 1
+    assert len(body) + 1 <= 14
+    n = 1000
+    x, y = (RNG.standard_normal(n).astype(np.float32) for _ in range(2))
+    (_, _, got) = same_as_level1(N.saxpy_grid_stride, 3, 64, np.float32(1.5), x, y,
+                                 np.zeros(n, np.float32))
+    np.testing.assert_array_equal(got, np.float32(1.5) * x + y)
+    (got,) = same_as_level1(N.negative_step, 2, 32, 150, np.zeros(150, np.int32))
+    np.testing.assert_array_equal(got, np.arange(150) * 2)
+    for start, stop, step in ((3, 40, 7), (40, 3, -5), (5, 5, 1)):
+        same_as_level1(N.variable_step, 1, 32, start, stop, step, np.zeros(16, np.int32))

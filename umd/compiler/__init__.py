@@ -24,7 +24,7 @@ from .debug import debug_enabled, debug_log
 from .errors import KernelCompileError
 from .ir import ArgSpec
 
-COMPILER_VERSION = 11
+COMPILER_VERSION = 12
 
 
 def _unwrap(obj, env):

@@ -605,7 +605,7 @@ class CodeGen(WideCodeGen):
         if is_wide(st.dst):
             return self.wide_select(st, fused)
         dst = self.reg(st.dst)
-        if st.dst.cls == "s":
+        if st.dst.cls in ("s", "m"):        # 'm': one of two lane masks (lane_masks.py)
             self.scalar_cond(cond, fused)
             return self.op("s_cselect_b32", dst, a, b)
         mask = self.vector_cond(cond, fused)

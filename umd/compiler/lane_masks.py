@@ -7,9 +7,11 @@ every use. LLVM's AMDGPU back end keeps i1 values in SGPR lane masks instead
 marks them `Var.cls = 'm'` (an SGPR; the code generator ANDs it into EXEC or VCC).
 
 A bool is a mask when it is a vector bool assigned once (ir.stable_vars) by a compare,
-or by `and` / `or` / `lnot` of masks, and each of its uses is one that takes a lane
-mask: the condition of an `if`, of a divergent loop or of a `select`, or an operand
-of a mask's `and` / `or` / `lnot`. A mask's bits are right only for the lanes on
+by `and` / `or` / `lnot` of masks, or by a `select` of two masks on a uniform bool
+(a variable-step range's `i < stop if step > 0 else i > stop`: s_cselect_b32), and
+each of its uses is one that takes a lane mask: the condition of an `if`, of a
+divergent loop or of a `select`, or an operand of a mask's `and` / `or` / `lnot` /
+`select`. A mask's bits are right only for the lanes on
 where it was computed (a v_cmp writes 0 for the others; s_not and s_or set bits of
 lanes that were off). So every use must run with EXEC a subset of the EXEC at the
 definition: the use sits after the definition in the same statement list, or nested
@@ -38,13 +40,14 @@ def assign_lane_masks(fn: ir.Function) -> int:
     stable = ir.stable_vars(fn)
     masks = {v for v, (st, _) in defs.items()
              if v.type == bool_ and v.cls == "v" and v in stable
-             and (st.op in ir.COMPARE or st.op in _LOGIC)}
+             and (st.op in ir.COMPARE or st.op in _LOGIC or _uniform_select(st))}
     changed = True
     while changed:
         changed = False
         for v in list(masks):
             st, where = defs[v]
-            ok = all(a in masks for a in st.args) if st.op in _LOGIC else True
+            operands = st.args if st.op in _LOGIC else st.args[1:] if st.op == "select" else ()
+            ok = all(a in masks for a in operands)
             ok = ok and all(_takes_mask(user, v, masks) and _after(where, at)
                             for user, at in uses.get(v, ()))
             if not ok:
@@ -55,10 +58,17 @@ def assign_lane_masks(fn: ir.Function) -> int:
     return len(masks)
 
 
+def _uniform_select(st) -> bool:
+    """`select c, a, b` on a uniform bool c (SCC picks one of two masks)."""
+    return st.op == "select" and getattr(st.args[0], "cls", "s") == "s"
+
+
 def _takes_mask(user, v, masks) -> bool:
     """`user` reads `v` only where a lane mask does."""
     if isinstance(user, (ir.If, ir.Loop)):
         return True
+    if user.op == "select" and user.dst in masks:       # a mask chosen on a uniform bool
+        return user.args[0] is not v
     if user.op == "select":
         return user.args[0] is v and all(a is not v for a in user.args[1:])
     return user.op in _LOGIC and user.dst in masks
