@@ -1542,6 +1542,18 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 for l in range(CU_WAVE):
                     if (m >> l) & 1:
                         D[l] = unary_f32(op, A[l])
+        elif cls == CL_VOP3 and op == OP_V_MAD_U32 and d.src0 < OPR_VGPR and d.src1 < OPR_VGPR:
+            # Two scalar factors (block_idx.x * block_dim.x + thread_idx.x, once per wave
+            # in nearly every kernel): one product, then a vector add.
+            x = sread(T, s, w, d.src0, 0) * sread(T, s, w, d.src1, 0)
+            Cc = vsrc(T, s, v, w, d.src2, 0, tc)
+            D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            if m == <uint32_t>0xFFFFFFFFU:
+                R = D
+            for l in range(CU_WAVE):
+                R[l] = x + Cc[l]
+            if R != D:
+                merge(D, R, m)
         elif cls == CL_VOP3:
             A = vsrc(T, s, v, w, d.src0, 0, ta)
             B = vsrc(T, s, v, w, d.src1, 0, tb)
