@@ -907,9 +907,59 @@ cdef bint global_two_pages(CuThread* T, uint32_t* s, uint32_t* v, const DInst* d
     return True
 
 
+cdef inline int global_run(CuThread* T, uint32_t* s, uint32_t* v, const DInst* d,
+                           CuFault* f) noexcept nogil:
+    """A full wave's global_load/store_dword (no L2 model) whose 32 lanes touch 32
+    consecutive dwords in one page (the common a[i] pattern): one translation and one
+    128-byte copy. 0 done, 1 a fault (f), -1 another pattern: global_mem's paths run,
+    with the same result and the same first fault. Inline in run_wave: saxpy's three
+    memory instructions per wave paid a call and a large frame each."""
+    cdef int op = d.op, l
+    cdef uint32_t x, a
+    cdef uint64_t addr
+    cdef uint8_t* p
+    cdef uint32_t* D
+    if op != OP_GLOBAL_LOAD_DWORD and op != OP_GLOBAL_STORE_DWORD:
+        return -1
+    tlb_check(T)
+    addr = gaddr(s, v, d, 0)
+    if addr & 3 or (addr & PAGE_MASK) > PAGE_SIZE - 4 * CU_WAVE:
+        return -1
+    if d.src1 != OPR_OFF:
+        # SGPR base + 32-bit VGPR offset: compare the offsets (branch-free, so the C
+        # compiler vectorizes it); no wrap past 2^32 inside the wave.
+        D = v + (d.src0 - OPR_VGPR) * CU_WAVE
+        x = D[0]
+        a = 1 if x <= <uint32_t>0xFFFFFFFFU - 4 * CU_WAVE else 0
+        for l in range(1, CU_WAVE):
+            a &= D[l] == x + 4 * <uint32_t>l
+        if not a:
+            return -1
+    else:
+        for l in range(1, CU_WAVE):
+            if gaddr(s, v, d, l) != addr + 4 * <uint64_t>l:
+                return -1
+    if op == OP_GLOBAL_LOAD_DWORD:
+        p = translate(T, addr, ACCESS_READ, f)
+        if p == NULL:
+            return 1
+        # A stream (a[i] over consecutive waves): the host's prefetcher stops at its
+        # 4 KiB pages; 16 waves ahead saved 6-7 % of saxpy.
+        cu_prefetch(p + PREFETCH_AHEAD)
+        cu_prefetch(p + PREFETCH_AHEAD + 64)
+        memcpy(v + (d.dst - OPR_VGPR) * CU_WAVE, p, 4 * CU_WAVE)
+    else:
+        p = translate(T, addr, ACCESS_WRITE, f)
+        if p == NULL:
+            return 1
+        memcpy(p, v + (d.src2 - OPR_VGPR) * CU_WAVE, 4 * CU_WAVE)
+    return 0
+
+
 cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DInst* d,
                     CuFault* f) noexcept nogil:
-    """Global loads, stores and atomics, lane by lane in ascending order (docs/isa.md 4.6)."""
+    """Global loads, stores and atomics, lane by lane in ascending order (docs/isa.md 4.6),
+    after global_run (run_wave) found no contiguous full wave."""
     cdef int op = d.op, l
     cdef uint32_t m = w.exec_, x, old, a, b
     cdef uint32_t vals[CU_WAVE]
@@ -921,40 +971,6 @@ cdef int global_mem(CuThread* T, uint32_t* s, uint32_t* v, WaveSt* w, const DIns
     tlb_check(T)
     if (op == OP_GLOBAL_LOAD_DWORD or op == OP_GLOBAL_STORE_DWORD) and m == <uint32_t>0xFFFFFFFFU \
             and T.sh.l2 == NULL:
-        # Fast path: all 32 lanes touch 32 consecutive dwords in one page (the common
-        # a[i] pattern): one translation and one 128-byte copy. Same result and same
-        # first fault as the lane loop below, which handles every other case.
-        addr = gaddr(s, v, d, 0)
-        if addr & 3 == 0 and (addr & PAGE_MASK) <= PAGE_SIZE - 4 * CU_WAVE:
-            if d.src1 != OPR_OFF:
-                # SGPR base + 32-bit VGPR offset: compare the offsets (branch-free, so
-                # the C compiler vectorizes it); no wrap past 2^32 inside the wave.
-                D = v + (d.src0 - OPR_VGPR) * CU_WAVE
-                x = D[0]
-                a = 1 if x <= <uint32_t>0xFFFFFFFFU - 4 * CU_WAVE else 0
-                for l in range(1, CU_WAVE):
-                    a &= D[l] == x + 4 * <uint32_t>l
-                l = CU_WAVE if a else 0
-            else:
-                l = 1
-                while l < CU_WAVE and gaddr(s, v, d, l) == addr + 4 * <uint64_t>l:
-                    l += 1
-            if l == CU_WAVE:
-                if op == OP_GLOBAL_LOAD_DWORD:
-                    p = translate(T, addr, ACCESS_READ, f)
-                    if p == NULL:
-                        return 1
-                    # A stream (a[i] over consecutive waves): the host's prefetcher
-                    # stops at its 4 KiB pages; 16 waves ahead saved 6-7 % of saxpy.
-                    cu_prefetch(p + PREFETCH_AHEAD)
-                    cu_prefetch(p + PREFETCH_AHEAD + 64)
-                    memcpy(v + (d.dst - OPR_VGPR) * CU_WAVE, p, 4 * CU_WAVE)
-                else:
-                    p = translate(T, addr, ACCESS_WRITE, f)
-                    if p == NULL:
-                        return 1
-                    memcpy(p, v + (d.src2 - OPR_VGPR) * CU_WAVE, 4 * CU_WAVE)
-                return 0
         if d.src1 != OPR_OFF and (global_half_waves(T, s, v, d) or global_two_pages(T, s, v, d)):
             return 0
     if op <= OP_GLOBAL_LOAD_SSHORT:
@@ -1526,6 +1542,18 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 for l in range(CU_WAVE):
                     if (m >> l) & 1:
                         D[l] = unary_f32(op, A[l])
+        elif cls == CL_VOP3 and op == OP_V_MAD_U32 and d.src0 < OPR_VGPR and d.src1 < OPR_VGPR:
+            # Two scalar factors (block_idx.x * block_dim.x + thread_idx.x, once per wave
+            # in nearly every kernel): one product, then a vector add.
+            x = sread(T, s, w, d.src0, 0) * sread(T, s, w, d.src1, 0)
+            Cc = vsrc(T, s, v, w, d.src2, 0, tc)
+            D = v + (d.dst - OPR_VGPR) * CU_WAVE
+            if m == <uint32_t>0xFFFFFFFFU:
+                R = D
+            for l in range(CU_WAVE):
+                R[l] = x + Cc[l]
+            if R != D:
+                merge(D, R, m)
         elif cls == CL_VOP3:
             A = vsrc(T, s, v, w, d.src0, 0, ta)
             B = vsrc(T, s, v, w, d.src1, 0, tb)
@@ -1643,8 +1671,12 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 T.sh.l2.unlock()
                 if code:
                     return f.code
-            elif m and global_mem(T, s, v, w, d, f):
-                return f.code
+            elif m:
+                code = global_run(T, s, v, d, f) if m == <uint32_t>0xFFFFFFFFU else -1
+                if code < 0:
+                    code = global_mem(T, s, v, w, d, f)
+                if code:
+                    return f.code
             T.op_lane[op] += active
         elif cls == CL_LDS:
             if m and lds_mem(T, v, w, d, f):

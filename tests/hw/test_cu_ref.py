@@ -212,6 +212,14 @@ def test_fma_mad_cndmask_not_mov(rig):
     assert (lanes_op(rig, "v_fma_f32 v7, v4, v5, v6", a, b, c) == want).all()
     got = lanes_op(rig, "v_mad_u32 v7, v4, v5, v6", INTS, INTS2, INTS)
     assert (got == ((_i(INTS) * _i(INTS2) + _i(INTS)) & 0xFFFFFFFF)).all()
+    # two scalar factors (the core multiplies once), the product wrapping, all lanes or
+    # the low half (the others keep the 0 a wave starts with)
+    product = (0x9E3779B9 * 0x7F4A7C15 + _i(INTS)) & 0xFFFFFFFF
+    for exec_mask, keep in ((-1, 32), (0xFFFF, 16)):
+        got = lanes_op(rig, f"s_mov_b32 s10, 0x9e3779b9\n s_mov_b32 s11, 0x7f4a7c15\n"
+                            f" s_mov_b32 exec, {exec_mask}\n v_mad_u32 v7, s10, s11, v4\n"
+                            f" s_mov_b32 exec, -1", INTS)
+        assert (got == np.where(np.arange(32) < keep, product, 0)).all()
     got = lanes_op(rig, "s_mov_b32 s10, 0xf0f0f0f0\n v_cndmask_b32 v7, v4, v5, s10", INTS, INTS2)
     sel = (0xF0F0F0F0 >> np.arange(32)) & 1
     assert (got == np.where(sel, INTS2, INTS)).all()
