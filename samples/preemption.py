@@ -88,8 +88,8 @@ class Kernel:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_device_argument(p)
-    p.add_argument("--low-rounds", type=int, default=130_000,
-                   help="rounds of the LOW kernel over 4096 elements (default 130000: about a second)")
+    p.add_argument("--low-rounds", type=int, default=500_000,
+                   help="rounds of the LOW kernel over 4096 elements (default 500000: about a second)")
     p.add_argument("--high-rounds", type=int, default=50, help="rounds of the HIGH kernel (default 50)")
     p.add_argument("--arrive-after", type=float, default=0.3,
                    help="seconds after LOW starts that HIGH is submitted (default 0.3)")

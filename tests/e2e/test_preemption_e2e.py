@@ -11,7 +11,10 @@ from tests.conftest import _mounted
 from tests.e2e.test_samples import passed, run_sample
 from tests.helpers import make_mount_dir, read_text, vgpu_cli
 
-LOW_ROUNDS = ["--low-rounds", "130000", "--arrive-after", "0.2"]   # LOW about a second
+# LOW about 0.9 s on an idle 2-core machine (the engine got 3x faster since 130000 rounds
+# were a second, and a LOW of 0.2 s ended before HIGH came); HIGH arrives 0.05 s after
+# LOW started, so LOW runs ~18x longer than that wait.
+LOW_ROUNDS = ["--low-rounds", "500000", "--arrive-after", "0.05"]
 
 
 @pytest.fixture
