@@ -24,7 +24,7 @@ def returns_value(x: Ptr[f32]):
 
 
 def not_range(x: Ptr[f32], n: i32):
-    for v in x:                                     # LINE not_range
+    for j, v in enumerate(range(n)):                # LINE not_range
         pass
 
 

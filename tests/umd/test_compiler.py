@@ -51,7 +51,7 @@ def test_markers_refuse_plain_python():
     ("unknown_call", "unknown function 'frobnicate'"),
     ("float_index", "index must be an integer, not f32"),
     ("returns_value", "cannot return a value"),
-    ("not_range", "in range"),
+    ("not_range", "range() inside enumerate() or zip() is not supported"),
     ("no_annotation", "needs a type annotation"),
     ("string_const", "unsupported constant"),
     ("with_stmt", "with statement"),

@@ -42,7 +42,7 @@ import numpy as np
 from umd import intrinsics as K
 from umd.types import PtrType, ScalarType, b1, bool_, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 
-from . import ir, prints, wraparound
+from . import ir, iteration, prints, wraparound
 from .errors import KernelCompileError
 from .functions import DeviceFunction, JitFunction
 from .ir import const
@@ -344,6 +344,7 @@ class FunctionLowering:
         src = _source_of(pyfn)
         self.scope = Scope(pyfn, src.node.name, src, _environment(pyfn, extra_env))
         self.scope.annotations = self.annotations(pyfn, self.scope)
+        self.rewrite_loops(src.node)
         self.scope.stores = wraparound.store_counts(src.node)
         self.source_file = src.file
         self.first_line = src.first_line
@@ -371,6 +372,14 @@ class FunctionLowering:
         if self.scope.call_line is not None:
             return self.scope.call_line
         return getattr(node, "lineno", 1) + self.scope.src.first_line - 1
+
+    def rewrite_loops(self, fdef) -> None:
+        """`for` over arrays, enumerate() and zip() as range() loops (iteration.py)."""
+        self.scope.env.update(iteration.NAMES)
+        try:
+            iteration.rewrite_loops(fdef, self.scope.env)
+        except iteration.Unsupported as e:
+            raise self.error(e.node, str(e)) from None
 
     def error(self, node, msg: str) -> KernelCompileError:
         sc = self.scope
@@ -2030,6 +2039,7 @@ class FunctionLowering:
         self.inline_stack.append(pyfn)
         try:
             scope.annotations = self.annotations(pyfn, scope)
+            self.rewrite_loops(fdef)
             scope.stores = wraparound.store_counts(fdef)
             ret = scope.annotations.get("return")
             if ret is not None:
