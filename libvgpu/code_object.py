@@ -24,13 +24,16 @@ from .handle import Handle
 from .va import bo_va_op, va_range_alloc
 
 PAGE_SIZE = 4096
-_ARG_FORMATS = {"ptr": "<Q", "u32": "<I", "i32": "<i", "f32": "<f"}
+# 8/16-bit and bool arguments sit widened in a 32-bit slot (docs/isa.md 8): the caller
+# passes the value as the kernel should see it (-3 for an i8, 0/1 for a b1).
+_ARG_FORMATS = {"ptr": "<Q", "u32": "<I", "i32": "<i", "f32": "<f", "u64": "<Q", "i64": "<q",
+                "f64": "<d", "u8": "<i", "i8": "<i", "u16": "<i", "i16": "<i", "b1": "<i"}
 
 
 @dataclass(frozen=True)
 class KernelArg:
     name: str
-    kind: str       # ptr | u32 | i32 | f32
+    kind: str       # ptr | u32 | i32 | f32 | u64 | i64 | f64 | u8 | i8 | u16 | i16 | b1
     offset: int
     size: int
 

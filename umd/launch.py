@@ -38,10 +38,12 @@ from .debug import DebugFlag
 from .errors import ArgumentTypeError, LaunchError
 from .stream import current_stream
 from .trace import traced
+from .types import SMALL_BYTES, ScalarType
 
 MAX_BLOCK_THREADS = isa.MAX_BLOCK_THREADS
 _FORMATS = {"ptr": "<Q", "u32": "<I", "i32": "<i", "f32": "<f", "u64": "<Q", "i64": "<q",
-            "f64": "<d"}
+            "f64": "<d", **dict.fromkeys(SMALL_BYTES, "<i")}   # small: a widened 32-bit slot
+_INT_KINDS = ("i32", "u32", "i64", "u64", *SMALL_BYTES)
 _HIDDEN = {"__grid_dim_x": ("grid", 0), "__grid_dim_y": ("grid", 1), "__grid_dim_z": ("grid", 2),
            "__block_dim_x": ("block", 0), "__block_dim_y": ("block", 1), "__block_dim_z": ("block", 2)}
 _DTYPES = {"f32": np.dtype(np.float32), "i32": np.dtype(np.int32), "u32": np.dtype(np.uint32),
@@ -182,9 +184,11 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
                 elif not isinstance(value, (int, np.integer)):
                     raise LaunchError(f"{compiled.name}: argument {spec.name} is a pointer; pass a "
                                       f"DeviceArray or a device address, not {type(value).__name__}")
-            elif spec.kind in ("i32", "u32", "i64", "u64") and not isinstance(value, (int, np.integer)):
+            elif spec.kind in _INT_KINDS and not isinstance(value, (int, np.integer, np.bool_)):
                 raise LaunchError(f"{compiled.name}: argument {spec.name} is {spec.kind}; got "
                                   f"{type(value).__name__} {value!r}")
+            elif spec.kind in SMALL_BYTES:
+                value = ScalarType(spec.kind).narrow(value)
         if spec.kind not in _FORMATS:
             raise LaunchError(f"{compiled.name}: argument {spec.name} of unknown kind {spec.kind!r}")
         try:

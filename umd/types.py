@@ -72,6 +72,16 @@ class ScalarType:
     def __repr__(self) -> str:
         return self.kind
 
+    def narrow(self, value) -> int:
+        """An 8- or 16-bit (or bool) argument's value as its 32-bit kernarg slot holds it:
+        wrapped to the width as numpy's astype wraps (300 -> 44 for u8, 200 -> -56 for
+        i8) and sign- or zero-extended; a b1 is 0 or 1 (Python's truth)."""
+        if self.kind == "b1":
+            return int(bool(value))
+        bits = 8 * SMALL_BYTES[self.kind]
+        v = int(value) & ((1 << bits) - 1)
+        return v - (1 << bits) if self.signed and v >> (bits - 1) else v
+
     def __call__(self, value=None):
         raise TypeError(f"umd.{self.kind}(...) converts values inside a @umd.kernel only; "
                         "use numpy (np.float32, np.int32, np.uint32) in host code")

@@ -15,7 +15,10 @@ import struct
 
 from vgpu import isa as I
 
-_ARG_KINDS = {"ptr": 8, "u32": 4, "i32": 4, "f32": 4, "u64": 8, "i64": 8, "f64": 8}
+# An 8/16-bit or bool argument takes a 32-bit slot holding its value widened (umd's
+# launch wraps and extends it).
+_ARG_KINDS = {"ptr": 8, "u32": 4, "i32": 4, "f32": 4, "u64": 8, "i64": 8, "f64": 8,
+              "u8": 4, "i8": 4, "u16": 4, "i16": 4, "b1": 4}
 _COMMENT = re.compile(r";|#|//")
 _LABEL = re.compile(r"\s*([A-Za-z_.$][\w.$]*)\s*:(?!\d)")
 _IDENT = re.compile(r"[A-Za-z_.$][\w.$]*$")

@@ -150,8 +150,19 @@ def atomic_max16(h: i16[:]):
     umd.atomic.max(h, 0, 3)
 
 
-def scalar_u8(x: u8, out: u8[:]):
-    out[0] = x
+@umd.jit
+def small_scalars(a: u8, b: i8, c: u16, d: i16, flag: b1, out: i32[:]):
+    """8/16-bit and bool scalar arguments: i32 values in the kernel, as Numba widens them."""
+    i = umd.grid(1)
+    if i == 0:
+        out[0] = a
+        out[1] = b
+        out[2] = c
+        out[3] = d
+        out[4] = 1 if flag else 0
+        out[5] = a + b + c + d            # arithmetic on them is int32 arithmetic
+        if not flag:
+            out[6] = -1
 
 
 GAMMA = (255 * (np.arange(256) / 255.0) ** 0.5).astype(np.uint8)     # a global lookup table

@@ -15,6 +15,7 @@ import numpy as np
 
 from kmd.hw import _core, cu_ref, ref
 from umd.compiler import prints
+from umd.types import SMALL_BYTES, ScalarType
 from tests.hw.isa_gen import CODE_VA, KARG_VA, MEM_VA, Rig
 from vgpu.asm import CodeObject
 
@@ -68,6 +69,8 @@ def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "re
             raw = struct.pack("<d", v)
         elif spec.kind in ("i64", "u64"):
             raw = struct.pack("<Q", int(v) & 0xFFFFFFFFFFFFFFFF)
+        elif spec.kind in SMALL_BYTES:
+            raw = struct.pack("<i", ScalarType(spec.kind).narrow(v))   # as umd.launch packs it
         else:
             raw = struct.pack("<I", int(v) & 0xFFFFFFFF)
         rig.karg[spec.offset:spec.offset + spec.size] = np.frombuffer(raw, np.uint8)

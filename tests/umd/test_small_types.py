@@ -2,13 +2,15 @@
 compiled and run on both executors (the reference one and the Cython core), checked
 against numpy exactly: loads widen to int32 (sign- or zero-extended), stores wrap as
 Numba's do, float stores truncate toward zero then wrap."""
+import struct
+
 import numpy as np
 import pytest
 
 import umd
 from umd.compiler import KernelCompileError, build
-from umd.launch import check_array
-from umd.errors import ArgumentTypeError
+from umd.launch import check_array, pack_args
+from umd.errors import ArgumentTypeError, LaunchError
 
 from . import byte_kernels as K
 from .refrun import run
@@ -181,9 +183,31 @@ def test_atomics_on_small_types_are_compile_errors():
             build(fn)
 
 
-def test_small_types_are_not_scalar_arguments():
-    with pytest.raises(KernelCompileError, match=r"u8 is an array element type"):
-        build(K.scalar_u8)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_small_scalar_arguments_wrap_as_numpy_does(engine):
+    """Each value is wrapped to its type's width and sign-extended as numpy's astype
+    does (Numba converts an argument to the signature's type); a bool is its truth."""
+    values = (300, 200, 70000, -40000, 2)
+    out = np.zeros(7, np.int32)
+    run(build(K.small_scalars), 1, 32, *values, out, engine=engine)
+    want = [np.array(v).astype(t).item() for v, t in zip(values[:4], (np.uint8, np.int8, np.uint16, np.int16))]
+    assert want == [44, -56, 4464, 25536]
+    assert out.tolist() == want + [1, sum(want), 0]
+    out[:] = 0
+    run(build(K.small_scalars), 1, 32, 255, -128, 65535, -32768, 0, out, engine=engine)
+    assert out.tolist() == [255, -128, 65535, -32768, 0, 255 - 128 + 65535 - 32768, -1]
+
+
+def test_small_scalar_arguments_in_the_kernarg_segment():
+    """umd.launch packs each in a 32-bit slot, widened; a float for one is a LaunchError."""
+    compiled = build(K.small_scalars)
+    assert [(a.kind, a.size) for a in compiled.args[:5]] == \
+        [("u8", 4), ("i8", 4), ("u16", 4), ("i16", 4), ("b1", 4)]
+    raw, _ = pack_args(compiled, (1, 1, 1), (32, 1, 1),
+                       [np.uint8(7), -1, 65536 + 5, np.int16(-2), np.bool_(True), 0x1000])
+    assert struct.unpack_from("<5i", raw, 0) == (7, -1, 5, -2, 1)
+    with pytest.raises(LaunchError, match=r"argument a is u8; got float 1.5"):
+        pack_args(compiled, (1, 1, 1), (32, 1, 1), [1.5, 0, 0, 0, False, 0x1000])
 
 
 def test_type_names():

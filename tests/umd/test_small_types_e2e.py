@@ -46,6 +46,12 @@ def test_small_type_kernels_end_to_end(vgpu_mount):
         assert (out.copy_to_host() == np.where(v > 10, v, 0)).all()
         print("mask ok")
 
+        # 8/16-bit and bool scalars, wrapped as numpy's astype wraps them
+        got = np.zeros(7, np.int32)
+        K.small_scalars[1, 32](np.uint8(200), 200, np.uint16(9), -40000, np.bool_(False), got)
+        assert got.tolist() == [200, -56, 9, 25536, 0, 200 - 56 + 9 + 25536, -1], got
+        print("scalars ok")
+
         # the launch checks small dtypes and names the argument
         try:
             K.invert[grid, (16, 16)](umd.to_device(img.view(np.int8)), d_out)
@@ -53,5 +59,5 @@ def test_small_type_kernels_end_to_end(vgpu_mount):
             assert "argument img expects a 2-D uint8 array" in str(e), e
             print("dtype check ok")
     """, vgpu_mount))
-    for line in ("image ok", "grayscale ok", "accumulate ok", "mask ok", "dtype check ok"):
+    for line in ("image ok", "grayscale ok", "accumulate ok", "mask ok", "scalars ok", "dtype check ok"):
         assert line in r.stdout

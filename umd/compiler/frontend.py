@@ -436,9 +436,6 @@ class FunctionLowering:
         if p.arg not in scope.annotations:
             return None
         t = scope.annotations[p.arg]
-        if isinstance(t, ScalarType) and t.small:
-            raise self.error(p.annotation or p, f"{t!r} is an array element type ({t!r}[:], "
-                             f"Ptr[{t!r}]); a scalar argument takes i32, u32, f32, i64, u64 or f64")
         if isinstance(t, PtrType) or (isinstance(t, ScalarType) and t != bool_):
             return t
         raise self.error(p.annotation or p, f"unsupported argument type {t!r} (use i32, u32, f32, "
@@ -462,11 +459,15 @@ class FunctionLowering:
             if isinstance(t, PtrType):
                 kind, size, dtype, ndim = "ptr", 8, t.elem.kind, t.ndim
             else:
-                kind, size, dtype, ndim = t.kind, t.itemsize, "", 0
+                # An 8/16-bit or bool scalar takes a 32-bit slot, its value widened there
+                # by the launch (ScalarType.narrow), and is an i32 in the kernel as a
+                # loaded element of its type is (a b1 a bool, tested != 0).
+                kind, size, dtype, ndim = t.kind, 4 if t.small else t.itemsize, "", 0
             offset = -(-offset // size) * size
             spec = ir.ArgSpec(p.arg, kind, offset, size, dtype, ndim)
             offset += size
-            v = ir.Var(p.arg, t, -len(self.args) - 1, local=True, arg=spec)
+            v = ir.Var(p.arg, i32 if isinstance(t, ScalarType) and t.small else t,
+                       -len(self.args) - 1, local=True, arg=spec)
             self.args.append(v)
             self.locals[p.arg] = v
         # block_dim before grid_dim: the one nearly every kernel reads (umd.grid, the
@@ -481,6 +482,9 @@ class FunctionLowering:
         self.karg_offset = offset
         self.dim_args = {v.name: v for v in self.args}
         self.block = []
+        for p, v in zip(a.args, list(self.args)):
+            if v.arg.kind == "b1":          # a bool argument: its 0/1 slot tested != 0
+                self.locals[p.arg] = self.op("ne", bool_, [v, ir.Const(0, i32)], p)
         self.statements(self.body_of(fn))
         func = ir.Function(fn.name, self.args, self.block, self.shared, self.source_file,
                            self.first_line, lds_bytes=self.lds)
