@@ -21,7 +21,7 @@ from .drm_file import DrmFile
 from .errors import KmdError
 from .fence import Fence
 from .heartbeat import Heartbeat
-from .gem import DOMAIN_NAMES, BufferObject
+from .gem import DOMAIN_NAMES, BufferObject, random_mmap_offset
 from .hw.cp import CommandProcessor
 from .ioctl import PendingReply, dispatch, request_name
 from .ioctl_table import TABLE as IOCTL_TABLE
@@ -252,6 +252,8 @@ class Device:
             raise KmdError(errno.ENOMEM, f"out of memory ({size} bytes)") from None
         bo = BufferObject(size, align, domains, flags, placement, self.memory.storage(placement),
                           f.uid, f.pid)
+        while bo.mmap_offset in self.bos_by_offset:   # a repeat would hide a live BO
+            bo.mmap_offset = random_mmap_offset()
         self.bos_by_offset[bo.mmap_offset] = bo
         self.residency.added(bo)
         if flags & uapi.AMDGPU_GEM_CREATE_VM_ALWAYS_VALID:
