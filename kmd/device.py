@@ -644,7 +644,9 @@ class Device:
             gtt = sum(bo.size for bo in live if bo.domain == uapi.AMDGPU_GEM_DOMAIN_GTT)
             for domain, lru in self.residency.lru.items():
                 want = {id(bo) for bo in live if bo.domain == domain and id(bo) not in self.zombie_bos}
-                assert set(lru) == want, f"the LRU list of domain {domain} is not its live BOs"
+                assert set(lru) == want, (f"the LRU list of domain {domain} is not its live BOs: "
+                                          f"{len(set(lru) - want)} listed but not live, "
+                                          f"{len(want - set(lru))} live but not listed")
             assert len(live) == self.memory.bo_count, f"{self.memory.bo_count} BO files for {len(live)} BOs"
             assert vram == self.memory.vram_allocator.used, f"VRAM used {self.memory.vram_allocator.used} != BOs {vram}"
             assert gtt == self.memory.gtt_used, f"GTT used {self.memory.gtt_used} != BOs {gtt}"
