@@ -439,7 +439,7 @@ class FunctionLowering:
         if isinstance(t, PtrType) or (isinstance(t, ScalarType) and t != bool_):
             return t
         raise self.error(p.annotation or p, f"unsupported argument type {t!r} (use i32, u32, f32, "
-                         "i64, u64, f64, Ptr[T] or T[:], T[:, :], T[:, :, :])")
+                         "i64, u64, f64, u8, i8, u16, i16, b1, Ptr[T] or T[:], T[:, :], T[:, :, :])")
 
     # -- entry -----------------------------------------------------------------------
     def lower(self) -> ir.Function:
