@@ -2,23 +2,40 @@
 # installs what is missing (deps) and builds the Cython core (build) first.
 PYTHON ?= python3
 PIP := PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip
-DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev libdrm-tests gcc
-PY_PKGS := pyfuse3 trio numpy cython pytest pytest-trio setuptools wheel
+DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev libdrm-tests gcc patch
+PY_PKGS := trio numpy cython pytest pytest-trio setuptools wheel
+# pyfuse3 has no ioctl handler: deps builds the pinned release with deps/pyfuse3/ioctl.patch
+# (FUSE_IOCTL, FUSE_INTERRUPT and main(ioctl_thread=True); docs/ioctl.md), under a
+# local version so that a stock pyfuse3 is noticed and replaced.
+PYFUSE3_VERSION := 3.5.0
+PYFUSE3_LOCAL := $(PYFUSE3_VERSION)+vgpu.ioctl.1
+PYFUSE3_SRC := build/pyfuse3/pyfuse3-$(PYFUSE3_VERSION)
 # Empty: the demo mounts a fresh temporary directory.
 DEMO_MOUNT ?=
 # The preload library `vgpu run` loads, and the C samples (docs/libdrm.md).
 PRELOAD := preload/libvgpu_preload.so
 C_SAMPLES := samples/c/sdma_exercise samples/c/dmabuf_share
 
-.PHONY: deps build test soak demo bench clean
+.PHONY: deps pyfuse3 build test soak demo bench clean
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; fi
-	@$(PYTHON) -c "import pyfuse3, trio, numpy, Cython, pytest, pytest_trio, wheel, setuptools" 2>/dev/null || \
+	@$(PYTHON) -c "import trio, numpy, Cython, pytest, pytest_trio, wheel, setuptools" 2>/dev/null || \
 	  $(PIP) install -q $(PY_PKGS)
+	@$(PYTHON) -c "import importlib.metadata as m, sys; sys.exit(m.version('pyfuse3') != '$(PYFUSE3_LOCAL)')" 2>/dev/null || \
+	  $(MAKE) --no-print-directory pyfuse3
+
+# pyfuse3 $(PYFUSE3_VERSION) from PyPI's source release, patched, built and installed.
+pyfuse3:
+	@echo "building pyfuse3 $(PYFUSE3_VERSION) with deps/pyfuse3/ioctl.patch"
+	rm -rf build/pyfuse3 && mkdir -p build/pyfuse3
+	$(PIP) download -q --no-deps --no-binary :all: -d build/pyfuse3 pyfuse3==$(PYFUSE3_VERSION)
+	tar xzf build/pyfuse3/pyfuse3-$(PYFUSE3_VERSION).tar.gz -C build/pyfuse3
+	patch -s -d $(PYFUSE3_SRC) -p1 < deps/pyfuse3/ioctl.patch
+	SETUPTOOLS_SCM_PRETEND_VERSION=$(PYFUSE3_LOCAL) $(PIP) install -q $(PYFUSE3_SRC)
 
 # Compiles the Cython core in place and installs the packages in editable mode,
 # so samples, `vgpu` and `python3 -m ...` work from any directory.

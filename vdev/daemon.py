@@ -61,7 +61,7 @@ def mount_options() -> set[str]:
 async def _serve() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signal)
-        await pyfuse3.main(max_tasks=MAX_TASKS)
+        await pyfuse3.main(max_tasks=MAX_TASKS, ioctl_thread=True)
         nursery.cancel_scope.cancel()
 
 

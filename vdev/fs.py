@@ -55,7 +55,8 @@ import pyfuse3
 from vgpu.frame import FrameError
 
 from .kmd_interface import KmdError, KmdGpu, OwnedText, Stream
-from .nodes import (ALWAYS_READY, MAY_EXEC, MAY_READ, MAY_WRITE, BoFile, ControlFile, Credentials, Dir,
+from .ioctl.path import IoctlPath
+from .nodes import (ALWAYS_READY, MAY_EXEC, MAY_READ, MAY_WRITE, BoFile, ControlFile, ControlHandle, Credentials, Dir,
                     GeneratedFile, Handle, Node, PrimeFile, StreamFile, Symlink, SyncFile)
 from .options import NodePermissions
 
@@ -109,6 +110,7 @@ class VgpuFs(pyfuse3.Operations):
         self._handles: dict[int, Handle] = {}
         self._next_fh = itertools.count(1)
         self._dir_listings: dict[int, list] = {}
+        self.ioctls = IoctlPath(dev.kmsg.log)
 
         root = self._add(Dir(pyfuse3.ROOT_INODE, None, uid=self.owner))
         dev_dir = self._mkdir(root, "dev")
@@ -193,6 +195,10 @@ class VgpuFs(pyfuse3.Operations):
                 self._symlink(char, f"{DRM_MAJOR}:{minor}", f"../../devices/pci0000:00/{slot}/drm/{name}")
             self._symlink(bus_devices, slot, f"../../../devices/pci0000:00/{slot}")
             self._symlink(driver, slot, f"../../../../devices/pci0000:00/{slot}")
+        # Not in Linux: the daemon's pid, for clients to name it their ptracer
+        # (PR_SET_PTRACER) under Yama, so that it may read their ioctl pointers.
+        vgpu_mod = self._mkdirs(sys_dir, "module/vgpu")
+        self._link(vgpu_mod, "daemon_pid", GeneratedFile(self._ino(), lambda: f"{os.getpid()}\n"))
         return cls
 
     def _devcoredumps(self) -> dict:
@@ -451,6 +457,22 @@ class VgpuFs(pyfuse3.Operations):
     @_guard
     async def write(self, fh, off, buf):
         return await self._handle(fh).write(off, buf)
+
+    def ioctl(self, inode, fh, cmd, arg, in_buf, out_size, flags, ctx):
+        """FUSE_IOCTL (the patched pyfuse3, docs/ioctl.md): a DRM request on a control
+        file, answered by vdev.ioctl.path; anything else is ENOTTY. Called in the
+        loop, not awaited: a reply that needs no wait costs no task."""
+        handle = self._handles.get(fh)
+        if not isinstance(handle, ControlHandle):
+            raise pyfuse3.FUSEError(errno.ENOTTY)
+        try:
+            return self.ioctls.answer(handle, cmd, arg, in_buf, out_size, ctx.pid)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as e:  # never out of the FUSE loop: pyfuse3 would stop serving
+            log.exception("vdev: ioctl %#x failed", cmd)
+            self.dev.kmsg.log(f"vdev: internal error in ioctl {cmd:#x}: {e!r}")
+            raise pyfuse3.FUSEError(errno.EIO) from e
 
     @_guard
     async def poll(self, inode, fh, poll_handle, ctx):

@@ -1,0 +1,9 @@
+"""The ioctl path of the device nodes (docs/ioctl.md): FUSE_IOCTL on card0 and
+renderD128 answered as Linux's drm_ioctl() answers an ioctl.
+
+- :mod:`.uaccess`: the caller's memory, read and written as copy_from_user /
+  copy_to_user do (process_vm_readv/writev); the one place that touches it.
+- :mod:`.path`: one FUSE_IOCTL request, from the kernel's copy of the struct to the
+  reply: the pointed-to data gathered (vgpu.pointers), the KMD's dispatch, the
+  out-data scattered back; a blocking request handed to the trio loop.
+"""

@@ -1,0 +1,112 @@
+"""One FUSE_IOCTL request on card0/renderD128, answered as drm_ioctl() answers it.
+
+The kernel (FUSE's restricted ioctl mode) has copied ``_IOC_SIZE(cmd)`` bytes of the
+struct in when the request has ``_IOC_WRITE``, and copies ``out_size`` bytes back when
+it has ``_IOC_READ``. The rest is ours, in Linux's order (drivers/gpu/drm/drm_ioctl.c):
+
+1. the struct, zero-filled to its encoded size (an ``_IOR`` request sends none);
+2. the data behind its pointers, read from the caller (vgpu.pointers.gather through
+   :class:`~vdev.ioctl.uaccess.UserMemory`: copy_from_user); a bad pointer is EFAULT;
+3. the KMD's dispatch, the same table and rights as the frame protocol's;
+4. the out-data written behind the output pointers (copy_to_user), the struct
+   returned to the kernel for the copy back.
+
+A request the KMD answers at once is answered here, synchronously, in pyfuse3's
+loop: no task, no thread (docs/ioctl.md, "Speed"). One that must wait (a
+PendingReply: WAIT_CS, the syncobj waits, WAIT_FENCES, GEM_WAIT_IDLE, a CS waiting
+for room) is returned as a coroutine, which pyfuse3 runs as a task of its own, so
+a blocked wait holds no worker; if the caller gets a signal, FUSE_INTERRUPT cancels
+that task (vdev.nodes.wait_pending unsubscribes) and the ioctl fails with EINTR.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+from typing import Callable
+
+import pyfuse3
+
+from vgpu import pointers, uapi
+
+from ..kmd_interface import KmdError, PendingReply
+from ..nodes import ControlHandle, wait_pending
+from .uaccess import UserAccessError, UserMemory
+
+log = logging.getLogger(__name__)
+
+_DRM = uapi.DRM_IOCTL_BASE
+
+#: Called after each request: ``(handle, cmd, pid, errno_or_0)`` (drm.debug, tracing).
+Observer = Callable[[ControlHandle, int, int, int], None]
+
+
+def _fail(err: int, handle: ControlHandle | None = None, cmd: int = 0, pid: int = 0,
+          observe: Observer | None = None):
+    if observe is not None and handle is not None:
+        observe(handle, cmd, pid, err)
+    raise pyfuse3.FUSEError(err)
+
+
+class IoctlPath:
+    """Answers FUSE_IOCTL for the control handles of one mount. ``observe`` (optional)
+    sees every DRM request's outcome."""
+
+    def __init__(self, kmsg_log: Callable[[str], None], observe: Observer | None = None):
+        self._kmsg = kmsg_log
+        self.observe = observe
+
+    def answer(self, handle: ControlHandle, cmd: int, arg_addr: int, in_buf: bytes,
+               out_size: int, pid: int):
+        """The reply bytes (at most ``out_size``), or a coroutine giving them.
+        FUSEError: the errno of the refusal (ENOTTY for a request that is not DRM's,
+        EFAULT for a bad pointer, the KMD's errno otherwise)."""
+        if uapi._IOC_TYPE(cmd) != _DRM:
+            # TCGETS from isatty() and the like: not ours, and not worth a kmsg line
+            raise pyfuse3.FUSEError(errno.ENOTTY)
+        size = uapi._IOC_SIZE(cmd)
+        arg = in_buf if len(in_buf) == size else bytes(in_buf[:size]).ljust(size, b"\0")
+        mem = UserMemory(pid)
+        try:
+            extra = pointers.gather(cmd, arg, mem.read)
+            reply = handle.dev.ioctl(handle.file, cmd, arg, extra)
+        except UserAccessError as e:
+            self._refused(handle, cmd, pid, e)
+        except OSError as e:   # E2BIG from gather
+            _fail(e.errno, handle, cmd, pid, self.observe)
+        except KmdError as e:
+            _fail(e.errno, handle, cmd, pid, self.observe)
+        if isinstance(reply, PendingReply):
+            return self._wait(handle, cmd, arg, reply, mem, out_size, pid)
+        return self._complete(handle, cmd, arg, reply, mem, out_size, pid)
+
+    def _complete(self, handle, cmd, arg, reply, mem: UserMemory, out_size: int, pid: int) -> bytes:
+        try:
+            pointers.scatter(cmd, arg, reply.extra, mem.write)
+        except UserAccessError as e:
+            self._refused(handle, cmd, pid, e)
+        if self.observe is not None:
+            self.observe(handle, cmd, pid, 0)
+        return reply.arg[:out_size]   # out_size is 0 without _IOC_READ
+
+    async def _wait(self, handle, cmd, arg, pending: PendingReply, mem, out_size, pid) -> bytes:
+        try:
+            reply = await wait_pending(pending)
+            return self._complete(handle, cmd, arg, reply, mem, out_size, pid)
+        except KmdError as e:
+            _fail(e.errno, handle, cmd, pid, self.observe)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as e:  # never out of the FUSE loop: pyfuse3 would stop serving
+            log.exception("vdev: %s failed", uapi.ioctl_name(cmd))
+            self._kmsg(f"vdev: internal error in {uapi.ioctl_name(cmd)}: {e!r}")
+            raise pyfuse3.FUSEError(errno.EIO) from e
+
+    def _refused(self, handle: ControlHandle, cmd: int, pid: int, e: UserAccessError):
+        """A copy from/to the caller failed: EFAULT as Linux's copy_*_user, or the
+        reason the daemon may not reach that process at all (logged, with what to do)."""
+        name = uapi.ioctl_name(cmd)
+        if e.errno == errno.EPERM:
+            self._kmsg(f"{name} from pid {pid}: {e.reason}")
+        else:
+            log.debug("%s from pid %d: %s", name, pid, e.reason)
+        _fail(errno.EFAULT if e.errno == errno.ESRCH else e.errno, handle, cmd, pid, self.observe)
