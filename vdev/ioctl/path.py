@@ -25,6 +25,7 @@ import logging
 from typing import Callable
 
 import pyfuse3
+import trio
 
 from vgpu import pointers, uapi
 
@@ -35,6 +36,7 @@ from .uaccess import UserAccessError, UserMemory
 log = logging.getLogger(__name__)
 
 _DRM = uapi.DRM_IOCTL_BASE
+_CS_NR = uapi._IOC_NR(uapi.DRM_IOCTL_AMDGPU_CS)
 
 #: Called after each request: ``(handle, cmd, pid, errno_or_0)`` (drm.debug, tracing).
 Observer = Callable[[ControlHandle, int, int, int], None]
@@ -90,7 +92,15 @@ class IoctlPath:
 
     async def _wait(self, handle, cmd, arg, pending: PendingReply, mem, out_size, pid) -> bytes:
         try:
-            reply = await wait_pending(pending)
+            if uapi._IOC_NR(cmd) == _CS_NR:
+                # A CS waiting for room on its context is queued in the KMD already:
+                # failing it with EINTR would make drmIoctl submit it twice (amdgpu
+                # waits before queueing and can restart). Its wait ends when an older
+                # job of the context does, or at the job timeout.
+                with trio.CancelScope(shield=True):
+                    reply = await wait_pending(pending)
+            else:
+                reply = await wait_pending(pending)
             return self._complete(handle, cmd, arg, reply, mem, out_size, pid)
         except KmdError as e:
             _fail(e.errno, handle, cmd, pid, self.observe)
