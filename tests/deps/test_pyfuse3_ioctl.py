@@ -1,0 +1,101 @@
+"""The pyfuse3 extension of deps/pyfuse3/ioctl.patch, on a file system of its own
+(tests/deps/ioctl_fs.py), in both loop modes: Operations.ioctl answered at once, as
+a result value, as an error, from an awaitable, and interrupted by a signal."""
+import errno
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _iowr(nr: int, size: int) -> int:
+    return (3 << 30) | (size << 16) | (ord("d") << 8) | nr
+
+
+@pytest.fixture(scope="module", params=["thread", "loop"])
+def mount(request, tmp_path_factory):
+    mnt = str(tmp_path_factory.mktemp("ioctlfs"))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.deps.ioctl_fs", mnt, request.param], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.ismount(mnt):
+            assert proc.poll() is None, "the test file system died"
+            assert time.monotonic() < deadline, "the test file system did not mount"
+            time.sleep(0.05)
+        yield mnt
+    finally:
+        subprocess.run(["fusermount3", "-u", "-z", mnt], check=False)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _run(code: str, mnt: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """``code`` in a client process (fd: the file opened read-only, IOWR(): the encoder)."""
+    prelude = ("import errno, fcntl, os, signal, sys, time\n"
+               "IOWR = lambda nr, size: (3 << 30) | (size << 16) | (ord('d') << 8) | nr\n"
+               f"fd = os.open({mnt!r} + '/f', os.O_RDONLY)\n")
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_sync_handler_echoes_the_struct_on_a_read_only_fd(mount):
+    fd = os.open(mount + "/f", os.O_RDONLY)
+    try:
+        buf = bytearray(b"0123456789abcdef")
+        assert fcntl.ioctl(fd, _iowr(0x10, 16), buf, True) == 0
+        assert buf == bytearray(b"0123456789abcdef")
+        assert fcntl.ioctl(fd, _iowr(0x11, 16), buf, True) == 7   # the (result, data) form
+        with pytest.raises(OSError) as e:
+            fcntl.ioctl(fd, _iowr(0x12, 16), buf, True)
+        assert e.value.errno == errno.ENOENT
+        with pytest.raises(OSError) as e:
+            fcntl.ioctl(fd, _iowr(0x7F, 16), buf, True)
+        assert e.value.errno == errno.ENOTTY
+    finally:
+        os.close(fd)
+
+
+def test_an_awaitable_answers_later(mount):
+    fd = os.open(mount + "/f", os.O_RDONLY)
+    try:
+        buf = bytearray(8)
+        fcntl.ioctl(fd, _iowr(0x21, 8), buf, True)
+        assert buf == bytearray(b"\x01" * 8)
+    finally:
+        os.close(fd)
+
+
+def test_a_signal_interrupts_a_waiting_ioctl_with_eintr(mount):
+    r = _run("signal.signal(signal.SIGALRM, lambda *a: None)\n"
+             "signal.setitimer(signal.ITIMER_REAL, 0.3)\n"
+             "t = time.monotonic()\n"
+             "try:\n"
+             "    fcntl.ioctl(fd, IOWR(0x20, 8), bytearray(8), True)\n"
+             "    print('answered')\n"
+             "except OSError as e:\n"
+             "    print(errno.errorcode[e.errno], round(time.monotonic() - t, 3))\n", mount)
+    assert r.returncode == 0, r.stderr
+    name, seconds = r.stdout.split()
+    assert name == "EINTR"
+    assert float(seconds) < 10   # the handler sleeps 30 s: this catches a missed interrupt
+    with open(mount + "/state") as f:
+        assert f.read().split()[-2:] == ["waiting", "cancelled"]
+
+
+def test_many_threads_wait_while_another_request_is_answered(mount):
+    """Twenty waits in flight (tasks, not workers): an echo still gets through."""
+    r = _run("import threading\n"
+             "ts = [threading.Thread(target=fcntl.ioctl, args=(fd, IOWR(0x21, 8), bytearray(8), True))"
+             " for _ in range(20)]\n"
+             "[t.start() for t in ts]\n"
+             "b = bytearray(b'x' * 16); fcntl.ioctl(fd, IOWR(0x10, 16), b, True); print(b.decode())\n"
+             "[t.join() for t in ts]\n", mount)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "x" * 16
