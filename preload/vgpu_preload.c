@@ -3,22 +3,29 @@
  *     VGPU_MOUNT=/tmp/vgpu LD_PRELOAD=preload/libvgpu_preload.so ./prog
  *     vgpu run --mount /tmp/vgpu -- ./prog                 (the same, checked)
  *
- * A vgpu device is a FUSE file system, and FUSE cannot carry an ioctl(), so on vgpu an
- * ioctl is one write() of a request frame and one read() of the reply frame on the
- * device file (docs/design.md section 3). A program linked against the system's libdrm
- * knows nothing of that: it opens /dev/dri/renderD128, checks with stat() that it is
- * a DRM character device, reads sysfs to identify it, calls ioctl() and mmap(). This
- * library sits between the program and libc and makes each of those lead to the mount:
+ * A vgpu device is a FUSE file system whose MOUNT/dev/dri/card0 and renderD128 answer
+ * real ioctl()s (FUSE_IOCTL; docs/design.md section 3): the kernel copies the struct in
+ * and out, the daemon reads and writes what its pointers point to in the caller's
+ * memory. A program linked against the system's libdrm opens /dev/dri/renderD128,
+ * checks with stat() that it is a DRM character device, reads sysfs to identify it,
+ * calls ioctl() and mmap(). This library sits between the program and libc and makes
+ * each of those lead to the mount:
  *
  *   paths      /dev/dri/..., /sys/dev/char/226:N/..., /sys/class/drm/...  ->  MOUNT/<same path>
  *              (open*, fopen, opendir, stat*, access, readlink, realpath)
  *   stat       a control file (MOUNT/dev/dri/card0, renderD128) looks like the DRM
  *              character device it stands for: S_IFCHR, st_rdev = makedev(226, minor)
- *   ioctl()    on a control file: the frame write + read, with the pointed-to data
- *              flattened into the frame and scattered back from the reply
- *   mmap()     of a GEM_MMAP offset on a control file: mmap of MOUNT/bo/<offset-hex>
+ *   ioctl()    goes to the kernel as the program made it (strace and gdb see it), except
+ *              where Linux takes or returns a file descriptor: the daemon cannot make an
+ *              fd in another process, so it deals in tokens, and the library turns the
+ *              token it returns into an fd (open MOUNT/prime/<hex>, MOUNT/sync/<hex>)
+ *              and a program's fd into the token it stands for
+ *   mmap()     of a GEM_MMAP offset on a control file: mmap of MOUNT/bo/<offset-hex>;
+ *              of a dma-buf fd: the BO's own file, found through the token
  *   fds        control files are tracked across dup/dup2/dup3/F_DUPFD/close/exec/
- *              SCM_RIGHTS; sync and prime tokens become real fds and back
+ *              SCM_RIGHTS, token fds remember their token
+ *   Yama       where ptrace_scope >= 1, a process that opens a control file declares the
+ *              daemon its tracer (PR_SET_PTRACER), so the daemon may reach its memory
  *
  * Everything else goes to the real libc (dlsym(RTLD_NEXT)). Nothing here knows a
  * particular program. Without VGPU_MOUNT the library does nothing at all.
@@ -43,22 +50,21 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "vgpu_drm.h" /* the frame headers; it includes <drm.h> and <amdgpu_drm.h> */
+#include "vgpu_drm.h" /* <drm.h>, <amdgpu_drm.h> and what vgpu adds to them */
 
 #define DRM_MAJOR 226
 /* fds tracked in a flat table indexed by fd number; a device file opened at a higher
- * number is not translated (the debug log says so). 64 Ki entries are 1 MiB of
- * zero pages that are touched only where fds live. */
+ * number is not tracked (the debug log says so): its ioctls still reach the kernel, but
+ * no token or mmap is translated there. 64 Ki entries are 512 KiB of zero pages that
+ * are touched only where fds live. */
 #define FD_SLOTS 65536
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
 
 /* ------------------------------------------------------------------------------------
  * The real libc functions, looked up on first use: a call can come before our
@@ -222,71 +228,88 @@ static uint32_t token_of_path(const char *path, char *kind)
 }
 
 /* ------------------------------------------------------------------------------------
- * Tracked fds. A control file's open file description (shared by its dups) is one DRM
- * file on the daemon, which keeps one pending reply per request tag (design section
- * 3): each thread tags its requests with its thread id (frame_call), so the threads
- * of a program, and of its forks, share it without a lock and never wait for each
- * other's replies. Token fds (sync files, dma-bufs) remember their token for
- * FD_TO_HANDLE.
+ * Tracked fds: what each number names, as far as this library cares. A control file
+ * needs its minor (stat, and mmap goes to MOUNT/bo); a token fd (sync file or syncobj,
+ * dma-buf) its token, for FD_TO_HANDLE and for mmap of a dma-buf. The ioctls
+ * themselves go to the kernel, which keeps the DRM file behind the open file
+ * description: nothing else about it lives here.
  * ---------------------------------------------------------------------------------- */
-struct vfile {
-	int refs; /* fds naming it, plus calls in progress */
-	int minor;
-};
-
 static struct fdent {
-	struct vfile *vf;
-	uint32_t token;
-	char kind; /* 's' sync file or syncobj, 'p' dma-buf, 0 */
+	uint32_t token; /* 's', 'p': the token the file stands for */
+	char kind;      /* 'c' control file, 's' sync file or syncobj, 'p' dma-buf, 0 */
+	uint8_t minor;  /* 'c': the DRM minor (0 card0, 128 renderD128) */
 } fdtab[FD_SLOTS];
 static pthread_mutex_t fdtab_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int fd_ok(int fd) { return fd >= 0 && fd < FD_SLOTS; }
 
-static void vf_put_locked(struct vfile *vf)
+static void set_entry(int fd, struct fdent e)
 {
-	if (vf && --vf->refs == 0)
-		free(vf);
+	pthread_mutex_lock(&fdtab_lock);
+	fdtab[fd] = e;
+	pthread_mutex_unlock(&fdtab_lock);
 }
 
 /* Forget whatever `fd` was: called before it is closed and after the kernel hands the
  * number out again (an entry there can only be stale: closed behind our back). */
 static void untrack(int fd)
 {
-	if (!fd_ok(fd))
+	if (fd_ok(fd))
+		set_entry(fd, (struct fdent){0});
+}
+
+/* ---- Yama. The daemon reads and writes the data behind an ioctl's pointers with
+ * process_vm_readv/writev, which Yama's ptrace_scope 1 allows only to an ancestor or a
+ * declared tracer. So the first open of a control file declares the daemon the
+ * process's tracer (its pid is MOUNT/sys/module/vgpu/daemon_pid); a forked child, a
+ * new process that shares the open files, declares it again (atfork_child). Scope 2
+ * and 3 admit no declaration: the daemon's reads fail there (docs/libdrm.md). */
+static long ptracer_pid;    /* the pid declared, 0 none */
+static int ptracer_checked; /* this process has looked */
+
+/* The first bytes of a small file as a string; -1 if it cannot be read. */
+static ssize_t read_small(const char *path, char *buf, size_t cap)
+{
+	int fd = REAL(openat64)(AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, cap - 1);
+	if (fd >= 0)
+		REAL(close)(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return n;
+}
+
+static void declare_ptracer(void)
+{
+	char scope[16], buf[32], path[PATH_MAX];
+	int saved = errno;
+	if (__atomic_exchange_n(&ptracer_checked, 1, __ATOMIC_ACQ_REL))
 		return;
-	pthread_mutex_lock(&fdtab_lock);
-	vf_put_locked(fdtab[fd].vf);
-	fdtab[fd] = (struct fdent){0};
-	pthread_mutex_unlock(&fdtab_lock);
+	if (read_small("/proc/sys/kernel/yama/ptrace_scope", scope, sizeof(scope)) > 0 && atoi(scope) >= 1) {
+		snprintf(path, sizeof(path), "%s/sys/module/vgpu/daemon_pid", mount_path);
+		long pid = read_small(path, buf, sizeof(buf)) > 0 ? strtol(buf, NULL, 10) : 0;
+		if (pid > 0 && prctl(PR_SET_PTRACER, (unsigned long)pid, 0, 0, 0) == 0)
+			ptracer_pid = pid;
+		DBG("Yama ptrace_scope %d: PR_SET_PTRACER of daemon pid %ld: %s", atoi(scope), pid,
+		    ptracer_pid ? "ok" : pid > 0 ? strerror(errno) : "no daemon_pid");
+	}
+	errno = saved; /* a failure here is not the caller's */
 }
 
 static void track_control(int fd, int minor)
 {
-	struct vfile *vf;
+	declare_ptracer();
 	if (!fd_ok(fd)) {
-		DBG("fd %d of a control file is past the table (%d): not translated", fd, FD_SLOTS);
+		DBG("fd %d of a control file is past the table (%d): not tracked", fd, FD_SLOTS);
 		return;
 	}
-	if (!(vf = calloc(1, sizeof(*vf))))
-		return;
-	vf->refs = 1;
-	vf->minor = minor;
-	pthread_mutex_lock(&fdtab_lock);
-	vf_put_locked(fdtab[fd].vf);
-	fdtab[fd] = (struct fdent){.vf = vf};
-	pthread_mutex_unlock(&fdtab_lock);
+	set_entry(fd, (struct fdent){.kind = 'c', .minor = (uint8_t)minor});
 	DBG("fd %d is DRM minor %d", fd, minor);
 }
 
 static void track_token(int fd, char kind, uint32_t token)
 {
-	if (!fd_ok(fd))
-		return;
-	pthread_mutex_lock(&fdtab_lock);
-	vf_put_locked(fdtab[fd].vf);
-	fdtab[fd] = (struct fdent){.kind = kind, .token = token};
-	pthread_mutex_unlock(&fdtab_lock);
+	if (fd_ok(fd))
+		set_entry(fd, (struct fdent){.kind = kind, .token = token});
 }
 
 /* newfd now names what oldfd names (dup family). */
@@ -295,31 +318,20 @@ static void track_dup(int oldfd, int newfd)
 	if (!fd_ok(newfd))
 		return;
 	pthread_mutex_lock(&fdtab_lock);
-	vf_put_locked(fdtab[newfd].vf);
 	fdtab[newfd] = fd_ok(oldfd) ? fdtab[oldfd] : (struct fdent){0};
-	if (fdtab[newfd].vf)
-		fdtab[newfd].vf->refs++;
 	pthread_mutex_unlock(&fdtab_lock);
 }
 
-/* The vfile of `fd` with a reference held for the caller (vf_release), or NULL. */
-static struct vfile *vf_get(int fd)
+/* The entry of `fd` (all zero for an untracked or out-of-table fd). */
+static struct fdent entry_of(int fd)
 {
-	struct vfile *vf = NULL;
+	struct fdent e = {0};
 	if (!fd_ok(fd))
-		return NULL;
+		return e;
 	pthread_mutex_lock(&fdtab_lock);
-	if ((vf = fdtab[fd].vf))
-		vf->refs++;
+	e = fdtab[fd];
 	pthread_mutex_unlock(&fdtab_lock);
-	return vf;
-}
-
-static void vf_release(struct vfile *vf)
-{
-	pthread_mutex_lock(&fdtab_lock);
-	vf_put_locked(vf);
-	pthread_mutex_unlock(&fdtab_lock);
+	return e;
 }
 
 /* What the kernel says `fd` is: /proc/self/fd/N. For fds we did not see being made:
@@ -349,11 +361,16 @@ static void classify(int fd)
 }
 
 /* After fork() the child has one thread: the table's lock, which another thread may
- * have held, is made anew. The child shares the parent's open files; its requests carry
- * its own thread ids as tags, so they never take the parent's replies. */
+ * have held, is made anew. The child shares the parent's open files, and so their DRM
+ * files, as on Linux; Yama does not pass a tracer declaration on to it. */
 static void atfork_prepare(void) { pthread_mutex_lock(&fdtab_lock); }
 static void atfork_parent(void) { pthread_mutex_unlock(&fdtab_lock); }
-static void atfork_child(void) { pthread_mutex_init(&fdtab_lock, NULL); }
+static void atfork_child(void)
+{
+	pthread_mutex_init(&fdtab_lock, NULL);
+	if (ptracer_pid)
+		prctl(PR_SET_PTRACER, (unsigned long)ptracer_pid, 0, 0, 0);
+}
 
 /* ------------------------------------------------------------------------------------
  * stat: a control file is a regular FUSE file; libdrm insists on a character device
@@ -369,14 +386,8 @@ static void atfork_child(void) { pthread_mutex_init(&fdtab_lock, NULL); }
 
 static int fd_minor(int fd)
 {
-	int minor = -1;
-	if (!fd_ok(fd))
-		return -1;
-	pthread_mutex_lock(&fdtab_lock);
-	if (fdtab[fd].vf)
-		minor = fdtab[fd].vf->minor;
-	pthread_mutex_unlock(&fdtab_lock);
-	return minor;
+	struct fdent e = entry_of(fd);
+	return e.kind == 'c' ? e.minor : -1;
 }
 
 /* The minor to patch into a fstatat/statx answer: by path, or by fd for AT_EMPTY_PATH. */
@@ -608,7 +619,7 @@ int close_range(unsigned int first, unsigned int last, int flags)
 void closefrom(int lowfd)
 {
 	for (int fd = lowfd < 0 ? 0 : lowfd; fd < FD_SLOTS; fd++)
-		if (fdtab[fd].vf || fdtab[fd].kind)
+		if (fdtab[fd].kind)
 			untrack(fd);
 	REAL(closefrom)(lowfd);
 }
@@ -709,32 +720,6 @@ static void *bo_mmap(void *addr, size_t len, int prot, int flags, off_t offset)
 	return p;
 }
 
-/* One request on a DRM file of our own (prime_mmap's): the struct alone, no extra. */
-static int raw_call(int fd, unsigned long request, void *arg, size_t size)
-{
-	char req[sizeof(struct vgpu_request_header) + 64], rep[sizeof(struct vgpu_reply_header) + 64];
-	struct vgpu_request_header h = {VGPU_MAGIC, (uint32_t)request, (uint32_t)size, 0};
-	struct vgpu_reply_header rh;
-	ssize_t n;
-	if (size > 64)
-		return EINVAL;
-	memcpy(req, &h, sizeof(h));
-	memcpy(req + sizeof(h), arg, size);
-	if (write(fd, req, sizeof(h) + size) < 0)
-		return errno;
-	while ((n = read(fd, rep, sizeof(rep))) < 0 && errno == EINTR)
-		;
-	if (n < 0)
-		return errno;
-	if ((size_t)n < sizeof(rh))
-		return EIO;
-	memcpy(&rh, rep, sizeof(rh));
-	if (rh.result)
-		return rh.result < 0 ? -rh.result : rh.result;
-	memcpy(arg, rep + sizeof(rh), MIN(size, (size_t)n - sizeof(rh)));
-	return 0;
-}
-
 /* mmap of a dma-buf fd (MOUNT/prime/<token-hex>). vdev serves that file direct_io,
  * which FUSE cannot map, so the library maps the BO's own file instead: a DRM file of
  * its own on the render node, PRIME_FD_TO_HANDLE of the token, GEM_MMAP, mmap of
@@ -749,11 +734,13 @@ static void *prime_mmap(void *addr, size_t len, int prot, int flags, uint32_t to
 	int dfd = REAL(openat64)(AT_FDCWD, path, O_RDWR | O_CLOEXEC, 0);
 	if (dfd < 0)
 		return MAP_FAILED;
+	/* the file is ours, not the program's: the token goes in as it is */
 	struct drm_prime_handle import = {.fd = (int32_t)token};
 	union drm_amdgpu_gem_mmap m = {0};
-	if (!(err = raw_call(dfd, DRM_IOCTL_PRIME_FD_TO_HANDLE, &import, sizeof(import)))) {
+	err = REAL(ioctl)(dfd, DRM_IOCTL_PRIME_FD_TO_HANDLE, &import) ? errno : 0;
+	if (!err) {
 		m.in.handle = import.handle;
-		err = raw_call(dfd, DRM_IOCTL_AMDGPU_GEM_MMAP, &m, sizeof(m));
+		err = REAL(ioctl)(dfd, DRM_IOCTL_AMDGPU_GEM_MMAP, &m) ? errno : 0;
 	}
 	if (!err) {
 		int mode = (prot & PROT_WRITE) && (flags & MAP_SHARED) ? O_RDWR : O_RDONLY;
@@ -771,27 +758,14 @@ static void *prime_mmap(void *addr, size_t len, int prot, int flags, uint32_t to
 	return p;
 }
 
-/* The dma-buf token a tracked fd stands for (0 for any other fd): a table lookup only,
- * so that mmap of ordinary files costs nothing more. */
-static uint32_t tracked_prime_token(int fd)
-{
-	uint32_t token = 0;
-	if (!fd_ok(fd))
-		return 0;
-	pthread_mutex_lock(&fdtab_lock);
-	if (fdtab[fd].kind == 'p')
-		token = fdtab[fd].token;
-	pthread_mutex_unlock(&fdtab_lock);
-	return token;
-}
-
+/* One table lookup decides: mmap of ordinary files costs nothing more. */
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset)
 {
-	uint32_t token;
-	if (fd >= 0 && !(flags & MAP_ANONYMOUS) && fd_minor(fd) >= 0)
+	struct fdent e = fd >= 0 && !(flags & MAP_ANONYMOUS) && mount_len ? entry_of(fd) : (struct fdent){0};
+	if (e.kind == 'c')
 		return bo_mmap(addr, len, prot, flags, offset);
-	if (fd >= 0 && !(flags & MAP_ANONYMOUS) && mount_len && (token = tracked_prime_token(fd)))
-		return prime_mmap(addr, len, prot, flags, token, offset);
+	if (e.kind == 'p' && e.token)
+		return prime_mmap(addr, len, prot, flags, e.token, offset);
 	return REAL(mmap)(addr, len, prot, flags, fd, offset);
 }
 
@@ -801,163 +775,23 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t offset
 }
 
 /* ------------------------------------------------------------------------------------
- * ioctl -> frame. The request frame is the header, the ioctl struct as the program
- * passed it (pointer values included: the daemon ignores them), then `extra`: the data
- * the struct's pointers point to, in field order (design section 3, "flattening").
- * The reply is the header, the updated struct, then out-data that belongs behind the
- * struct's output pointers.
+ * ioctl: a real ioctl() on the control file. FUSE hands it to the daemon, the kernel
+ * copies _IOC_SIZE bytes of the struct in and out by the direction bits and the daemon
+ * reaches the data behind the struct's pointers in this process's memory (design
+ * section 3), so the library passes the call on as the program made it. The one
+ * exception is the file descriptors of Linux's uapi: the daemon cannot make an fd in
+ * this process, so where Linux returns one it returns a positive token, which the
+ * library opens as MOUNT/prime/<token-hex> (dma-buf) or MOUNT/sync/<token-hex> (syncobj,
+ * sync file), and where Linux takes one it takes the token that fd stands for.
  * ---------------------------------------------------------------------------------- */
-struct frame {
-	char *buf;
-	size_t len, cap;
-};
-
-/* Append n bytes from p (NULL: zeros). E2BIG past the protocol's 128 KiB frame. */
-static int put(struct frame *f, const void *p, uint64_t n)
-{
-	if (n > f->cap - f->len)
-		return E2BIG;
-	if (p)
-		memcpy(f->buf + f->len, p, n);
-	else
-		memset(f->buf + f->len, 0, n);
-	f->len += n;
-	return 0;
-}
-
-/* Append n bytes a user pointer (a __u64 field) points to; EFAULT for NULL. */
-static int put_user(struct frame *f, uint64_t ptr, uint64_t n)
-{
-	if (n && !ptr)
-		return EFAULT;
-	return n ? put(f, (const void *)(uintptr_t)ptr, n) : 0;
-}
-
-/* Copy out-data to a user pointer: at most `want` bytes, as many as the reply has. */
-static void scatter(uint64_t ptr, const char **out, size_t *left, uint64_t want)
-{
-	size_t n = MIN((uint64_t)*left, want);
-	if (ptr && n)
-		memcpy((void *)(uintptr_t)ptr, *out, n);
-	*out += n;
-	*left -= n;
-}
-
-/* The ioctl structs with pointers, read from a zero-extended copy of the program's
- * struct (a shorter struct reads as zero-extended, as in Linux drm_ioctl). */
-union args {
-	struct drm_version version;
-	struct drm_prime_handle prime;
-	struct drm_syncobj_handle sync_handle;
-	struct drm_syncobj_wait sync_wait;
-	struct drm_syncobj_timeline_wait sync_twait;
-	struct drm_syncobj_array sync_array;
-	struct drm_syncobj_timeline_array sync_tarray;
-	union drm_amdgpu_bo_list bo_list;
-	union drm_amdgpu_cs cs;
-	struct drm_amdgpu_info info;
-	union drm_amdgpu_wait_fences wait_fences;
-	struct drm_amdgpu_gem_op gem_op;
-	union drm_amdgpu_fence_to_handle fence_to_handle;
-};
-
 #define NR(ioctl) _IOC_NR(DRM_IOCTL_##ioctl)
-
-/* CS: in.chunks points to num_chunks pointers, each to a drm_amdgpu_cs_chunk whose
- * chunk_data points to length_dw dwords. Flattened: each chunk header followed by its
- * data. A BO_HANDLES chunk's data is a drm_amdgpu_bo_list_in whose bo_info_ptr points
- * to the entries: they follow it, and its length_dw counts both (the KMD reads them
- * there, kmd/cs.py). */
-static int gather_cs(const union drm_amdgpu_cs *cs, struct frame *f)
-{
-	const uint64_t *chunks = (const uint64_t *)(uintptr_t)cs->in.chunks;
-	int err = 0;
-	if (cs->in.num_chunks && !chunks)
-		return EFAULT;
-	for (uint32_t i = 0; i < cs->in.num_chunks && !err; i++) {
-		if (!chunks[i])
-			return EFAULT;
-		struct drm_amdgpu_cs_chunk h = *(const struct drm_amdgpu_cs_chunk *)(uintptr_t)chunks[i];
-		uint64_t bytes = (uint64_t)h.length_dw * 4;
-		if (h.chunk_id == AMDGPU_CHUNK_ID_BO_HANDLES) {
-			struct drm_amdgpu_bo_list_in bl = {0};
-			if (bytes && !h.chunk_data)
-				return EFAULT;
-			memcpy(&bl, (const void *)(uintptr_t)h.chunk_data, MIN(bytes, sizeof(bl)));
-			uint64_t entries = (uint64_t)bl.bo_number * bl.bo_info_size;
-			uint64_t padded = (entries + 3) & ~3ull;
-			if (padded > f->cap)
-				return E2BIG;
-			h.length_dw = (uint32_t)((sizeof(bl) + padded) / 4);
-			if (!(err = put(f, &h, sizeof(h))) && !(err = put(f, &bl, sizeof(bl))) &&
-			    !(err = put_user(f, bl.bo_info_ptr, entries)))
-				err = put(f, NULL, padded - entries);
-		} else if (!(err = put(f, &h, sizeof(h)))) {
-			err = put_user(f, h.chunk_data, bytes);
-		}
-	}
-	return err;
-}
-
-/* The extra of each request that has pointers: what they point to, in field order. */
-static int gather(unsigned nr, const union args *a, struct frame *f)
-{
-	if (nr == NR(SYNCOBJ_WAIT))
-		return put_user(f, a->sync_wait.handles, 4ull * a->sync_wait.count_handles);
-	if (nr == NR(SYNCOBJ_RESET) || nr == NR(SYNCOBJ_SIGNAL))
-		return put_user(f, a->sync_array.handles, 4ull * a->sync_array.count_handles);
-	if (nr == NR(SYNCOBJ_TIMELINE_WAIT)) {
-		uint64_t n = a->sync_twait.count_handles;
-		int err = put_user(f, a->sync_twait.handles, 4 * n);
-		return err ? err : put_user(f, a->sync_twait.points, 8 * n);
-	}
-	if (nr == NR(SYNCOBJ_QUERY) || nr == NR(SYNCOBJ_TIMELINE_SIGNAL)) {
-		uint64_t n = a->sync_tarray.count_handles;
-		int err = put_user(f, a->sync_tarray.handles, 4 * n);
-		if (err)
-			return err;
-		/* QUERY's points are its output: zeros go out, the points come back */
-		return nr == NR(SYNCOBJ_QUERY) ? put(f, NULL, 8 * n) : put_user(f, a->sync_tarray.points, 8 * n);
-	}
-	if (nr == NR(AMDGPU_BO_LIST))
-		return put_user(f, a->bo_list.in.bo_info_ptr,
-				(uint64_t)a->bo_list.in.bo_number * a->bo_list.in.bo_info_size);
-	if (nr == NR(AMDGPU_CS))
-		return gather_cs(&a->cs, f);
-	if (nr == NR(AMDGPU_WAIT_FENCES))
-		return put_user(f, a->wait_fences.in.fences,
-				(uint64_t)a->wait_fences.in.fence_count * sizeof(struct drm_amdgpu_fence));
-	return 0; /* no pointers (or none the daemon reads): the struct alone */
-}
-
-/* The reply's out-data, to where the struct's output pointers point. */
-static void scatter_out(unsigned nr, const union args *a, const char *out, size_t left)
-{
-	if (nr == NR(VERSION)) { /* each string as long as the program asked for */
-		scatter((uintptr_t)a->version.name, &out, &left, a->version.name_len);
-		scatter((uintptr_t)a->version.date, &out, &left, a->version.date_len);
-		scatter((uintptr_t)a->version.desc, &out, &left, a->version.desc_len);
-	} else if (nr == NR(SYNCOBJ_QUERY)) {
-		scatter(a->sync_tarray.points, &out, &left, 8ull * a->sync_tarray.count_handles);
-	} else if (nr == NR(AMDGPU_INFO)) {
-		scatter(a->info.return_pointer, &out, &left, a->info.return_size);
-	} else if (nr == NR(AMDGPU_GEM_OP) && a->gem_op.op == AMDGPU_GEM_OP_GET_GEM_CREATE_INFO) {
-		scatter(a->gem_op.value, &out, &left, sizeof(struct drm_amdgpu_gem_create_in));
-	}
-}
-
-/* ---- tokens: where Linux passes an fd, the daemon passes a token (design section 3) */
 
 /* The token a sync/dma-buf fd stands for; 0 and errno set if it stands for none. */
 static uint32_t token_of_fd(int fd, char want)
 {
-	char kind = 0;
-	uint32_t token = 0;
-	if (fd_ok(fd)) {
-		pthread_mutex_lock(&fdtab_lock);
-		kind = fdtab[fd].kind, token = fdtab[fd].token;
-		pthread_mutex_unlock(&fdtab_lock);
-	}
+	struct fdent e = entry_of(fd);
+	char kind = e.kind;
+	uint32_t token = e.token;
 	if (!token) { /* not made here: ask the kernel what file it is */
 		char path[PATH_MAX];
 		if (fd_path(fd, path) >= 0)
@@ -981,156 +815,80 @@ static int fd_of_token(char kind, uint32_t token, int flags)
 	return fd;
 }
 
-/* ---- per-thread frame buffers: a request and a reply of up to VGPU_MAX_FRAME each */
-struct tbuf {
-	char req[VGPU_MAX_FRAME];
-	char rep[VGPU_MAX_FRAME];
-};
-static pthread_key_t tbuf_key;
-static pthread_once_t tbuf_once = PTHREAD_ONCE_INIT;
-static void tbuf_key_init(void) { pthread_key_create(&tbuf_key, free); }
-
-static struct tbuf *tbuf(void)
+/* PRIME_FD_TO_HANDLE, SYNCOBJ_FD_TO_HANDLE: the kernel gets a copy of the struct with
+ * the token the program's fd stands for in its fd field; the handle comes back into
+ * the program's struct, its fd stays. An fd that stands for no token fails as on Linux
+ * (EINVAL, EBADF if it is not open) without reaching the daemon. */
+static int fd_to_handle(int fd, unsigned long request, void *arg)
 {
-	pthread_once(&tbuf_once, tbuf_key_init);
-	struct tbuf *b = pthread_getspecific(tbuf_key);
-	if (!b && (b = malloc(sizeof(*b))))
-		pthread_setspecific(tbuf_key, b);
-	return b;
-}
-
-/* One request on the wire: write the frame, read the reply. `tag` is the protocol's
- * request tag (design section 3): a nonzero tag (drm_ioctl passes the calling thread's
- * id) is pwrite()/pread() at offset `tag`, and the daemon gives the reply of tag T only
- * to a read at offset T, so threads sharing the fd need no lock; 0 is plain
- * write()/read(), which one thread must not interleave with another's. Returns 0 or an
- * errno: the write's (the request was refused) or the read's (it failed while
- * completing: ETIME, EFAULT...). */
-static int frame_call(int fd, uint64_t tag, const char *req, size_t len, char *rep, size_t cap,
-		      size_t *replen)
-{
-	ssize_t n = tag ? pwrite(fd, req, len, (off_t)tag) : write(fd, req, len);
-	if (n < 0)
-		return errno; /* nothing was sent: EINTR here makes drmIoctl send again */
-	if ((size_t)n != len)
-		return EIO;
-	for (;;) {
-		n = tag ? pread(fd, rep, cap, (off_t)tag) : read(fd, rep, cap);
-		if (n >= 0)
-			break;
-		if (errno == EINTR) /* the reply stays queued: sending again would run it twice */
-			continue;
-		if (errno == EAGAIN) { /* a non-blocking fd whose reply is not ready yet */
-			nanosleep(&(struct timespec){0, 1000000}, NULL);
-			continue;
-		}
-		return errno;
+	const int prime = _IOC_NR(request) == NR(PRIME_FD_TO_HANDLE);
+	const size_t size = _IOC_SIZE(request);
+	const size_t off = prime ? offsetof(struct drm_prime_handle, fd) : offsetof(struct drm_syncobj_handle, fd);
+	char copy[64];
+	int32_t user_fd, token;
+	if (!arg || size < off + sizeof(user_fd) || size > sizeof(copy))
+		return REAL(ioctl)(fd, request, arg); /* no fd field to rewrite: EFAULT, EINVAL... */
+	memcpy(copy, arg, size);
+	memcpy(&user_fd, copy + off, sizeof(user_fd));
+	if (!(token = (int32_t)token_of_fd(user_fd, prime ? 'p' : 's')))
+		return -1;
+	memcpy(copy + off, &token, sizeof(token));
+	int r = REAL(ioctl)(fd, request, copy), err = errno;
+	DBG("ioctl fd %d %#lx: fd %d as token %x -> %s", fd, request, user_fd, token, r ? strerror(err) : "0");
+	if (r == 0 && (_IOC_DIR(request) & _IOC_READ)) {
+		memcpy(copy + off, &user_fd, sizeof(user_fd));
+		memcpy(arg, copy, size);
 	}
-	*replen = (size_t)n;
-	return 0;
+	errno = err;
+	return r;
 }
 
-/* ioctl(fd, request, arg) on a control file. Returns 0 or an errno. */
-static int drm_ioctl(int fd, unsigned long request, void *arg)
+/* PRIME_HANDLE_TO_FD, SYNCOBJ_HANDLE_TO_FD, AMDGPU_FENCE_TO_HANDLE (GET_SYNCOBJ_FD,
+ * GET_SYNC_FILE_FD): the call goes through as it is, and the token in the answer
+ * becomes the fd the program expects. A dma-buf is opened read-write with DRM_RDWR,
+ * close-on-exec with DRM_CLOEXEC; a syncobj or sync file read-only, close-on-exec. */
+static int handle_to_fd(int fd, unsigned long request, void *arg)
 {
 	const unsigned nr = _IOC_NR(request);
 	const size_t size = _IOC_SIZE(request);
-	const size_t hdr = sizeof(struct vgpu_request_header);
-	union args a;
-	struct tbuf *b;
-	int err;
-
-	if (size && !arg)
-		return EFAULT;
-	if (!(b = tbuf()))
-		return ENOMEM;
-	memset(&a, 0, sizeof(a));
-	if (size)
-		memcpy(&a, arg, MIN(size, sizeof(a)));
-
-	struct frame f = {b->req, hdr, VGPU_MAX_FRAME};
-	if ((err = put(&f, arg, size)))
-		return err;
-	/* FD_TO_HANDLE: the daemon takes the token the fd stands for, in the fd field */
-	if (nr == NR(PRIME_FD_TO_HANDLE) || nr == NR(SYNCOBJ_FD_TO_HANDLE)) {
-		int is_prime = nr == NR(PRIME_FD_TO_HANDLE);
-		size_t off = is_prime ? offsetof(struct drm_prime_handle, fd)
-				      : offsetof(struct drm_syncobj_handle, fd);
-		int32_t token = (int32_t)token_of_fd(is_prime ? a.prime.fd : a.sync_handle.fd,
-						     is_prime ? 'p' : 's');
-		if (!token)
-			return errno;
-		if (off + sizeof(token) <= size)
-			memcpy(f.buf + hdr + off, &token, sizeof(token));
+	struct drm_prime_handle *prime = arg;
+	struct drm_syncobj_handle *sync = arg;
+	union drm_amdgpu_fence_to_handle *fence = arg;
+	uint32_t *out, flags = 0;
+	char kind = 's';
+	if (nr == NR(PRIME_HANDLE_TO_FD) && arg && size >= sizeof(*prime)) {
+		uint32_t f = prime->flags;
+		kind = 'p', out = (uint32_t *)&prime->fd;
+		flags = ((f & DRM_RDWR) ? O_RDWR : O_RDONLY) | ((f & DRM_CLOEXEC) ? O_CLOEXEC : 0);
+	} else if (nr == NR(SYNCOBJ_HANDLE_TO_FD) && arg && size >= sizeof(*sync)) {
+		out = (uint32_t *)&sync->fd, flags = O_RDONLY | O_CLOEXEC;
+	} else if (nr == NR(AMDGPU_FENCE_TO_HANDLE) && arg && size >= sizeof(*fence) &&
+		   (fence->in.what == AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ_FD ||
+		    fence->in.what == AMDGPU_FENCE_TO_HANDLE_GET_SYNC_FILE_FD)) {
+		out = &fence->out.handle, flags = O_RDONLY | O_CLOEXEC;
+	} else {
+		return REAL(ioctl)(fd, request, arg); /* a handle, not an fd (or no struct) */
 	}
-	if ((err = gather(nr, &a, &f)))
-		return err;
-	struct vgpu_request_header h = {VGPU_MAGIC, (uint32_t)request, (uint32_t)size,
-					(uint32_t)(f.len - hdr - size)};
-	memcpy(f.buf, &h, hdr);
-
-	size_t replen = 0;
-	err = frame_call(fd, (uint64_t)syscall(SYS_gettid), f.buf, f.len, b->rep, sizeof(b->rep), &replen);
-	DBG("ioctl fd %d %#lx (nr %#x) struct %zu extra %zu -> %s", fd, request, nr, size,
-	    f.len - hdr - size, err ? strerror(err) : "0");
-	if (err)
-		return err;
-
-	struct vgpu_reply_header rh;
-	if (replen < sizeof(rh))
-		return EIO;
-	memcpy(&rh, b->rep, sizeof(rh));
-	if ((uint64_t)sizeof(rh) + rh.arg_size + rh.extra_size != replen)
-		return EIO;
-	if (rh.result)
-		return rh.result < 0 ? -rh.result : rh.result;
-	/* The struct goes back only where Linux copies it back: _IOC_READ requests. */
-	if (_IOC_DIR(request) & _IOC_READ)
-		memcpy(arg, b->rep + sizeof(rh), MIN(size, rh.arg_size));
-	scatter_out(nr, &a, b->rep + sizeof(rh) + rh.arg_size, rh.extra_size);
-
-	/* Tokens out: the fd the program expects, opened on MOUNT/sync or MOUNT/prime. */
-	int out_fd = -1;
-	if (nr == NR(PRIME_FD_TO_HANDLE) || nr == NR(SYNCOBJ_FD_TO_HANDLE)) {
-		struct drm_prime_handle *p = arg; /* put the program's fd back */
-		struct drm_syncobj_handle *s = arg;
-		if (nr == NR(PRIME_FD_TO_HANDLE))
-			p->fd = a.prime.fd;
-		else
-			s->fd = a.sync_handle.fd;
-	} else if (nr == NR(PRIME_HANDLE_TO_FD)) {
-		struct drm_prime_handle *p = arg;
-		int mode = (a.prime.flags & DRM_RDWR) ? O_RDWR : O_RDONLY;
-		if ((out_fd = fd_of_token('p', (uint32_t)p->fd,
-					  mode | ((a.prime.flags & DRM_CLOEXEC) ? O_CLOEXEC : 0))) < 0)
-			return errno;
-		p->fd = out_fd;
-	} else if (nr == NR(SYNCOBJ_HANDLE_TO_FD)) {
-		struct drm_syncobj_handle *s = arg;
-		if ((out_fd = fd_of_token('s', (uint32_t)s->fd, O_RDONLY | O_CLOEXEC)) < 0)
-			return errno;
-		s->fd = out_fd;
-	} else if (nr == NR(AMDGPU_FENCE_TO_HANDLE) &&
-		   (a.fence_to_handle.in.what == AMDGPU_FENCE_TO_HANDLE_GET_SYNCOBJ_FD ||
-		    a.fence_to_handle.in.what == AMDGPU_FENCE_TO_HANDLE_GET_SYNC_FILE_FD)) {
-		union drm_amdgpu_fence_to_handle *t = arg;
-		if ((out_fd = fd_of_token('s', t->out.handle, O_RDONLY | O_CLOEXEC)) < 0)
-			return errno;
-		t->out.handle = (uint32_t)out_fd;
-	}
+	if (REAL(ioctl)(fd, request, arg) != 0)
+		return -1;
+	int new_fd = fd_of_token(kind, *out, flags);
+	if (new_fd < 0)
+		return -1;
+	*out = (uint32_t)new_fd;
 	return 0;
 }
 
 /* A control file we did not see being opened (relative path, inherited, received):
- * recognised by its path at its first DRM ioctl. */
-static struct vfile *adopt(int fd)
+ * recognised by its path at its first DRM ioctl, so that its mmap and fstat are
+ * translated too. Returns its minor, or -1. */
+static int adopt(int fd)
 {
 	char path[PATH_MAX];
 	int minor;
 	if (fd_path(fd, path) < 0 || (minor = control_minor(path)) < 0)
-		return NULL;
+		return -1;
 	track_control(fd, minor);
-	return vf_get(fd);
+	return fd_minor(fd);
 }
 
 int ioctl(int fd, unsigned long request, ...)
@@ -1140,20 +898,21 @@ int ioctl(int fd, unsigned long request, ...)
 	void *arg = va_arg(ap, void *);
 	va_end(ap);
 
-	struct vfile *vf = NULL;
-	/* Only DRM requests ('d') are translated; others (TCGETS...) reach the file as they
-	 * are, and FUSE answers them (ENOTTY). */
-	if (mount_len && _IOC_TYPE(request) == DRM_IOCTL_BASE && !(vf = vf_get(fd)))
-		vf = adopt(fd);
-	if (!vf)
+	/* Only DRM requests ('d') on a control file are looked at; the others (TCGETS...)
+	 * reach the file as they are, and FUSE answers them (ENOTTY). */
+	if (!mount_len || _IOC_TYPE(request) != DRM_IOCTL_BASE || (fd_minor(fd) < 0 && adopt(fd) < 0))
 		return REAL(ioctl)(fd, request, arg);
-	int err = drm_ioctl(fd, request, arg);
-	vf_release(vf);
-	if (err) {
-		errno = err;
-		return -1;
+	switch (_IOC_NR(request)) {
+	case NR(PRIME_FD_TO_HANDLE):
+	case NR(SYNCOBJ_FD_TO_HANDLE):
+		return fd_to_handle(fd, request, arg);
+	case NR(PRIME_HANDLE_TO_FD):
+	case NR(SYNCOBJ_HANDLE_TO_FD):
+	case NR(AMDGPU_FENCE_TO_HANDLE):
+		return handle_to_fd(fd, request, arg);
+	default:
+		return REAL(ioctl)(fd, request, arg);
 	}
-	return 0;
 }
 
 /* ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ own process through `vgpu run`, the way a user would (docs/libdrm.md). The libra
 itself is built by `make build`; without it these tests are skipped, saying so.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -550,6 +551,34 @@ def test_c_sample_dmabuf_share(vgpu_mount):
     assert exe.is_file(), f"{exe} is not built (make build)"
     r = run(vgpu_mount, exe, timeout=300)
     assert r.returncode == 0 and r.stdout.endswith("PASS\n"), r.stdout + r.stderr
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_strace_sees_the_programs_own_ioctls(vgpu_mount, tmp_path):
+    """The library passes DRM requests to the kernel as the program made them
+    (docs/libdrm.md): strace names each one on the device fd, and no request frame is
+    written to a control file (neither pwrite64 nor a write() of the VGPU magic)."""
+    exe = SAMPLES / "sdma_exercise"
+    assert exe.is_file(), f"{exe} is not built (make build)"
+    log = tmp_path / "strace.log"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    r = subprocess.run(["strace", "-f", "-o", str(log), "-e", "trace=ioctl,write,pwrite64", "-xx", "-s", "4",
+                        sys.executable, "-m", "vgpu_tools", "run", "--mount", vgpu_mount, "--", str(exe)],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.endswith("PASS\n"), r.stdout + r.stderr
+    trace = log.read_text()
+    # strace may add the other drivers' requests of the same code ("DRM_IOCTL_AMDGPU_INFO or
+    # DRM_IOCTL_SIS_FB_FREE"). libdrm 2.4.114's amdgpu_bo_va_op sends GEM_VA with
+    # drmCommandWriteRead, as IOWR (0xc0286448), where amdgpu_drm.h defines it IOW
+    # (0x40286448): strace's table names that code after v3d's request of the same
+    # number and size only.
+    names = {"VERSION": "VERSION", "AMDGPU_INFO": "AMDGPU_INFO", "AMDGPU_CTX": "AMDGPU_CTX",
+             "AMDGPU_GEM_CREATE": "AMDGPU_GEM_CREATE", "AMDGPU_GEM_VA": "(?:AMDGPU_GEM_VA|V3D_PERFMON_CREATE)",
+             "AMDGPU_BO_LIST": "AMDGPU_BO_LIST", "AMDGPU_CS": "AMDGPU_CS", "AMDGPU_WAIT_CS": "AMDGPU_WAIT_CS"}
+    for name, spelled in names.items():
+        assert re.search(rf"ioctl\(\d+, DRM_IOCTL_{spelled}[, ]", trace), f"no DRM_IOCTL_{name} in:\n{trace[-3000:]}"
+    assert "pwrite64(" not in trace, "a request frame was written"
+    assert "\\x56\\x47\\x50\\x55" not in trace, "a request frame (VGPU magic) was written"
 
 
 RAW_PROGRAM = r"""#include <errno.h>
