@@ -1,8 +1,10 @@
 """libvgpu: a libdrm_amdgpu-like client library for the vgpu device.
 
-Talks to ``MOUNT/dev/dri/renderD128`` through the control-file protocol (one
-write() + one read() per ioctl, docs/design.md section 3) and imports nothing of
-vgpu but its definitions (:mod:`vgpu.uapi`, the SDMA/PM4/vISA encodings). Function
+Talks to ``MOUNT/dev/dri/renderD128`` with real ioctl() calls whose pointer fields
+point to the caller's buffers, as libdrm does (docs/design.md section 3; the old
+write()/read() frame protocol with ``VGPU_TRANSPORT=frame``), and imports nothing of
+vgpu but its definitions (:mod:`vgpu.uapi`, the pointer map :mod:`vgpu.pointers`, the
+SDMA/PM4/vISA encodings). Function
 names follow libdrm_amdgpu without the ``amdgpu_`` prefix; ``docs/libvgpu.md`` maps
 each to its libdrm counterpart and ioctl.
 
@@ -14,12 +16,13 @@ from .bo import (Bo, BoInfo, amdgpu_bo_handle_type_dma_buf_fd, amdgpu_bo_handle_
                  amdgpu_bo_handle_type_kms, amdgpu_bo_handle_type_kms_noimport, bo_alloc, bo_cpu_map,
                  bo_cpu_unmap, bo_export, bo_free, bo_import, bo_query_info, bo_wait_for_idle,
                  create_bo_from_user_mem)
-from .cs import (AMDGPU_QUERY_FENCE_TIMEOUT_IS_ABSOLUTE, BoList, CsFence, CsRequest, IbInfo, bo_list_create,
-                 bo_list_destroy, bo_list_update, cs_query_fence_status, cs_submit, cs_wait_fences, fence_of)
+from .cs import (AMDGPU_QUERY_FENCE_TIMEOUT_IS_ABSOLUTE, BoList, CsChunks, CsFence, CsRequest, IbInfo,
+                 bo_list_create, bo_list_destroy, bo_list_update, cs_chunks, cs_query_fence_status, cs_submit,
+                 cs_wait_fences, fence_of)
 from .ctx import Context, cs_ctx_create, cs_ctx_free, cs_ctx_override_priority
-from .device import (Device, DrmDevice, DrmVersion, device_deinitialize, device_initialize, device_initialize_fd,
-                     get_cap, get_devices, get_version, query_firmware_version, query_gpu_info, query_heap_info,
-                     query_hw_ip_count, query_hw_ip_info, query_info, query_info_struct,
+from .device import (Device, DrmDevice, DrmVersion, declare_tracer, device_deinitialize, device_initialize,
+                     device_initialize_fd, get_cap, get_devices, get_version, query_firmware_version,
+                     query_gpu_info, query_heap_info, query_hw_ip_count, query_hw_ip_info, query_info, query_info_struct,
                      query_timestamp, query_gpuvm_fault, query_last_fault, query_job_counters)
 from .errors import (VgpuBusy, VgpuCanceled, VgpuError, VgpuInvalidArgument, VgpuNoSuchObject,
                      VgpuNotSupported, VgpuOutOfMemory, VgpuPermissionDenied, VgpuProtocolError,

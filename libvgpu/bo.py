@@ -19,7 +19,7 @@ from vgpu import uapi
 
 from .errors import error_for, from_oserror
 from .handle import Handle
-from .ioctl import AMDGPU_TIMEOUT_INFINITE, absolute_timeout
+from .ioctl import AMDGPU_TIMEOUT_INFINITE, absolute_timeout, address
 
 
 class BoInfo(NamedTuple):
@@ -193,11 +193,17 @@ def bo_wait_for_idle(bo: Bo, timeout_ns: int = AMDGPU_TIMEOUT_INFINITE) -> bool:
 
 def bo_query_info(bo: Bo) -> BoInfo:
     """AMDGPU_GEM_OP GET_GEM_CREATE_INFO (amdgpu_bo_query_info)."""
-    req = uapi.drm_amdgpu_gem_op(handle=bo.handle, op=uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO)
-    size = ctypes.sizeof(uapi.drm_amdgpu_gem_create_in)
-    _, extra = bo.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_OP, req, reply_extra=size)
-    info = uapi.drm_amdgpu_gem_create_in.from_bytes(extra)
+    info = _gem_create_info(bo.dev, bo.handle)
     return BoInfo(info.bo_size, info.alignment, info.domains, info.domain_flags)
+
+
+def _gem_create_info(dev, handle: int) -> uapi.drm_amdgpu_gem_create_in:
+    """AMDGPU_GEM_OP GET_GEM_CREATE_INFO: ``value`` points to the struct the kernel fills."""
+    info = uapi.drm_amdgpu_gem_create_in()
+    req = uapi.drm_amdgpu_gem_op(handle=handle, op=uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO,
+                                 value=address(info))
+    dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_OP, req)
+    return info
 
 
 # -- sharing: PRIME (amdgpu_bo_export / amdgpu_bo_import) --------------------------
@@ -248,10 +254,7 @@ def bo_import(dev, token: int, handle_type: int | None = None) -> Bo:
         known._refs += 1
         return known
     try:
-        op = uapi.drm_amdgpu_gem_op(handle=handle, op=uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO)
-        _, extra = dev.ioctl(uapi.DRM_IOCTL_AMDGPU_GEM_OP, op,
-                             reply_extra=ctypes.sizeof(uapi.drm_amdgpu_gem_create_in))
-        info = uapi.drm_amdgpu_gem_create_in.from_bytes(extra)
+        info = _gem_create_info(dev, handle)
         bo = Bo(dev, handle, info.bo_size, info.alignment, info.domains, info.domain_flags)
         dev._bos[handle] = bo
     except BaseException:

@@ -3,6 +3,11 @@
 Coherence needs no calls at all: a BO's CPU mappings and the engines share its
 pages (docs/memory.md), so a program written the libdrm way (map, write, submit,
 wait, read) sees correct data, as on a device with a large BAR.
+
+What the requests point to (BO list entries, the CS chunk pointer table, each chunk's
+header and data, WAIT_FENCES' fences) is built in ctypes buffers whose addresses go
+in the structs' pointer fields, as libdrm does; the kernel (the daemon) reads them
+in this process's memory during the ioctl.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from vgpu import uapi
 
 from .errors import error_for
 from .handle import Handle
-from .ioctl import AMDGPU_TIMEOUT_INFINITE, absolute_timeout
+from .ioctl import AMDGPU_TIMEOUT_INFINITE, absolute_timeout, address
 
 AMDGPU_QUERY_FENCE_TIMEOUT_IS_ABSOLUTE = 1 << 0  # libdrm amdgpu.h
 
@@ -34,32 +39,41 @@ class BoList(Handle):
     destroy = free
 
 
-def _entries(bos: list, priorities: list[int] | None) -> bytes:
+def _entries(bos: list, priorities: list[int] | None, what: str = "bo_list_create"):
+    """The drm_amdgpu_bo_list_entry array for ``bos`` (a ctypes array the caller
+    keeps alive while the kernel reads it)."""
     prio = priorities or [0] * len(bos)
     if len(prio) != len(bos):
-        raise error_for(errno.EINVAL, "bo_list_create: one priority per BO")
-    return b"".join(bytes(uapi.drm_amdgpu_bo_list_entry(bo_handle=b.handle, bo_priority=p))
-                    for b, p in zip(bos, prio))
+        raise error_for(errno.EINVAL, f"{what}: one priority per BO")
+    return (uapi.drm_amdgpu_bo_list_entry * len(bos))(
+        *(uapi.drm_amdgpu_bo_list_entry(bo_handle=b.handle, bo_priority=p) for b, p in zip(bos, prio)))
+
+
+def _bo_list_in(target: uapi.drm_amdgpu_bo_list_in, entries) -> None:
+    target.bo_number = len(entries)
+    target.bo_info_size = ctypes.sizeof(uapi.drm_amdgpu_bo_list_entry)
+    target.bo_info_ptr = address(entries) if len(entries) else 0
 
 
 def bo_list_create(dev, bos: list, priorities: list[int] | None = None) -> BoList:
-    """AMDGPU_BO_LIST_OP_CREATE (amdgpu_bo_list_create)."""
+    """AMDGPU_BO_LIST_OP_CREATE (amdgpu_bo_list_create): ``bo_info_ptr`` points to
+    the entry array."""
+    entries = _entries(bos, priorities)
     req = uapi.drm_amdgpu_bo_list()
     req.in_.operation = uapi.AMDGPU_BO_LIST_OP_CREATE
-    req.in_.bo_number = len(bos)
-    req.in_.bo_info_size = ctypes.sizeof(uapi.drm_amdgpu_bo_list_entry)
-    dev.ioctl(uapi.DRM_IOCTL_AMDGPU_BO_LIST, req, _entries(bos, priorities))
+    _bo_list_in(req.in_, entries)
+    dev.ioctl(uapi.DRM_IOCTL_AMDGPU_BO_LIST, req)
     return BoList(dev, req.out.list_handle, bos)
 
 
 def bo_list_update(bo_list: BoList, bos: list, priorities: list[int] | None = None) -> None:
     """AMDGPU_BO_LIST_OP_UPDATE (amdgpu_bo_list_update)."""
+    entries = _entries(bos, priorities, "bo_list_update")
     req = uapi.drm_amdgpu_bo_list()
     req.in_.operation = uapi.AMDGPU_BO_LIST_OP_UPDATE
     req.in_.list_handle = bo_list.handle
-    req.in_.bo_number = len(bos)
-    req.in_.bo_info_size = ctypes.sizeof(uapi.drm_amdgpu_bo_list_entry)
-    bo_list.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_BO_LIST, req, _entries(bos, priorities))
+    _bo_list_in(req.in_, entries)
+    bo_list.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_BO_LIST, req)
     bo_list.bos = list(bos)
 
 
@@ -106,7 +120,7 @@ class CsRequest:
 
     ip_type: int
     ibs: list[IbInfo]
-    resources: BoList | None = None
+    resources: BoList | None = None      # a BO list handle (amdgpu_cs_submit)...
     ring: int = 0
     ip_instance: int = 0
     dependencies: list[CsFence] = field(default_factory=list)
@@ -115,54 +129,97 @@ class CsRequest:
     syncobj_out: list = field(default_factory=list)   # Syncobjs that get the job's fence
     timeline_wait: list = field(default_factory=list)    # (Syncobj, point[, flags]) to wait for
     timeline_signal: list = field(default_factory=list)  # (Syncobj, point) to signal
+    bo_handles: list | None = None       # ...or the job's Bos as a BO_HANDLES chunk (Mesa's way)
     seq_no: int = 0
 
 
-def _chunk(chunk_id: int, data: bytes) -> bytes:
-    return bytes(uapi.drm_amdgpu_cs_chunk(chunk_id=chunk_id, length_dw=len(data) // 4)) + data
+class CsChunks:
+    """The chunk array of one AMDGPU_CS, laid out as amdgpu_cs_submit_raw2 builds it:
+    ``chunks`` (what ``drm_amdgpu_cs_in.chunks`` points to) is an array of u64
+    pointers, each to a drm_amdgpu_cs_chunk whose ``chunk_data`` points to its data.
+    The object owns every buffer, so it must outlive the ioctl."""
+
+    def __init__(self):
+        self._data: list = []     # (chunk_id, data) of each chunk, kept alive
+        self._keep: list = []     # what the chunks' data points to (BO_HANDLES' entries)
+        self.headers = None       # drm_amdgpu_cs_chunk array
+        self.pointers = None      # u64 array of the headers' addresses
+
+    def add(self, chunk_id: int, data, keep=None) -> None:
+        """Append a chunk whose data is the ctypes object ``data`` (``length_dw`` is
+        its size); ``keep``: a buffer ``data`` points to, kept alive with it."""
+        self._data.append((chunk_id, data))
+        if keep is not None:
+            self._keep.append(keep)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def build(self) -> int:
+        """Lay out headers and pointer table; returns the address for ``in.chunks``."""
+        n = len(self._data)
+        self.headers = (uapi.drm_amdgpu_cs_chunk * n)(*(
+            uapi.drm_amdgpu_cs_chunk(chunk_id=cid, length_dw=ctypes.sizeof(d) // 4, chunk_data=address(d))
+            for cid, d in self._data))
+        size = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk)
+        base = address(self.headers)
+        self.pointers = (ctypes.c_uint64 * n)(*(base + i * size for i in range(n)))
+        return address(self.pointers) if n else 0
+
+
+def _array(cls, items):
+    return (cls * len(items))(*items)
+
+
+def cs_chunks(request: CsRequest) -> CsChunks:
+    """The chunks of ``request``: one IB chunk per IB, then FENCE, DEPENDENCIES,
+    BO_HANDLES, SYNCOBJ_IN/OUT and SYNCOBJ_TIMELINE_WAIT/SIGNAL where present."""
+    chunks = CsChunks()
+    for ib in request.ibs:
+        chunks.add(uapi.AMDGPU_CHUNK_ID_IB, uapi.drm_amdgpu_cs_chunk_ib(
+            flags=ib.flags, va_start=ib.ib_mc_address, ib_bytes=ib.size * 4, ip_type=request.ip_type,
+            ip_instance=request.ip_instance, ring=request.ring))
+    if request.fence_info is not None:
+        bo, offset = request.fence_info
+        chunks.add(uapi.AMDGPU_CHUNK_ID_FENCE, uapi.drm_amdgpu_cs_chunk_fence(handle=bo.handle, offset=offset))
+    if request.dependencies:
+        chunks.add(uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, _array(uapi.drm_amdgpu_cs_chunk_dep, [
+            uapi.drm_amdgpu_cs_chunk_dep(ip_type=d.ip_type, ip_instance=d.ip_instance, ring=d.ring,
+                                         ctx_id=d.context.id, handle=d.fence)
+            for d in request.dependencies]))
+    if request.bo_handles is not None:
+        entries = _entries(request.bo_handles, None, "cs_submit")
+        bl = uapi.drm_amdgpu_bo_list_in()
+        _bo_list_in(bl, entries)
+        chunks.add(uapi.AMDGPU_CHUNK_ID_BO_HANDLES, bl, keep=entries)   # bo_info_ptr -> entries
+    for chunk_id, syncobjs in ((uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, request.syncobj_in),
+                               (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, request.syncobj_out)):
+        if syncobjs:
+            chunks.add(chunk_id, _array(uapi.drm_amdgpu_cs_chunk_sem,
+                                        [uapi.drm_amdgpu_cs_chunk_sem(handle=s.handle) for s in syncobjs]))
+    for chunk_id, entries in ((uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, request.timeline_wait),
+                              (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, request.timeline_signal)):
+        if entries:
+            chunks.add(chunk_id, _array(uapi.drm_amdgpu_cs_chunk_syncobj, [
+                uapi.drm_amdgpu_cs_chunk_syncobj(handle=e[0].handle, point=e[1], flags=e[2] if len(e) > 2 else 0)
+                for e in entries]))
+    return chunks
 
 
 def cs_submit(context, request: CsRequest, flags: int = 0) -> int:
     """AMDGPU_CS (amdgpu_cs_submit): queue `request` on its ring; returns the
-    sequence number (also stored in request.seq_no). Syncobj lists become the SYNCOBJ_IN/OUT and
-    SYNCOBJ_TIMELINE_WAIT/SIGNAL chunks. Raises VgpuCanceled once the context is
-    guilty."""
-    dev = context.dev
-    chunks = b""
-    for ib in request.ibs:
-        chunks += _chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(uapi.drm_amdgpu_cs_chunk_ib(
-            flags=ib.flags, va_start=ib.ib_mc_address, ib_bytes=ib.size * 4, ip_type=request.ip_type,
-            ip_instance=request.ip_instance, ring=request.ring)))
-    n = len(request.ibs)
-    if request.fence_info is not None:
-        bo, offset = request.fence_info
-        chunks += _chunk(uapi.AMDGPU_CHUNK_ID_FENCE,
-                         bytes(uapi.drm_amdgpu_cs_chunk_fence(handle=bo.handle, offset=offset)))
-        n += 1
-    if request.dependencies:
-        deps = b"".join(bytes(uapi.drm_amdgpu_cs_chunk_dep(
-            ip_type=d.ip_type, ip_instance=d.ip_instance, ring=d.ring, ctx_id=d.context.id, handle=d.fence))
-            for d in request.dependencies)
-        chunks += _chunk(uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, deps)
-        n += 1
-    for chunk_id, syncobjs in ((uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, request.syncobj_in),
-                               (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, request.syncobj_out)):
-        if syncobjs:
-            chunks += _chunk(chunk_id, b"".join(bytes(uapi.drm_amdgpu_cs_chunk_sem(handle=s.handle))
-                                                for s in syncobjs))
-            n += 1
-    for chunk_id, entries in ((uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, request.timeline_wait),
-                              (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, request.timeline_signal)):
-        if entries:
-            chunks += _chunk(chunk_id, b"".join(bytes(uapi.drm_amdgpu_cs_chunk_syncobj(
-                handle=e[0].handle, point=e[1], flags=e[2] if len(e) > 2 else 0)) for e in entries))
-            n += 1
+    sequence number (also stored in request.seq_no). ``in.chunks`` points to the
+    chunk pointer array (:func:`cs_chunks`); syncobj lists become the SYNCOBJ_IN/OUT
+    and SYNCOBJ_TIMELINE_WAIT/SIGNAL chunks, ``bo_handles`` a BO_HANDLES chunk.
+    Raises VgpuCanceled once the context is guilty."""
+    chunks = cs_chunks(request)
     req = uapi.drm_amdgpu_cs()
     req.in_.ctx_id = context.id
     req.in_.bo_list_handle = request.resources.handle if request.resources else 0
-    req.in_.num_chunks = n
+    req.in_.num_chunks = len(chunks)
     req.in_.flags = flags
-    dev.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, req, chunks)
+    req.in_.chunks = chunks.build()
+    context.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, req)
     request.seq_no = req.out.handle
     return request.seq_no
 
@@ -197,10 +254,11 @@ def cs_wait_fences(fences: list[CsFence], wait_all: bool = True,
     signaled one's."""
     if not fences:
         raise error_for(errno.EINVAL, "cs_wait_fences: no fences")
+    array = _array(uapi.drm_amdgpu_fence, [f.as_uapi() for f in fences])
     req = uapi.drm_amdgpu_wait_fences()
+    req.in_.fences = address(array)
     req.in_.fence_count = len(fences)
     req.in_.wait_all = int(wait_all)
     req.in_.timeout_ns = absolute_timeout(timeout_ns)
-    fences[0].context.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_WAIT_FENCES, req,
-                                b"".join(bytes(f.as_uapi()) for f in fences))
+    fences[0].context.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_WAIT_FENCES, req)
     return req.out.status == 1, req.out.first_signaled

@@ -2,12 +2,17 @@
 
 ``device_initialize`` opens the render node, reads VERSION and DEV_INFO, and
 builds the user-space VA manager from DEV_INFO, as libdrm's
-``amdgpu_device_initialize`` does. Threads may share one Device as they share a
-libdrm device: each ioctl is a pwrite()/pread() pair tagged with the calling
-thread's id (docs/design.md section 3), so a thread blocked in a wait never holds
-up another's ioctl. Only an fd that cannot take offsets (a socket or pipe
-standing in for the control file) falls back to plain write()/read() pairs,
-serialised by a lock.
+``amdgpu_device_initialize`` does. Every request is a real ioctl() on the node
+(docs/design.md section 3), so threads share one Device as they share a libdrm
+device: each ioctl is its own request to the daemon, and a thread blocked in a wait
+never holds up another's. Where Yama restricts ptrace, opening a device first names
+the mount's daemon as this process's tracer (``prctl(PR_SET_PTRACER)``), so the daemon
+may read and write the buffers the ioctl structs point to.
+
+With ``VGPU_TRANSPORT=frame`` (libvgpu.ioctl) a Device speaks the old frame protocol
+instead: pwrite()/pread() pairs tagged with the calling thread's id; only an fd that
+cannot take offsets (a socket standing in for the control file) falls back to plain
+write()/read() pairs, serialised by a lock.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from vgpu.paths import mount_point, node_path
 
 from .errors import error_for, from_oserror
 from .handle import Handle
-from .ioctl import drm_ioctl
+from .ioctl import TRANSPORTS, address, drm_ioctl, transport_from_env
 from .va import VaManager
 
 
@@ -46,12 +51,16 @@ class Device(Handle):
 
     _repr_fields = ("node", "fd")
 
-    def __init__(self, fd: int, node: Path):
+    def __init__(self, fd: int, node: Path, transport: str | None = None):
         self.fd = fd
         self.node = node
         self.mount = mount_point(node)  # MOUNT/dev/dri/<node>
-        # A control file takes request tags; anything else (no offsets) gets plain
-        # write()/read() pairs under the lock, which also serialises close.
+        #: "ioctl" (real ioctls, the default) or "frame" ($VGPU_TRANSPORT=frame).
+        self.transport = transport or transport_from_env()
+        if self.transport not in TRANSPORTS:
+            raise error_for(errno.EINVAL, f"unknown transport {self.transport!r}")
+        # Frame transport: a control file takes request tags; anything else (no
+        # offsets) gets plain write()/read() pairs under the lock.
         self._tagged = stat.S_ISREG(os.fstat(fd).st_mode)
         self._lock = threading.RLock()
         self._bos: dict[int, object] = {}  # GEM handle -> Bo, for unmapping at deinit
@@ -61,18 +70,22 @@ class Device(Handle):
         self.vamgr_32: VaManager | None = None
 
     # -- the one path to the device -------------------------------------------------
-    def ioctl(self, request: int, struct, extra: bytes = b"", reply_extra: int = 0):
-        """:func:`libvgpu.ioctl.drm_ioctl` on this file, tagged with the calling
-        thread's id (on an fd without offsets: untagged, serialised)."""
+    def ioctl(self, request: int, struct):
+        """:func:`libvgpu.ioctl.drm_ioctl` on this file: ``struct`` is updated in
+        place (and returned); its pointer fields point to the caller's buffers. Frame
+        transport: tagged with the calling thread's id (on an fd without offsets:
+        untagged, serialised)."""
         fd = self.fd
         if fd < 0:
             raise error_for(errno.EBADF, f"{uapi.ioctl_name(request)}: device is closed")
+        if self.transport != "frame":
+            return drm_ioctl(fd, request, struct, transport=self.transport)
         if self._tagged:
-            return drm_ioctl(fd, request, struct, extra, reply_extra, tag=threading.get_native_id())
+            return drm_ioctl(fd, request, struct, transport="frame", tag=threading.get_native_id())
         with self._lock:
             if self.fd < 0:
                 raise error_for(errno.EBADF, f"{uapi.ioctl_name(request)}: device is closed")
-            return drm_ioctl(self.fd, request, struct, extra, reply_extra)
+            return drm_ioctl(self.fd, request, struct, transport="frame")
 
     @property
     def major_version(self) -> int:
@@ -120,26 +133,42 @@ def get_devices(path: str | os.PathLike) -> list[DrmDevice]:
     return [d for _, d in sorted(found)]
 
 
-def device_initialize(path: str | os.PathLike) -> Device:
+def device_initialize(path: str | os.PathLike, transport: str | None = None) -> Device:
     """Open a vgpu device: ``path`` is the mount point (the render node is used)
     or a node (``MOUNT/dev/dri/card0`` / ``renderD128``). Like
     amdgpu_device_initialize: queries VERSION and DEV_INFO, builds the VA managers.
+    The node is opened O_RDWR as libdrm does, or O_RDONLY when only reading is
+    allowed (an ioctl needs no write access; the frame transport does).
+    ``transport``: "ioctl" or "frame" (None: ``$VGPU_TRANSPORT``, default ioctl).
     Raises :class:`VgpuError`; nothing stays open on failure.
     """
     node = node_path(path)
+    transport = transport or transport_from_env()
     try:
-        fd = os.open(node, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fd = os.open(node, os.O_RDWR | os.O_CLOEXEC)
+        except PermissionError:
+            if transport == "frame":
+                raise
+            fd = os.open(node, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
         raise from_oserror(e, f"open {node}") from e
-    return device_initialize_fd(fd, node)
+    return device_initialize_fd(fd, node, transport)
 
 
-def device_initialize_fd(fd: int, node: str | os.PathLike) -> Device:
+def device_initialize_fd(fd: int, node: str | os.PathLike, transport: str | None = None) -> Device:
     """:func:`device_initialize` on an already open control file ``fd`` (the
     Device owns it from now on, and closes it on failure); ``node`` is its path
-    under the mount, used to find ``MOUNT/bo/``."""
-    dev = Device(fd, Path(node))
+    under the mount, used to find ``MOUNT/bo/``. Any access mode will do for the
+    ioctl transport, O_RDONLY included."""
     try:
+        dev = Device(fd, Path(node), transport)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        if dev.transport == "ioctl":
+            declare_tracer(dev.mount)
         dev.version = get_version(dev)
         dev.info = query_info_struct(dev, uapi.AMDGPU_INFO_DEV_INFO, uapi.drm_amdgpu_info_device)
         dev.vamgr, dev.vamgr_32 = VaManager.from_dev_info(dev.info)
@@ -148,6 +177,32 @@ def device_initialize_fd(fd: int, node: str | os.PathLike) -> Device:
         dev.fd = -1
         raise
     return dev
+
+
+#: prctl(2) PR_SET_PTRACER ("Yama"): name the one process that may ptrace this one.
+PR_SET_PTRACER = 0x59616D61
+YAMA_PTRACE_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
+
+
+def declare_tracer(mount: str | os.PathLike) -> bool:
+    """Where Yama restricts ptrace (``ptrace_scope`` >= 1), let the daemon of
+    ``mount`` (its pid in ``MOUNT/sys/module/vgpu/daemon_pid``) read and write this
+    process's memory, as it must to follow the ioctl structs' pointers
+    (process_vm_readv/writev): ``prctl(PR_SET_PTRACER, pid)``. A process has one
+    such tracer, so with two mounts the last device opened wins. Nothing happens
+    without Yama; any failure is ignored (the daemon's access then fails with a
+    clear errno on the ioctl). Returns True when the prctl was made."""
+    try:
+        with open(YAMA_PTRACE_SCOPE) as f:
+            if int(f.read().strip() or "0") < 1:
+                return False
+        with open(os.path.join(mount, "sys", "module", "vgpu", "daemon_pid")) as f:
+            pid = int(f.read().strip())
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(ctypes.c_int(PR_SET_PTRACER), ctypes.c_ulong(pid), ctypes.c_ulong(0),
+                          ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def device_deinitialize(dev: Device) -> None:
@@ -169,16 +224,17 @@ def device_deinitialize(dev: Device) -> None:
 # -- queries ----------------------------------------------------------------------
 
 def get_version(dev: Device) -> DrmVersion:
-    """DRM_IOCTL_VERSION (drmGetVersion): ask for the lengths, then the strings."""
+    """DRM_IOCTL_VERSION (drmGetVersion): ask for the lengths with no buffers, then
+    again with buffers of exactly those lengths."""
     v = uapi.drm_version()
     dev.ioctl(uapi.DRM_IOCTL_VERSION, v)
     lengths = (v.name_len, v.date_len, v.desc_len)
-    v = uapi.drm_version(name_len=lengths[0], date_len=lengths[1], desc_len=lengths[2])
-    _, extra = dev.ioctl(uapi.DRM_IOCTL_VERSION, v, reply_extra=sum(lengths))
-    strings, pos = [], 0
-    for n in lengths:
-        strings.append(bytes(extra[pos:pos + n]).split(b"\0", 1)[0].decode("utf-8", "replace"))
-        pos += n
+    bufs = [ctypes.create_string_buffer(n + 1) for n in lengths]   # + the NUL drmGetVersion adds
+    v = uapi.drm_version(name_len=lengths[0], name=address(bufs[0]), date_len=lengths[1],
+                         date=address(bufs[1]), desc_len=lengths[2], desc=address(bufs[2]))
+    dev.ioctl(uapi.DRM_IOCTL_VERSION, v)
+    strings = [b.raw[:min(n, asked)].split(b"\0", 1)[0].decode("utf-8", "replace")
+               for b, n, asked in zip(bufs, (v.name_len, v.date_len, v.desc_len), lengths)]
     return DrmVersion(v.version_major, v.version_minor, v.version_patchlevel, *strings)
 
 
@@ -190,7 +246,8 @@ def get_cap(dev: Device, capability: int) -> int:
 
 
 def query_info(dev: Device, info_id: int, size: int, **query) -> bytes:
-    """AMDGPU_INFO (amdgpu_query_info): the raw answer, at most ``size`` bytes.
+    """AMDGPU_INFO (amdgpu_query_info): the raw answer, ``size`` bytes (the kernel
+    writes at most ``size`` bytes through ``return_pointer``; the rest stays zero).
 
     ``query`` fills the request's union member, e.g.
     ``query_hw_ip={"type": AMDGPU_HW_IP_DMA, "ip_instance": 0}`` or
@@ -206,8 +263,16 @@ def query_info(dev: Device, info_id: int, size: int, **query) -> bytes:
                 setattr(target, field, v)
         else:
             setattr(req, member, value)
-    _, answer = dev.ioctl(uapi.DRM_IOCTL_AMDGPU_INFO, req, reply_extra=size)
-    return answer
+    return _info(dev, req)
+
+
+def _info(dev: Device, req: uapi.drm_amdgpu_info) -> bytes:
+    """AMDGPU_INFO into a buffer of ``req.return_size`` bytes (zero where the answer
+    is shorter), which ``return_pointer`` points to."""
+    answer = ctypes.create_string_buffer(req.return_size)
+    req.return_pointer = address(answer)
+    dev.ioctl(uapi.DRM_IOCTL_AMDGPU_INFO, req)
+    return answer.raw
 
 
 def query_info_struct(dev: Device, info_id: int, cls, **query):
@@ -290,5 +355,4 @@ def query_job_counters(dev: Device, ip_type: int, ring: int, seq_no: int) -> uap
                                query=uapi.VGPU_INFO_JOB_COUNTERS)
     q = uapi.vgpu_info_job_query(ip_type=ip_type, ring=ring, seq_no=seq_no)
     ctypes.memmove(ctypes.addressof(req._u), bytes(q), ctypes.sizeof(q))   # the query union
-    _, answer = dev.ioctl(uapi.DRM_IOCTL_AMDGPU_INFO, req, reply_extra=req.return_size)
-    return uapi.vgpu_info_job_counters.from_bytes(answer)
+    return uapi.vgpu_info_job_counters.from_bytes(_info(dev, req))

@@ -1,9 +1,10 @@
 """Errors of libvgpu: ``OSError`` subclasses that keep the errno of the failing call.
 
-Every failure of a control-file write()/read() reaches the caller as a
-:class:`VgpuError` (``isinstance(e, OSError)``, ``e.errno`` unchanged), picked by
-errno so callers can catch what they can act on (:class:`VgpuTimeout`,
-:class:`VgpuOutOfMemory`...) and the message names the request that failed.
+Every failure of an ioctl() on a DRM node (or, with the frame transport, of a
+control-file write()/read()) reaches the caller as a :class:`VgpuError`
+(``isinstance(e, OSError)``, ``e.errno`` unchanged), picked by errno so callers can
+catch what they can act on (:class:`VgpuTimeout`, :class:`VgpuOutOfMemory`...) and
+the message names the request that failed.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class VgpuBusy(VgpuError):
 
 
 class VgpuProtocolError(VgpuError):
-    """EPROTO: the reply frame from the daemon is malformed."""
+    """EPROTO: the reply frame from the daemon is malformed (frame transport)."""
 
 
 _BY_ERRNO: dict[int, type[VgpuError]] = {
@@ -80,7 +81,7 @@ def error_for(err: int, context: str = "") -> VgpuError:
 
 
 def from_oserror(exc: OSError, context: str = "") -> VgpuError:
-    """Map an ``OSError`` from write()/read()/open()/mmap() to a :class:`VgpuError`.
+    """Map an ``OSError`` from ioctl()/write()/read()/open()/mmap() to a :class:`VgpuError`.
 
     Use as ``raise from_oserror(e, "AMDGPU_GEM_CREATE") from e``.
     """

@@ -3,14 +3,16 @@
 A Syncobj is a handle in one Device. Exported "fds" are tokens (docs/design.md 3): pass the
 integer to another process, which imports it with `syncobj_import` into its own
 Device. `sync_file_wait` waits on MOUNT/sync/<token-hex> with poll(), without
-holding any Device (so it never blocks other calls).
+holding any Device (so it never blocks other calls). The handle and point arrays
+of the requests are ctypes buffers the structs' ``handles``/``points`` fields point
+to, as in libdrm (SYNCOBJ_QUERY's points are written there by the kernel).
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import select
-import struct
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from vgpu.timeout import S64_MAX, deadline_ns
 
 from .errors import error_for, from_oserror
 from .handle import Handle
-from .ioctl import AMDGPU_TIMEOUT_INFINITE
+from .ioctl import AMDGPU_TIMEOUT_INFINITE, address
 
 
 class Syncobj(Handle):
@@ -38,12 +40,14 @@ class Syncobj(Handle):
     destroy = free
 
 
-def _handles(syncobjs) -> bytes:
-    return struct.pack(f"<{len(syncobjs)}I", *(s.handle for s in syncobjs))
+def _handles(syncobjs):
+    """The u32 handle array a request's ``handles`` points to (kept alive by the caller)."""
+    return (ctypes.c_uint32 * len(syncobjs))(*(s.handle for s in syncobjs))
 
 
-def _points(points) -> bytes:
-    return struct.pack(f"<{len(points)}Q", *points)
+def _points(points):
+    """The u64 point array a request's ``points`` points to."""
+    return (ctypes.c_uint64 * len(points))(*points)
 
 
 def _same_dev(syncobjs, what: str):
@@ -83,8 +87,11 @@ def syncobj_wait(dev, syncobjs: list[Syncobj], timeout_ns: int = AMDGPU_TIMEOUT_
     first_signaled. Raises VgpuTimeout (ETIME) on timeout."""
     flags = (uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL if wait_all else 0) | \
         (uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT if wait_for_submit else 0)
-    a = uapi.drm_syncobj_wait(count_handles=len(syncobjs), flags=flags, timeout_nsec=_abs_s64(timeout_ns))
-    _same_dev(syncobjs, "syncobj_wait").ioctl(uapi.DRM_IOCTL_SYNCOBJ_WAIT, a, _handles(syncobjs))
+    dev = _same_dev(syncobjs, "syncobj_wait")
+    handles = _handles(syncobjs)
+    a = uapi.drm_syncobj_wait(handles=address(handles), count_handles=len(syncobjs), flags=flags,
+                              timeout_nsec=_abs_s64(timeout_ns))
+    dev.ioctl(uapi.DRM_IOCTL_SYNCOBJ_WAIT, a)
     return a.first_signaled
 
 
@@ -94,16 +101,20 @@ def syncobj_timeline_wait(dev, syncobjs: list[Syncobj], points: list[int],
     DRM_SYNCOBJ_WAIT_FLAGS_*. Returns first_signaled; VgpuTimeout on timeout."""
     if len(points) != len(syncobjs):
         raise error_for(errno.EINVAL, "syncobj_timeline_wait: one point per syncobj")
-    a = uapi.drm_syncobj_timeline_wait(count_handles=len(syncobjs), flags=flags,
+    dev = _same_dev(syncobjs, "syncobj_timeline_wait")
+    handles, pts = _handles(syncobjs), _points(points)
+    a = uapi.drm_syncobj_timeline_wait(handles=address(handles), points=address(pts),
+                                       count_handles=len(syncobjs), flags=flags,
                                        timeout_nsec=_abs_s64(timeout_ns))
-    _same_dev(syncobjs, "syncobj_timeline_wait").ioctl(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT, a,
-                                                       _handles(syncobjs) + _points(points))
+    dev.ioctl(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT, a)
     return a.first_signaled
 
 
 def _array(request: int, syncobjs: list[Syncobj], what: str) -> None:
-    a = uapi.drm_syncobj_array(count_handles=len(syncobjs))
-    _same_dev(syncobjs, what).ioctl(request, a, _handles(syncobjs))
+    dev = _same_dev(syncobjs, what)
+    handles = _handles(syncobjs)
+    a = uapi.drm_syncobj_array(handles=address(handles), count_handles=len(syncobjs))
+    dev.ioctl(request, a)
 
 
 def syncobj_reset(syncobjs: list[Syncobj]) -> None:
@@ -121,20 +132,24 @@ def syncobj_timeline_signal(syncobjs: list[Syncobj], points: list[int]) -> None:
     binary signal."""
     if len(points) != len(syncobjs):
         raise error_for(errno.EINVAL, "syncobj_timeline_signal: one point per syncobj")
-    a = uapi.drm_syncobj_timeline_array(count_handles=len(syncobjs))
-    _same_dev(syncobjs, "syncobj_timeline_signal").ioctl(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL, a,
-                                                         _handles(syncobjs) + _points(points))
+    dev = _same_dev(syncobjs, "syncobj_timeline_signal")
+    handles, pts = _handles(syncobjs), _points(points)
+    a = uapi.drm_syncobj_timeline_array(handles=address(handles), points=address(pts),
+                                        count_handles=len(syncobjs))
+    dev.ioctl(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL, a)
 
 
 def syncobj_query(syncobjs: list[Syncobj], last_submitted: bool = False) -> list[int]:
     """DRM_IOCTL_SYNCOBJ_QUERY (drmSyncobjQuery2): each syncobj's signalled (or,
     with `last_submitted`, last submitted) timeline point."""
-    a = uapi.drm_syncobj_timeline_array(
-        count_handles=len(syncobjs), flags=uapi.DRM_SYNCOBJ_QUERY_FLAGS_LAST_SUBMITTED if last_submitted else 0)
+    dev = _same_dev(syncobjs, "syncobj_query")
     n = len(syncobjs)
-    _, out = _same_dev(syncobjs, "syncobj_query").ioctl(uapi.DRM_IOCTL_SYNCOBJ_QUERY, a,
-                                                        _handles(syncobjs) + _points([0] * n), reply_extra=8 * n)
-    return list(struct.unpack(f"<{n}Q", bytes(out).ljust(8 * n, b"\0")))
+    handles, pts = _handles(syncobjs), (ctypes.c_uint64 * n)()   # the kernel writes the points
+    a = uapi.drm_syncobj_timeline_array(
+        handles=address(handles), points=address(pts), count_handles=n,
+        flags=uapi.DRM_SYNCOBJ_QUERY_FLAGS_LAST_SUBMITTED if last_submitted else 0)
+    dev.ioctl(uapi.DRM_IOCTL_SYNCOBJ_QUERY, a)
+    return list(pts)
 
 
 def syncobj_transfer(dst: Syncobj, dst_point: int, src: Syncobj, src_point: int, flags: int = 0) -> None:

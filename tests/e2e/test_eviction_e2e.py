@@ -44,7 +44,7 @@ for i in range(count):
 def where(bo):
     a = uapi.drm_amdgpu_gem_wait_idle()
     a.in_.handle, a.in_.timeout = bo.handle, 0
-    out, _ = drm_ioctl(dev.fd, uapi.DRM_IOCTL_AMDGPU_GEM_WAIT_IDLE, a)
+    out = drm_ioctl(dev.fd, uapi.DRM_IOCTL_AMDGPU_GEM_WAIT_IDLE, a)
     return out.out.domain
 
 for r in range(rounds):

@@ -1,8 +1,10 @@
-"""libvgpu without a mount: frame handling, error mapping, the VA allocator, and
-the library's calls against the real KMD in process (tests/libvgpu/conftest.py:
-a SOCK_SEQPACKET socket pair keeps one write() = one request frame and one read()
-= one reply, as on FUSE). The tests look at the KMD's own state: the DRM file's
-handles, contexts and VM, the BO's pages, kmsg, and the transport's request log."""
+"""libvgpu without a mount: the ioctl helper (real ioctl and the frame transport),
+the pointers each call sets up, error mapping, the VA allocator, and the library's
+calls against the real KMD in process (tests/libvgpu/conftest.py: the client's
+ioctls are answered in process by following their pointers with vgpu.pointers, as
+the daemon does; or, for ``frame_client``, frames on a SOCK_SEQPACKET socket pair).
+The tests look at the KMD's own state: the DRM file's handles, contexts and VM, the
+BO's pages, kmsg, and the transport's request log."""
 
 from __future__ import annotations
 
@@ -19,48 +21,320 @@ from kmd import info as kmd_info
 from kmd.vm import VA_START
 from libvgpu import ioctl as lio
 from libvgpu.va import VaManager
-from vgpu import uapi
+from vgpu import pointers, uapi
 
 HDR = ctypes.sizeof(uapi.vgpu_request_header)
 
 
-# -- frames (the codec itself is vgpu.frame, tests/test_frame.py) ------------------
+# -- the ioctl transport -------------------------------------------------------------
+
+class _FakeIoctl:
+    """Stands in for fcntl.ioctl: fails with the queued errnos (or raises the queued
+    exceptions) first, then sets ``handle`` of the struct to 9."""
+
+    def __init__(self, *failures):
+        self.failures = list(failures)
+        self.calls = 0
+
+    def __call__(self, fd, request, struct, mutate):
+        self.calls += 1
+        assert mutate is True and isinstance(struct, uapi.drm_gem_close)
+        if self.failures:
+            f = self.failures.pop(0)
+            raise f if isinstance(f, BaseException) else OSError(f, os.strerror(f))
+        struct.handle = 9
+        return 0
+
+
+def test_drm_ioctl_is_a_real_ioctl_on_the_struct():
+    """On an fd that is no DRM node the kernel says ENOTTY: the ioctl was made."""
+    r, w = os.pipe()
+    try:
+        with pytest.raises(libvgpu.VgpuNotSupported, match="VERSION") as e:
+            lio.drm_ioctl(r, uapi.DRM_IOCTL_VERSION, uapi.drm_version(), transport="ioctl")
+        assert e.value.errno == errno.ENOTTY
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_drm_ioctl_retries_eintr_and_eagain_and_updates_in_place(monkeypatch):
+    fake = _FakeIoctl(errno.EINTR, errno.EAGAIN, errno.EINTR)
+    monkeypatch.setattr(lio, "_sys_ioctl", fake)
+    arg = uapi.drm_gem_close(handle=7)
+    assert lio.drm_ioctl(3, uapi.DRM_IOCTL_GEM_CLOSE, arg, transport="ioctl") is arg
+    assert (fake.calls, arg.handle) == (4, 9)
+
+
+def test_drm_ioctl_errors_keep_errno_and_name_the_request(monkeypatch):
+    fake = _FakeIoctl(errno.ENOENT)
+    monkeypatch.setattr(lio, "_sys_ioctl", fake)
+    with pytest.raises(libvgpu.VgpuNoSuchObject, match="GEM_CLOSE") as e:
+        lio.drm_ioctl(3, uapi.DRM_IOCTL_GEM_CLOSE, uapi.drm_gem_close(handle=7), transport="ioctl")
+    assert e.value.errno == errno.ENOENT and fake.calls == 1
+
+
+def test_drm_ioctl_keyboard_interrupt_ends_the_wait(monkeypatch):
+    """fcntl.ioctl raises what a SIGINT handler raised (PyErr_SetFromErrno runs the
+    handlers on EINTR): it must reach the caller, not be retried."""
+    fake = _FakeIoctl(KeyboardInterrupt())
+    monkeypatch.setattr(lio, "_sys_ioctl", fake)
+    with pytest.raises(KeyboardInterrupt):
+        lio.drm_ioctl(3, uapi.DRM_IOCTL_GEM_CLOSE, uapi.drm_gem_close(), transport="ioctl")
+    assert fake.calls == 1
+
+
+def test_drm_ioctl_refuses_a_struct_of_the_wrong_size(monkeypatch):
+    fake = _FakeIoctl()
+    monkeypatch.setattr(lio, "_sys_ioctl", fake)
+    with pytest.raises(libvgpu.VgpuInvalidArgument, match="GEM_CLOSE"):
+        lio.drm_ioctl(3, uapi.DRM_IOCTL_GEM_CLOSE, uapi.drm_version(), transport="ioctl")
+    assert fake.calls == 0
+
+
+def test_transport_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("VGPU_TRANSPORT", raising=False)
+    assert lio.transport_from_env() == "ioctl"
+    monkeypatch.setenv("VGPU_TRANSPORT", "frame")
+    assert lio.transport_from_env() == "frame"
+    monkeypatch.setenv("VGPU_TRANSPORT", "carrier-pigeon")
+    with pytest.raises(libvgpu.VgpuInvalidArgument, match="VGPU_TRANSPORT"):
+        lio.transport_from_env()
+
+
+# -- the frame transport (the codec itself is vgpu.frame, tests/test_frame.py) ---------
 
 def _reply(arg: bytes, extra: bytes = b"", result: int = 0) -> bytes:
     hdr = uapi.vgpu_reply_header(result=result, arg_size=len(arg), extra_size=len(extra))
     return bytes(hdr) + arg + extra
 
 
-def _ioctl_with_reply(reply: bytes, extra: bytes = b""):
-    """drm_ioctl(GEM_CLOSE) on one end of a SOCK_SEQPACKET pair whose other end has
-    queued ``reply``; returns (its result, the request frame it wrote)."""
+def _frame_ioctl_with_reply(reply: bytes, request: int, arg):
+    """drm_ioctl(request, arg) over the frame transport on one end of a SOCK_SEQPACKET
+    pair whose other end has queued ``reply``; returns the request frame it wrote."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours, theirs:
         theirs.send(reply)
         try:
-            return lio.drm_ioctl(ours.fileno(), uapi.DRM_IOCTL_GEM_CLOSE, uapi.drm_gem_close(handle=7),
-                                 extra), theirs.recv(1 << 20)
+            assert lio.drm_ioctl(ours.fileno(), request, arg, transport="frame") is arg
+            return theirs.recv(1 << 20)
         finally:
             theirs.setblocking(False)
 
 
-def test_drm_ioctl_frames_the_request_and_updates_the_struct():
-    (struct, out_extra), sent = _ioctl_with_reply(_reply(bytes(uapi.drm_gem_close(handle=9)), b"BC"),
-                                                  b"xyz")
-    assert sent[:4] == b"VGPU" and sent[HDR:] == bytes(uapi.drm_gem_close(handle=7)) + b"xyz"
-    assert (struct.handle, out_extra) == (9, b"BC")
+def test_frame_transport_inlines_what_the_pointers_point_to(monkeypatch):
+    """VGPU_TRANSPORT=frame: the frame carries the struct then the handle array its
+    ``handles`` points to (vgpu.pointers.gather); the struct comes back updated."""
+    monkeypatch.setenv("VGPU_TRANSPORT", "frame")
+    handles = (ctypes.c_uint32 * 3)(5, 6, 7)
+    arg = uapi.drm_syncobj_array(handles=ctypes.addressof(handles), count_handles=3)
+    sent_arg = bytes(arg)
+    answered = uapi.drm_syncobj_array(handles=ctypes.addressof(handles), count_handles=3, pad=0)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with ours, theirs:
+        theirs.send(_reply(bytes(answered)))
+        lio.drm_ioctl(ours.fileno(), uapi.DRM_IOCTL_SYNCOBJ_RESET, arg)   # transport from the environment
+        sent = theirs.recv(1 << 20)
+    assert sent[:4] == b"VGPU" and sent[HDR:] == sent_arg + struct.pack("<3I", 5, 6, 7)
 
 
-def test_drm_ioctl_maps_frame_errors():
-    with pytest.raises(libvgpu.VgpuInvalidArgument, match="GEM_CLOSE.*VGPU_MAX_FRAME") as e:
-        _ioctl_with_reply(_reply(b""), b"\0" * uapi.VGPU_MAX_FRAME)
+def test_frame_transport_writes_out_data_behind_the_output_pointers():
+    """SYNCOBJ_QUERY: the reply's out-data lands in the ``points`` array; VERSION:
+    each string in its buffer, as long as asked."""
+    handles, points = (ctypes.c_uint32 * 2)(1, 2), (ctypes.c_uint64 * 2)()
+    q = uapi.drm_syncobj_timeline_array(handles=ctypes.addressof(handles), points=ctypes.addressof(points),
+                                        count_handles=2)
+    sent = _frame_ioctl_with_reply(_reply(bytes(q), struct.pack("<2Q", 10, 20)), uapi.DRM_IOCTL_SYNCOBJ_QUERY, q)
+    assert sent[HDR + ctypes.sizeof(q):] == struct.pack("<2I2Q", 1, 2, 0, 0)   # QUERY sends zero points
+    assert list(points) == [10, 20]
+    name, date, desc = (ctypes.create_string_buffer(8) for _ in range(3))
+    v = uapi.drm_version(name_len=6, name=ctypes.addressof(name), date_len=2, date=ctypes.addressof(date),
+                         desc_len=0, desc=ctypes.addressof(desc))
+    answer = uapi.drm_version(version_major=3, name_len=6, date_len=8, desc_len=4)
+    _frame_ioctl_with_reply(_reply(bytes(answer), b"amdgpu" + b"20"), uapi.DRM_IOCTL_VERSION, v)
+    assert (name.value, date.value, desc.value, v.version_major, v.date_len) == (b"amdgpu", b"20", b"", 3, 8)
+
+
+def test_frame_transport_maps_frame_errors():
+    many = (ctypes.c_uint32 * (uapi.VGPU_MAX_FRAME // 4))()
+    big = uapi.drm_syncobj_array(handles=ctypes.addressof(many), count_handles=len(many))
+    with pytest.raises(libvgpu.VgpuInvalidArgument, match="SYNCOBJ_RESET.*VGPU_MAX_FRAME") as e:
+        _frame_ioctl_with_reply(_reply(b""), uapi.DRM_IOCTL_SYNCOBJ_RESET, big)
     assert e.value.errno == errno.EINVAL
+    with pytest.raises(libvgpu.VgpuError, match="SYNCOBJ_RESET.*NULL") as e:   # a NULL pointer with a count
+        _frame_ioctl_with_reply(_reply(b""), uapi.DRM_IOCTL_SYNCOBJ_RESET,
+                                uapi.drm_syncobj_array(handles=0, count_handles=1))
+    assert e.value.errno == errno.EFAULT
     with pytest.raises(libvgpu.VgpuProtocolError):
-        _ioctl_with_reply(b"\0" * 5)
+        _frame_ioctl_with_reply(b"\0" * 5, uapi.DRM_IOCTL_GEM_CLOSE, uapi.drm_gem_close(handle=7))
     with pytest.raises(libvgpu.VgpuProtocolError):
-        _ioctl_with_reply(_reply(b"A" * 8)[:-1])
+        _frame_ioctl_with_reply(_reply(b"A" * 8)[:-1], uapi.DRM_IOCTL_GEM_CLOSE, uapi.drm_gem_close(handle=7))
     with pytest.raises(libvgpu.VgpuNoSuchObject):
-        _ioctl_with_reply(_reply(b"", result=-errno.ENOENT))
+        _frame_ioctl_with_reply(_reply(b"", result=-errno.ENOENT), uapi.DRM_IOCTL_GEM_CLOSE,
+                                uapi.drm_gem_close(handle=7))
+
+
+# -- the pointers each call sets up ------------------------------------------------------
+
+class _Obj:
+    """A stand-in for a Bo / Syncobj / Context: what cs_chunks reads of them."""
+
+    def __init__(self, handle=0, id=0):
+        self.handle, self.id = handle, id
+
+
+def _chunk(chunk_id: int, data: bytes, chunk_data: int = 0) -> bytes:
+    """A flattened chunk: its header (whose pointer the KMD ignores), then its data."""
+    return bytes(uapi.drm_amdgpu_cs_chunk(chunk_id=chunk_id, length_dw=len(data) // 4, chunk_data=chunk_data)) + data
+
+
+def test_cs_chunks_round_trip_through_pointers_gather():
+    """cs_submit's chunk array (u64 pointers to headers, each header's chunk_data to
+    its data; BO_HANDLES' bo_info_ptr to the entries) read back the way the daemon
+    reads it gives exactly the flattened extra kmd/cs.py parses."""
+    ctx = _Obj(id=4)
+    bos = [_Obj(handle=h) for h in (11, 12, 13)]
+    s1, s2, s3 = _Obj(handle=21), _Obj(handle=22), _Obj(handle=23)
+    req = libvgpu.CsRequest(
+        uapi.AMDGPU_HW_IP_DMA, [libvgpu.IbInfo(0x100000000, 16), libvgpu.IbInfo(0x100001000, 8, flags=1)],
+        ring=1, dependencies=[libvgpu.CsFence(ctx, uapi.AMDGPU_HW_IP_DMA, 0, 0, 77)],
+        fence_info=(bos[0], 64), syncobj_in=[s1, s2], syncobj_out=[s3],
+        timeline_wait=[(s1, 5, 2)], timeline_signal=[(s2, 9)], bo_handles=bos)
+    chunks = libvgpu.cs_chunks(req)
+    cs = uapi.drm_amdgpu_cs()
+    cs.in_.ctx_id, cs.in_.num_chunks, cs.in_.chunks = 4, len(chunks), chunks.build()
+    got = pointers.gather(uapi.DRM_IOCTL_AMDGPU_CS, bytes(cs), lambda p, n: ctypes.string_at(p, n))
+
+    def ib(va, size, flags=0):
+        return bytes(uapi.drm_amdgpu_cs_chunk_ib(flags=flags, va_start=va, ib_bytes=size * 4,
+                                                 ip_type=uapi.AMDGPU_HW_IP_DMA, ring=1))
+    entries = b"".join(bytes(uapi.drm_amdgpu_bo_list_entry(bo_handle=b.handle)) for b in bos)
+    bo_list_in = bytes(uapi.drm_amdgpu_bo_list_in(bo_number=3, bo_info_size=8, bo_info_ptr=ctypes.addressof(
+        chunks._keep[0])))
+    flattened = [
+        (uapi.AMDGPU_CHUNK_ID_IB, ib(0x100000000, 16)),
+        (uapi.AMDGPU_CHUNK_ID_IB, ib(0x100001000, 8, 1)),
+        (uapi.AMDGPU_CHUNK_ID_FENCE, bytes(uapi.drm_amdgpu_cs_chunk_fence(handle=11, offset=64))),
+        (uapi.AMDGPU_CHUNK_ID_DEPENDENCIES, bytes(uapi.drm_amdgpu_cs_chunk_dep(
+            ip_type=uapi.AMDGPU_HW_IP_DMA, ctx_id=4, handle=77))),
+        (uapi.AMDGPU_CHUNK_ID_BO_HANDLES, bo_list_in + entries),
+        (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, struct.pack("<2I", 21, 22)),
+        (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_OUT, struct.pack("<I", 23)),
+        (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT, bytes(uapi.drm_amdgpu_cs_chunk_syncobj(
+            handle=21, flags=2, point=5))),
+        (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_SIGNAL, bytes(uapi.drm_amdgpu_cs_chunk_syncobj(
+            handle=22, point=9))),
+    ]
+    expected = b"".join(_chunk(cid, data, h.chunk_data) for (cid, data), h in zip(flattened, chunks.headers))
+    assert got == expected
+    # In the real header the BO_HANDLES chunk is just the drm_amdgpu_bo_list_in (6 dwords).
+    headers = {h.chunk_id: h.length_dw for h in chunks.headers}
+    assert headers[uapi.AMDGPU_CHUNK_ID_BO_HANDLES] == ctypes.sizeof(uapi.drm_amdgpu_bo_list_in) // 4
+    assert [ctypes.addressof(h) for h in chunks.headers] == list(chunks.pointers)
+
+
+def test_every_call_points_at_what_the_kmd_expects(client):
+    """The extra the in-process daemon gathered from each request's pointers is the
+    flattened layout of docs/design.md section 3 (BO_LIST entries, syncobj handle and
+    point arrays, WAIT_FENCES' fences), and out-data comes back through them."""
+    dev = client.dev
+    a, b = libvgpu.bo_alloc(dev, 4096), libvgpu.bo_alloc(dev, 4096)
+    with libvgpu.bo_list_create(dev, [a, b], priorities=[3, 4]) as bl:
+        assert client.extras[-1] == ("AMDGPU_BO_LIST", struct.pack("<4I", a.handle, 3, b.handle, 4))
+        libvgpu.bo_list_update(bl, [b])
+        assert client.extras[-1] == ("AMDGPU_BO_LIST", struct.pack("<2I", b.handle, 0))
+        assert client.file.bo_lists[bl.handle] == [client.file.bos[b.handle]]
+    s1, s2 = libvgpu.syncobj_create(dev), libvgpu.syncobj_create(dev)
+    libvgpu.syncobj_timeline_signal([s1, s2], [5, 7])
+    assert client.extras[-1] == ("SYNCOBJ_TIMELINE_SIGNAL", struct.pack("<2I2Q", s1.handle, s2.handle, 5, 7))
+    assert libvgpu.syncobj_query([s1, s2]) == [5, 7]
+    assert client.extras[-1] == ("SYNCOBJ_QUERY", struct.pack("<2I2Q", s1.handle, s2.handle, 0, 0))
+    assert libvgpu.syncobj_timeline_wait(dev, [s1, s2], [5, 6], timeout_ns=0) == 0
+    assert client.extras[-1] == ("SYNCOBJ_TIMELINE_WAIT", struct.pack("<2I2Q", s1.handle, s2.handle, 5, 6))
+    libvgpu.syncobj_reset([s2])
+    assert client.extras[-1] == ("SYNCOBJ_RESET", struct.pack("<I", s2.handle))
+    libvgpu.syncobj_signal([s2])
+    assert libvgpu.syncobj_wait(dev, [s1, s2], timeout_ns=0) == 0
+    assert client.extras[-1] == ("SYNCOBJ_WAIT", struct.pack("<2I", s1.handle, s2.handle))
+    assert libvgpu.bo_query_info(a) == libvgpu.BoInfo(4096, 4096, uapi.AMDGPU_GEM_DOMAIN_VRAM, 0)
+    assert libvgpu.query_info(dev, uapi.AMDGPU_INFO_DEV_INFO, 8) == bytes(kmd_info.dev_info(client.kmd))[:8]
+    assert client.refused == []
+
+
+def _fill_job(client, **request):
+    """A CONSTANT_FILL of 4 KiB on DMA: (dst view, CsRequest ready to submit, ib, dst)."""
+    dev = client.dev
+    dst, dst_va = _gpu_bo(dev, 4096, uapi.AMDGPU_GEM_DOMAIN_VRAM)
+    ib, ib_va = _gpu_bo(dev, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
+    packets = libvgpu.SdmaIb().constant_fill(dst_va.address, 0x0BADF00D, 4096)
+    ib.cpu_map()[:len(packets) * 4] = packets.tobytes()
+    req = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA, [libvgpu.IbInfo(ib_va.address, len(packets))], **request)
+    return dst.cpu_map(), req, ib, dst
+
+
+def test_cs_submit_with_a_bo_handles_chunk(client):
+    """Mesa's way: the job's BOs as a BO_HANDLES chunk (bo_info_ptr inside the chunk
+    data) instead of a BO list handle; then WAIT_FENCES on two fences."""
+    view, req, ib, dst = _fill_job(client)
+    req.bo_handles = [ib, dst]
+    with libvgpu.cs_ctx_create(client.dev) as ctx:
+        libvgpu.cs_submit(ctx, req)
+        req2 = libvgpu.CsRequest(req.ip_type, req.ibs, bo_handles=[ib, dst])
+        libvgpu.cs_submit(ctx, req2)
+        assert libvgpu.cs_wait_fences([libvgpu.fence_of(ctx, req), libvgpu.fence_of(ctx, req2)]) == (True, 0)
+        name, extra = client.extras[-1]
+        assert name == "AMDGPU_WAIT_FENCES" and len(extra) == 2 * ctypes.sizeof(uapi.drm_amdgpu_fence)
+        assert uapi.drm_amdgpu_fence.from_bytes(extra[24:]).seq_no == req2.seq_no
+    assert bytes(view) == struct.pack("<I", 0x0BADF00D) * 1024
+    assert client.refused == []
+
+
+def test_frame_transport_runs_the_library_unchanged(frame_client):
+    """VGPU_TRANSPORT=frame through the whole library: VERSION and INFO out-data,
+    BO lists, a job and its fence, syncobj queries."""
+    client = frame_client
+    dev = client.dev
+    assert dev.transport == "frame" and dev.version.name == kmd_info.DRIVER_NAME.decode()
+    assert bytes(dev.info) == bytes(kmd_info.dev_info(client.kmd))
+    view, req, ib, dst = _fill_job(client)
+    with libvgpu.cs_ctx_create(dev) as ctx, libvgpu.bo_list_create(dev, [ib, dst]) as bl:
+        req.resources = bl
+        libvgpu.cs_submit(ctx, req)
+        assert libvgpu.cs_query_fence_status(libvgpu.fence_of(ctx, req), libvgpu.AMDGPU_TIMEOUT_INFINITE)
+    assert bytes(view) == struct.pack("<I", 0x0BADF00D) * 1024
+    with libvgpu.syncobj_create(dev) as s:
+        libvgpu.syncobj_timeline_signal([s], [3])
+        assert libvgpu.syncobj_query([s]) == [3]
+    assert dst.query_info().alloc_size == 4096
+    assert client.refused == []
+
+
+def test_declare_tracer_only_under_yama(tmp_path, monkeypatch):
+    """prctl(PR_SET_PTRACER, daemon pid) when ptrace_scope >= 1; nothing otherwise,
+    and nothing said when the pid file is missing or the prctl fails."""
+    from libvgpu import device as ldev
+    calls = []
+
+    class Libc:
+        def prctl(self, *args):
+            calls.append(tuple(a.value for a in args))
+            return 0
+
+    monkeypatch.setattr(ldev.ctypes, "CDLL", lambda *a, **k: Libc())
+    scope = tmp_path / "ptrace_scope"
+    monkeypatch.setattr(ldev, "YAMA_PTRACE_SCOPE", str(scope))
+    mount = tmp_path / "mnt"
+    assert not libvgpu.declare_tracer(mount) and calls == []          # no Yama
+    scope.write_text("0\n")
+    assert not libvgpu.declare_tracer(mount) and calls == []          # Yama, classic ptrace
+    scope.write_text("1\n")
+    assert not libvgpu.declare_tracer(mount) and calls == []          # no daemon_pid file
+    (mount / "sys" / "module" / "vgpu").mkdir(parents=True)
+    (mount / "sys" / "module" / "vgpu" / "daemon_pid").write_text("4242\n")
+    assert libvgpu.declare_tracer(mount)
+    assert calls == [(0x59616D61, 4242, 0, 0, 0)]
+    (mount / "sys" / "module" / "vgpu" / "daemon_pid").write_text("garbage")
+    assert not libvgpu.declare_tracer(mount)
 
 
 # -- errors -----------------------------------------------------------------------
@@ -150,7 +424,25 @@ def test_device_initialize_and_queries(client):
 
 
 def test_ioctl_retries_eintr_and_eagain(client, monkeypatch):
+    """Device.ioctl -> drm_ioctl: an interrupted or EAGAIN ioctl is made again, and
+    the request reaches the KMD once."""
     dev = client.dev
+    inner = lio._sys_ioctl
+    failures = [errno.EINTR, errno.EAGAIN]
+
+    def flaky(fd, request, struct, mutate):
+        if fd == dev.fd and failures:
+            raise OSError(failures.pop(0), "flaky")
+        return inner(fd, request, struct, mutate)
+
+    monkeypatch.setattr(lio, "_sys_ioctl", flaky)
+    assert libvgpu.get_cap(dev, uapi.DRM_CAP_SYNCOBJ) == 1
+    assert failures == []
+    assert client.log[-1] == "GET_CAP" and client.log.count("GET_CAP") == 1  # sent once
+
+
+def test_frame_ioctl_retries_eintr_and_eagain(frame_client, monkeypatch):
+    dev = frame_client.dev
     real_write, real_read = os.write, os.read
     failures = {"write": [errno.EINTR, errno.EAGAIN], "read": [errno.EAGAIN, errno.EINTR]}
 
@@ -167,7 +459,7 @@ def test_ioctl_retries_eintr_and_eagain(client, monkeypatch):
     assert libvgpu.get_cap(dev, uapi.DRM_CAP_SYNCOBJ) == 1
     assert failures == {"write": [], "read": []}
     monkeypatch.undo()
-    assert client.log[-1] == "GET_CAP" and client.log.count("GET_CAP") == 1  # sent once
+    assert frame_client.log[-1] == "GET_CAP" and frame_client.log.count("GET_CAP") == 1
 
 
 def test_bo_alloc_map_refcount_and_free(client):
