@@ -1,10 +1,12 @@
 """``python3 -m bench`` (``make bench``): every section against one vgpu mount, one table.
 
     BENCH_QUICK=1 python3 -m bench     # a few rounds per section (the smoke test)
+    python3 -m bench a b               # only sections (a) and (b), on one mount
 """
 from __future__ import annotations
 
 import platform
+import sys
 import time
 
 from . import (compute, cs_latency, null_ioctl, oversubscription, preemption, reset_time, sdma_bandwidth,
@@ -24,14 +26,27 @@ SECTIONS = (
 )
 
 
-def main() -> None:
+def selected(argv: list[str]) -> tuple:
+    """The sections named by their letters in ``argv`` (all when none); SystemExit
+    for a letter no section has."""
+    if not argv:
+        return SECTIONS
+    letters = {title[1]: (title, section) for title, section in SECTIONS}
+    unknown = [a for a in argv if a.strip("()") not in letters]
+    if unknown:
+        raise SystemExit(f"python3 -m bench: no section {', '.join(unknown)} (sections: {', '.join(letters)})")
+    return tuple(letters[a.strip("()")] for a in argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    sections = selected(sys.argv[1:] if argv is None else argv)
     t0 = time.monotonic()
     mode = "quick (BENCH_QUICK=1)" if util.quick() else "full"
     print(f"vgpu bench, {mode} mode; {platform.node()}, Python {platform.python_version()}; "
           "ratios are within this run")
     util.build_c_echo()
     with util.vgpu_mount() as mount:
-        for title, section in SECTIONS:
+        for title, section in sections:
             rows = section.report(section.run(mount))
             width = max(len(r[0]) for r in rows)
             print(f"\n{title}")

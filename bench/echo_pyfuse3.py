@@ -1,12 +1,22 @@
 """The floor of our stack: a minimal pyfuse3 + trio control-file echo daemon.
 
-    python3 -m bench.echo_pyfuse3 MOUNT
+    python3 -m bench.echo_pyfuse3 [--ioctl-thread] MOUNT
 
-One file, ``MOUNT/ctl``, opened ``direct_io`` like vgpu's control files. ``write()``
-stores the frame; ``read()`` returns it with the request header replaced by a reply
-header ({result 0, arg_size, extra_size, 0}): for a VERSION request with zero
-string lengths that is exactly as long as vgpu's reply (16 + 64 bytes). Nothing
-else: what remains is pyfuse3's loop, its Python handlers and the kernel.
+Two files, opened ``direct_io`` like vgpu's control files:
+
+- ``MOUNT/ctl``, the frame echo: ``write()`` stores the frame; ``read()`` returns it
+  with the request header replaced by a reply header ({result 0, arg_size,
+  extra_size, 0}): for a VERSION request with zero string lengths that is exactly as
+  long as vgpu's reply (16 + 64 bytes);
+- ``MOUNT/ioctl``, the ioctl echo: ``Operations.ioctl`` (deps/pyfuse3/ioctl.patch)
+  returns the struct the kernel copied in (restricted mode), result 0.
+
+By default ``pyfuse3.main()`` is the stock trio loop: the ioctl handler is called in
+the loop's ``_session_loop`` task, after a ``wait_readable`` of /dev/fuse. With
+``--ioctl-thread`` it is ``main(ioctl_thread=True)``, as vdev.daemon runs it: a
+reader thread blocked in ``read(/dev/fuse)`` calls the handler itself and hands
+every other request to the loop. Nothing else: what remains is pyfuse3's loop (or
+thread), its Python handlers and the kernel.
 """
 from __future__ import annotations
 
@@ -21,6 +31,8 @@ import pyfuse3
 import trio
 
 CTL_INODE = pyfuse3.ROOT_INODE + 1
+IOCTL_INODE = CTL_INODE + 1
+_NAMES = {b"ctl": CTL_INODE, b"ioctl": IOCTL_INODE}
 _HEADER = struct.Struct("<IIII")
 
 
@@ -39,14 +51,14 @@ class EchoFs(pyfuse3.Operations):
         return a
 
     async def getattr(self, inode, ctx=None):
-        if inode not in (pyfuse3.ROOT_INODE, CTL_INODE):
+        if inode not in (pyfuse3.ROOT_INODE, CTL_INODE, IOCTL_INODE):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return self._attr(inode)
 
     async def lookup(self, parent_inode, name, ctx=None):
-        if parent_inode != pyfuse3.ROOT_INODE or name != b"ctl":
+        if parent_inode != pyfuse3.ROOT_INODE or name not in _NAMES:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        return self._attr(CTL_INODE)
+        return self._attr(_NAMES[name])
 
     async def open(self, inode, flags, ctx):
         fh, self.next_fh = self.next_fh, self.next_fh + 1
@@ -62,14 +74,20 @@ class EchoFs(pyfuse3.Operations):
         _, _, arg_size, extra_size = _HEADER.unpack_from(frame)
         return _HEADER.pack(0, arg_size, extra_size, 0) + frame[_HEADER.size:]
 
+    def ioctl(self, inode, fh, cmd, arg, in_buf, out_size, flags, ctx):
+        # a plain method (not async): answered where it is called, no task
+        if inode != IOCTL_INODE:
+            raise pyfuse3.FUSEError(errno.ENOTTY)
+        return in_buf[:out_size]
+
     async def release(self, fh):
         self.frames.pop(fh, None)
 
 
-async def _serve() -> None:
+async def _serve(ioctl_thread: bool) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signal)
-        await pyfuse3.main()
+        await pyfuse3.main(ioctl_thread=ioctl_thread)
         nursery.cancel_scope.cancel()
 
 
@@ -80,16 +98,18 @@ async def _stop_on_signal() -> None:
             return
 
 
-def main(mountpoint: str) -> None:
+def main(mountpoint: str, ioctl_thread: bool = False) -> None:
     opts = {"fsname=echo_pyfuse3"}
     if os.getuid() == 0:
         opts.add("allow_other")  # as vdev.daemon mounts
     pyfuse3.init(EchoFs(), mountpoint, opts)
     try:
-        trio.run(_serve)
+        trio.run(_serve, ioctl_thread)
     finally:
         pyfuse3.close(unmount=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    thread = "--ioctl-thread" in args
+    main(next(a for a in args if a != "--ioctl-thread"), ioctl_thread=thread)

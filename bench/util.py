@@ -97,8 +97,10 @@ def vgpu_mount(vram: str = "512M", gtt: str = "256M") -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def pyfuse3_echo_mount() -> Iterator[str]:
-    with daemon_mount([sys.executable, "-m", "bench.echo_pyfuse3"], "pyfuse3-echo") as path:
+def pyfuse3_echo_mount(ioctl_thread: bool = False) -> Iterator[str]:
+    """bench.echo_pyfuse3: the stock trio loop, or ``main(ioctl_thread=True)``."""
+    argv = [sys.executable, "-m", "bench.echo_pyfuse3", *(["--ioctl-thread"] if ioctl_thread else [])]
+    with daemon_mount(argv, "pyfuse3-echo") as path:
         yield path
 
 

@@ -7,6 +7,9 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from bench.__main__ import SECTIONS, selected
 from tests.helpers import ROOT, _env
 
 
@@ -24,8 +27,11 @@ def test_bench_quick_mode_prints_every_section():
     r = subprocess.run([sys.executable, "-m", "bench"], env=env, cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    for line in ("(a) null ioctl round trip", "vgpu / pyfuse3 echo", "vgpu / C echo",
-                 "pyfuse3 echo / C echo", "(b) NOP submission", "NOP CS -> WAIT_CS latency",
+    for line in ("(a) null ioctl round trip", "vgpu ioctl / C ioctl echo",
+                 "pyfuse3 ioctl echo, trio loop / reader thread", "vgpu / pyfuse3 echo (frame)",
+                 "vgpu / C echo (frame)", "pyfuse3 echo / C echo (frame)", "vgpu frame / vgpu ioctl",
+                 "(b) NOP submission", "NOP CS -> WAIT_CS latency", "NOP CS -> WAIT_CS latency, prebuilt structs",
+                 "NOP CS -> WAIT_CS latency, frame", "NOP submissions/s, 1 process, frame",
                  "NOP submissions/s, 2 processes", "(c) SDMA bandwidth",
                  "SDMA COPY_LINEAR 64 MiB, through the mount", "SDMA CONSTANT_FILL 64 MiB, engine",
                  "NOP submissions/s, 4 processes", "(d) fence signal -> waiter wake-up",
@@ -46,3 +52,10 @@ def test_bench_quick_mode_prints_every_section():
     if os.getuid() == 0:  # a HIGH context needs root
         assert "HIGH arrival -> start, preemption" in r.stdout and "vs --no-preempt" in r.stdout, r.stdout
     assert _bench_mounts() <= before   # every mount of this run is gone again
+
+
+def test_sections_are_picked_by_letter():
+    assert selected([]) == SECTIONS
+    assert [title for title, _ in selected(["b", "(a)"])] == ["(b) NOP submission", "(a) null ioctl round trip"]
+    with pytest.raises(SystemExit, match="no section z"):
+        selected(["z"])

@@ -3,15 +3,24 @@
  *
  *     echo_fuse -f -s MOUNT
  *
- * One file, MOUNT/ctl, opened direct_io like vgpu's control files. write() stores
- * the frame; read() returns it with the request header {magic, request, arg_size,
- * extra_size} replaced by a reply header {result 0, arg_size, extra_size, 0}, so a
- * VERSION request comes back exactly as long as vgpu's reply. Same behaviour as
- * bench/echo_pyfuse3.py; run single-threaded (-s) like pyfuse3's one trio loop.
+ * Two files, opened direct_io like vgpu's control files:
+ *
+ * - MOUNT/ctl, the frame echo: write() stores the frame; read() returns it with the
+ *   request header {magic, request, arg_size, extra_size} replaced by a reply header
+ *   {result 0, arg_size, extra_size, 0}, so a VERSION request comes back exactly as
+ *   long as vgpu's reply.
+ * - MOUNT/ioctl, the ioctl echo: FUSE_IOCTL in restricted mode (the only one a FUSE
+ *   file gets): the kernel has copied _IOC_SIZE(cmd) bytes of the caller's struct in
+ *   (in_buf, for _IOC_WRITE) and takes out_bufsz bytes back (for _IOC_READ); the
+ *   handler answers result 0 with the input struct copied back, one FUSE request per
+ *   ioctl as on vgpu's renderD128.
+ *
+ * Same behaviour as bench/echo_pyfuse3.py; run single-threaded (-s) like pyfuse3's
+ * one trio loop (and like its one ioctl reader thread).
  *
  * Built by `make bench`: gcc -O2 echo_fuse.c $(pkg-config --cflags --libs fuse3)
  */
-#define FUSE_USE_VERSION 34
+#define FUSE_USE_VERSION 35   /* 35: ioctl's cmd is unsigned int */
 #include <fuse_lowlevel.h>
 
 #include <errno.h>
@@ -24,6 +33,7 @@
 #include <unistd.h>
 
 #define CTL_INODE 2
+#define IOCTL_INODE 3
 #define MAX_FRAME (128 * 1024)
 
 struct frame {
@@ -43,14 +53,14 @@ static void echo_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
 
-	if (parent != FUSE_ROOT_ID || strcmp(name, "ctl") != 0) {
+	if (parent != FUSE_ROOT_ID || (strcmp(name, "ctl") != 0 && strcmp(name, "ioctl") != 0)) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
 	memset(&e, 0, sizeof(e));
-	e.ino = CTL_INODE;
+	e.ino = strcmp(name, "ctl") == 0 ? CTL_INODE : IOCTL_INODE;
 	e.attr_timeout = e.entry_timeout = 3600.0;
-	fill_attr(CTL_INODE, &e.attr);
+	fill_attr(e.ino, &e.attr);
 	fuse_reply_entry(req, &e);
 }
 
@@ -59,7 +69,7 @@ static void echo_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	struct stat st;
 
 	(void)fi;
-	if (ino != FUSE_ROOT_ID && ino != CTL_INODE) {
+	if (ino != FUSE_ROOT_ID && ino != CTL_INODE && ino != IOCTL_INODE) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -71,8 +81,14 @@ static void echo_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct frame *f;
 
-	if (ino != CTL_INODE) {
+	if (ino != CTL_INODE && ino != IOCTL_INODE) {
 		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if (ino == IOCTL_INODE) {   /* no frame to keep: the ioctl's data is in the request */
+		fi->fh = 0;
+		fi->direct_io = 1;
+		fuse_reply_open(req, fi);
 		return;
 	}
 	f = calloc(1, sizeof(*f));
@@ -90,8 +106,11 @@ static void echo_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t s
 {
 	struct frame *f = (struct frame *)(uintptr_t)fi->fh;
 
-	(void)ino;
 	(void)off;
+	if (ino != CTL_INODE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
 	if (size > MAX_FRAME) {
 		fuse_reply_err(req, E2BIG);
 		return;
@@ -109,8 +128,11 @@ static void echo_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint32_t reply[4];
 	struct iovec iov[2];
 
-	(void)ino;
 	(void)off;
+	if (ino != CTL_INODE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
 	if (f->len < sizeof(reply) || size < f->len) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -127,6 +149,25 @@ static void echo_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	fuse_reply_iov(req, iov, 2);
 }
 
+/* The ioctl echo: the caller's struct back, result 0 (restricted mode: no retry). */
+static void echo_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		       struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		       size_t in_bufsz, size_t out_bufsz)
+{
+	(void)cmd;
+	(void)arg;
+	(void)fi;
+	if (flags & FUSE_IOCTL_COMPAT) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	if (ino != IOCTL_INODE) {
+		fuse_reply_err(req, ENOTTY);
+		return;
+	}
+	fuse_reply_ioctl(req, 0, in_buf, in_bufsz < out_bufsz ? in_bufsz : out_bufsz);
+}
+
 static void echo_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
@@ -140,6 +181,7 @@ static const struct fuse_lowlevel_ops echo_ops = {
 	.open = echo_open,
 	.write = echo_write,
 	.read = echo_read,
+	.ioctl = echo_ioctl,
 	.release = echo_release,
 };
 
