@@ -31,6 +31,12 @@ Write = Callable[[int, bytes], None]
 #: anything is read: a count of 2^32 handles must not make the daemon read 16 GiB.
 MAX_POINTED = 16 << 20
 
+#: The most chunks one CS may have: each is a read of the caller's memory, made by the
+#: daemon's one ioctl thread while every other client waits (a million chunks took
+#: 24 s). Linux has no cap (the cost stays in the caller's thread); real clients
+#: send fewer than 16 (IBs, fence, dependencies, syncobjs, BO handles).
+MAX_CS_CHUNKS = 256
+
 _NR = uapi._IOC_NR
 _CHUNK = uapi.drm_amdgpu_cs_chunk
 _BO_LIST_IN = uapi.drm_amdgpu_bo_list_in
@@ -82,6 +88,8 @@ def _gather_cs(a, g: _Gather) -> None:
     ``bo_info_ptr`` points to the entries: they follow it (padded to a dword) and its
     ``length_dw`` counts both (kmd/cs.py reads them there)."""
     n = a.in_.num_chunks
+    if n > MAX_CS_CHUNKS:
+        raise OSError(errno.EINVAL, f"CS with {n} chunks: at most {MAX_CS_CHUNKS}")
     g.room(8 * n)
     if n and not a.in_.chunks:
         raise _fault("CS chunks is NULL")
