@@ -195,10 +195,12 @@ class Device:
             time.sleep(SLICE_PAUSE)
 
     # -- ioctl ---------------------------------------------------------------
-    def ioctl(self, f: DrmFile, request: int, arg: bytes, extra: bytes = b""):
+    def ioctl(self, f: DrmFile, request: int, arg: bytes, extra: bytes = b"", tid: int = 0,
+              tag: int | None = None):
         """Run one request for file `f` through the ioctl table (kmd/ioctl_table.py,
         dispatched by kmd.ioctl.dispatch). Refusals are logged. While tracing, the
-        request goes to the recordings when it completes (_traced)."""
+        request goes to the recordings when it completes (_traced), with the calling
+        thread `tid` (0: unknown) or, for a frame request, its `tag`."""
         t0 = time.monotonic() if self.trace.on else 0.0
         try:
             with self.lock:
@@ -209,16 +211,18 @@ class Device:
             if not getattr(e, "quiet", False):  # a LimitError was logged once already
                 self.kmsg.log(f"{request_name(IOCTL_TABLE, request)} refused for client {f.id} (pid {f.pid}): {e}")
             if t0:
-                self.trace.ioctl(f, request, request_name(IOCTL_TABLE, request), arg, extra, t0, error=e.errno)
+                self.trace.ioctl(f, request, request_name(IOCTL_TABLE, request), arg, extra, t0, error=e.errno,
+                                 tid=tid, tag=tag)
             raise
-        return self._traced(f, request, arg, extra, t0, out) if t0 else out
+        return self._traced(f, request, arg, extra, t0, out, tid, tag) if t0 else out
 
-    def _traced(self, f: DrmFile, request: int, arg: bytes, extra: bytes, t0: float, out):
+    def _traced(self, f: DrmFile, request: int, arg: bytes, extra: bytes, t0: float, out, tid: int = 0,
+                tag: int | None = None):
         """Record a finished request, or make a pending one record itself when it
         finishes (its read()), with the fences it waited for."""
         name = request_name(IOCTL_TABLE, request)
         if not isinstance(out, PendingReply):
-            self.trace.ioctl(f, request, name, arg, extra, t0, out)
+            self.trace.ioctl(f, request, name, arg, extra, t0, out, tid=tid, tag=tag)
             return out
         pending = out
 
@@ -227,9 +231,9 @@ class Device:
             try:
                 reply = pending.finish()
             except KmdError as e:
-                self.trace.ioctl(f, request, name, arg, extra, t0, error=e.errno, fences=fences)
+                self.trace.ioctl(f, request, name, arg, extra, t0, error=e.errno, fences=fences, tid=tid, tag=tag)
                 raise
-            self.trace.ioctl(f, request, name, arg, extra, t0, reply, fences=fences)
+            self.trace.ioctl(f, request, name, arg, extra, t0, reply, fences=fences, tid=tid, tag=tag)
             return reply
 
         return PendingReply(ready=pending.ready, subscribe=pending.subscribe, finish=finish,

@@ -282,6 +282,7 @@ class Tracer:
         self.pipe = TraceBuffer(PIPE_CAPACITY)
         self._recordings: list[TraceBuffer] = []
         self._lock = threading.Lock()
+        self._tgids: dict[int, int] = {}   # tid -> its process, for the ioctl records
 
     def _update(self) -> None:
         self.on = bool(self._recordings) or (self.tracing_on and any(self.enabled.values()))
@@ -351,6 +352,7 @@ class Tracer:
         buf = TraceBuffer(RECORD_CAPACITY)
         buf.push(header)
         with self._lock:
+            self._tgids.clear()   # threads of before may have gone, their tids reused
             self._recordings = [*self._recordings, buf]  # copied: emitters iterate without the lock
             self._update()
 
@@ -389,14 +391,25 @@ class Tracer:
 
     # -- the call sites (each called only when `on`) -------------------------------
     def ioctl(self, f, request: int, name: str, arg: bytes, extra: bytes, t0: float, out=None,
-              error: int = 0, fences=()) -> None:
+              error: int = 0, fences=(), tid: int = 0, tag: int | None = None) -> None:
         """An ioctl of client `f` began at `t0` and ended now with reply `out` (a
-        kmd.ioctl.Reply) or `error`; `fences` are those a wait waited for."""
+        kmd.ioctl.Reply) or `error`; `fences` are those a wait waited for. `tid`: the
+        calling thread (the FUSE request's pid; 0 unknown), `tag`: a frame request's
+        tag (the write's offset), None for an ioctl. `extra` is what the request's
+        pointers pointed to (CS chunks, handle arrays...), as the KMD read it.
+
+        The record's `pid`/`comm` are the file's (its opener's); `tid`, and `tgid`
+        (the caller's process, from /proc) when the thread is known, are the caller's:
+        what `vgpu trace` matches strace's lines with (vgpu_tools/trace.py)."""
         if not self._recordings:
             return
         rec = {"type": "ioctl", "ts": t0, "end": time.monotonic(), "pid": f.pid, "comm": f.comm,
-               "client": f.id, "name": name, "request": request, "arg": arg.hex(),
+               "client": f.id, "node": f.node, "tid": tid, "name": name, "request": request, "arg": arg.hex(),
                "extra": extra[:RECORD_EXTRA_BYTES].hex(), "extra_size": len(extra), "error": error}
+        if tid:
+            rec["tgid"] = self._tgid(tid, f.pid)
+        if tag is not None:
+            rec["tag"] = tag
         if out is not None:
             rec["reply_arg"] = out.arg.hex()
             rec["reply_extra"] = out.extra[:RECORD_EXTRA_BYTES].hex()
@@ -404,6 +417,26 @@ class Tracer:
             rec["fences"] = [[fc.ring_name, fc.seq, fc.signaled_at] for fc in map(_job_fence, fences)
                              if fc is not None and fc.signaled_at is not None]
         self.record(rec)
+
+    def _tgid(self, tid: int, default: int) -> int:
+        """The process of thread `tid` (/proc/<tid>/status), remembered while recording:
+        a thread's process does not change (a tid reused by another process after
+        wrapping around pid_max is not worth a read per ioctl)."""
+        tgid = self._tgids.get(tid)
+        if tgid is None:
+            tgid = default
+            try:
+                with open(f"/proc/{tid}/status") as st:
+                    for line in st:
+                        if line.startswith("Tgid:"):
+                            tgid = int(line.split()[1])
+                            break
+            except (OSError, ValueError):
+                pass
+            if len(self._tgids) >= 4096:
+                self._tgids.clear()
+            self._tgids[tid] = tgid
+        return tgid
 
     def bo_create(self, f, bo, memory) -> None:
         """amdgpu_bo_create (amdgpu_object.c) for GEM_CREATE by `f`."""

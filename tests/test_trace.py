@@ -1,4 +1,6 @@
-"""vgpu trace: decoding strace text built from real frames (vgpu.frame encoders).
+"""vgpu trace: strace's ioctl lines matched with the daemon's records of the same
+requests (the new engine), the legacy decoding of frame data in old logs (built from
+real frames, vgpu.frame encoders), and drm.debug's kmsg lines (vdev/ioctl/drm_debug.py).
 
 No FUSE here; tests/e2e/test_trace_e2e.py traces real clients.
 """
@@ -395,3 +397,330 @@ def test_version_strings_follow_the_requested_lengths():
     assert decode_lines(log) == [
         'renderD128: VERSION {name_len=8, date_len=10, desc_len=4} = 0 {version=3.49.0, name="amdgpu", '
         'date="20261129", desc="abc"}']
+
+
+# ---------------------------------------------------------------------------
+# The engine: strace's ioctl lines + the daemon's records of the same requests
+# ---------------------------------------------------------------------------
+import errno  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import threading  # noqa: E402
+import types  # noqa: E402
+
+from vgpu_tools.trace import (clock_text, find_mounts, strace_argv, strace_request,  # noqa: E402
+                              trace_lines)
+
+T0 = 1_700_000_000.0
+
+
+def record(tid, request, struct, extra=b"", reply=None, reply_extra=b"", error=0, at=0.0, took=0.0001,
+           node="renderD128", tag=None):
+    """What the daemon records for one request (kmd/trace.py Tracer.ioctl), at T0 + at."""
+    rec = {"type": "ioctl", "ts": T0 + at, "end": T0 + at + took, "tid": tid, "pid": tid, "tgid": tid,
+           "comm": "python3", "client": 1, "node": node, "name": uapi.ioctl_name(request), "request": request,
+           "arg": bytes(struct).hex(), "extra": extra.hex(), "extra_size": len(extra), "error": error}
+    if tag is not None:
+        rec["tag"], rec["tid"] = tag, 0
+        del rec["tgid"]
+    if reply is not None:
+        rec["reply_arg"], rec["reply_extra"] = bytes(reply).hex(), reply_extra.hex()
+    return rec
+
+
+def line(tid, at, call, took=0.0002):
+    """A line of `strace -f -ttt -T -o LOG`: the call started at T0 + at and took `took`."""
+    return f"{tid} {T0 + at:.6f} {call} <{took:.6f}>"
+
+
+def shown(tid, at, call, took=0.0002):
+    """How the trace prints that strace line: time of day, as -tt would."""
+    return f"{tid} {clock_text(T0 + at)} {call} <{took:.6f}>"
+
+
+def cs_request():
+    ib = uapi.drm_amdgpu_cs_chunk_ib(va_start=0x100020000, ib_bytes=28, ip_type=uapi.AMDGPU_HW_IP_DMA)
+    sems = (ctypes.c_uint32 * 2)(5, 6)
+    extra = b""
+    for cid, data in ((uapi.AMDGPU_CHUNK_ID_IB, bytes(ib)), (uapi.AMDGPU_CHUNK_ID_SYNCOBJ_IN, bytes(sems))):
+        extra += bytes(uapi.drm_amdgpu_cs_chunk(chunk_id=cid, length_dw=len(data) // 4)) + data
+    cs = uapi.drm_amdgpu_cs()
+    cs.in_.ctx_id, cs.in_.bo_list_handle, cs.in_.num_chunks = 1, 2, 2
+    cs.in_.chunks = 0x7FFD00001000
+    out = uapi.drm_amdgpu_cs()
+    out.out.handle = 3
+    return cs, extra, out
+
+
+CS_TEXT = ("renderD128: AMDGPU_CS {ctx=1, bo_list=2, chunks=[IB{va=0x100020000, size=28 bytes, ip=DMA ring=0}, "
+           "SYNCOBJ_IN[5, 6]]} = 0 {seq=3}")
+
+
+def test_an_ioctl_line_gets_the_daemons_decoding_of_its_chunks():
+    cs, extra, out = cs_request()
+    openat = f'openat(AT_FDCWD, "{RENDER}", O_RDWR|O_CLOEXEC) = 3'
+    ioctl = "ioctl(3, DRM_IOCTL_AMDGPU_CS, 0x7ffd00000f00) = 0"
+    log = [line(100, 0.0, openat), line(100, 0.001, ioctl),
+           line(100, 0.002, "ioctl(1, TCGETS, 0x7ffd00000e00) = -1 ENOTTY (Inappropriate ioctl for device)"),
+           "100 1700000000.003000 +++ exited with 0 +++"]
+    out_lines = trace_lines(log, [record(100, uapi.DRM_IOCTL_AMDGPU_CS, cs, extra, out, at=0.00105)])
+    assert out_lines == [shown(100, 0.0, openat), shown(100, 0.001, ioctl), "    " + CS_TEXT]
+
+
+def test_threads_are_told_apart_by_tid_and_ambiguous_names_are_resolved_without_y():
+    """No openat (an fd from before the trace, `-p`): the daemon says which node; the
+    request strace names "A or B" is the one the record holds; a blocked WAIT_CS split
+    into <unfinished ...> / <... resumed> keeps its start time."""
+    info = uapi.drm_amdgpu_info(return_size=4, query=uapi.AMDGPU_INFO_ACCEL_WORKING)
+    w = uapi.drm_amdgpu_wait_cs()
+    w.in_.handle, w.in_.timeout, w.in_.ip_type, w.in_.ctx_id = 3, (1 << 64) - 1, uapi.AMDGPU_HW_IP_DMA, 1
+    log = [f"100 {T0 + 0.001:.6f} ioctl(5, DRM_IOCTL_AMDGPU_WAIT_CS, 0x7f01 <unfinished ...>",
+           line(101, 0.002, "ioctl(5, DRM_IOCTL_AMDGPU_INFO or DRM_IOCTL_SIS_FB_FREE, 0x7f02) = 0"),
+           f"100 {T0 + 0.010:.6f} <... ioctl resumed>) = 0 <0.009500>"]
+    records = [record(101, uapi.DRM_IOCTL_AMDGPU_INFO, info, reply=info, reply_extra=(1).to_bytes(4, "little"),
+                      at=0.0021, node="card0"),
+               record(100, uapi.DRM_IOCTL_AMDGPU_WAIT_CS, w, reply=uapi.drm_amdgpu_wait_cs(), at=0.0012, took=0.008)]
+    assert trace_lines(log, records) == [   # in the order the calls ended, as strace's results
+        shown(101, 0.002, "ioctl(5, DRM_IOCTL_AMDGPU_INFO or DRM_IOCTL_SIS_FB_FREE, 0x7f02) = 0"),
+        "    card0: AMDGPU_INFO {query=ACCEL_WORKING, return_size=4} = 0 {value=1}",
+        f"100 {clock_text(T0 + 0.001)} ioctl(5, DRM_IOCTL_AMDGPU_WAIT_CS, 0x7f01) = 0 <0.009500>",
+        "    renderD128: AMDGPU_WAIT_CS {seq=3, ctx=1, ip=DMA ring=0, timeout=inf} = 0 {status=0 (signaled)}"]
+
+
+def test_a_failure_an_interrupted_wait_a_request_without_record_and_other_devices():
+    va = uapi.drm_amdgpu_gem_va(handle=1, operation=uapi.AMDGPU_VA_OP_MAP, va_address=0x10, map_size=4096,
+                                flags=uapi.AMDGPU_VM_PAGE_READABLE)
+    w = uapi.drm_amdgpu_wait_cs()
+    w.in_.handle, w.in_.timeout, w.in_.ip_type, w.in_.ctx_id = 3, (1 << 64) - 1, uapi.AMDGPU_HW_IP_DMA, 1
+    cs, extra, out = cs_request()
+    real = "/dev/dri/card1"   # a real GPU's node: not ours, not shown
+    einval = "ioctl(3, DRM_IOCTL_AMDGPU_GEM_VA, 0x7f01) = -1 EINVAL (Invalid argument)"
+    eintr = "ioctl(3, DRM_IOCTL_AMDGPU_WAIT_CS, 0x7f02) = -1 EINTR (Interrupted system call)"
+    again = "ioctl(3, DRM_IOCTL_AMDGPU_WAIT_CS, 0x7f02) = 0"
+    efault = "ioctl(3, DRM_IOCTL_AMDGPU_CS, 0x7f03) = -1 EFAULT (Bad address)"
+    log = [line(100, 0.001, f'openat(AT_FDCWD, "{real}", O_RDWR) = 7'),
+           line(100, 0.002, "ioctl(7, DRM_IOCTL_VERSION, 0x7f00) = 0"),
+           line(100, 0.010, einval), line(100, 0.020, eintr, 0.05), line(100, 0.080, again),
+           line(100, 0.090, efault)]
+    records = [record(100, uapi.DRM_IOCTL_AMDGPU_CS, cs, extra, out, at=-0.5),   # before the trace: stale
+               record(100, uapi.DRM_IOCTL_AMDGPU_GEM_VA, va, error=errno.EINVAL, at=0.0101),
+               record(100, uapi.DRM_IOCTL_AMDGPU_WAIT_CS, w, reply=uapi.drm_amdgpu_wait_cs(), at=0.0801)]
+    assert trace_lines(log, records, mounts=[M]) == [   # /dev/dri/card1 is not under a vgpu mount
+        shown(100, 0.010, einval),
+        "    renderD128: AMDGPU_GEM_VA {op=MAP, handle=1, va=0x10, offset=0x0, size=4096, flags=READ} "
+        "= -1 EINVAL (Invalid argument)",
+        shown(100, 0.020, eintr, 0.05), "    AMDGPU_WAIT_CS <no vgpu record: interrupted before the daemon answered>",
+        shown(100, 0.080, again),
+        "    renderD128: AMDGPU_WAIT_CS {seq=3, ctx=1, ip=DMA ring=0, timeout=inf} = 0 {status=0 (signaled)}",
+        shown(100, 0.090, efault),
+        "    AMDGPU_CS <no vgpu record: refused before the ioctl table, reading what the struct points to>"]
+
+
+def test_requests_strace_has_no_name_for_and_logs_without_timestamps():
+    """`_IOC(...)` (a request strace does not know) and a raw number (-X raw) match by
+    their number; a log without -ttt/-T matches in order, a result that differs from
+    the record's (an EINTR strace saw, the daemon never answered) taking none."""
+    gc = uapi.drm_get_cap(capability=uapi.DRM_CAP_SYNCOBJ)
+    gc_out = uapi.drm_get_cap(capability=uapi.DRM_CAP_SYNCOBJ, value=1)
+    sq = uapi.drm_syncobj_timeline_array(count_handles=1)
+    qnr = uapi._IOC_NR(uapi.DRM_IOCTL_SYNCOBJ_QUERY)
+    ioc = f"_IOC(_IOC_READ|_IOC_WRITE, 0x64, {qnr:#x}, 0x18)"
+    log = [f"200 ioctl(4, {ioc}, 0x7f05) = -1 EINTR (Interrupted system call)",
+           f"200 ioctl(4, {ioc}, 0x7f05) = 0",
+           f"200 ioctl(4, {uapi.DRM_IOCTL_GET_CAP:#x}, 0x7f06) = 0"]
+    records = [record(200, uapi.DRM_IOCTL_SYNCOBJ_QUERY, sq, bytes((ctypes.c_uint32 * 1)(9)) + bytes(8),
+                      reply=sq, reply_extra=(4).to_bytes(8, "little"), at=5),
+               record(200, uapi.DRM_IOCTL_GET_CAP, gc, reply=gc_out, at=6)]
+    out = trace_lines(log, records)
+    assert out[1::2] == ["    SYNCOBJ_QUERY <no vgpu record: interrupted before the daemon answered>",
+                         "    renderD128: SYNCOBJ_QUERY {handles=[9]} = 0 {points=[4]}",
+                         "    renderD128: GET_CAP {capability=SYNCOBJ} = 0 {value=1}"]
+    assert out[::2] == log   # no timestamps in the log: none shown
+
+
+def test_strace_request_names_and_numbers():
+    cs = uapi._IOC_NR(uapi.DRM_IOCTL_AMDGPU_CS)
+    assert strace_request("DRM_IOCTL_AMDGPU_CS") == ({cs}, {"AMDGPU_CS"})
+    nrs, names = strace_request("DRM_IOCTL_AMDGPU_CTX or DRM_IOCTL_ETNAVIV_GEM_NEW or DRM_IOCTL_MSM_GEM_NEW")
+    assert nrs == {uapi._IOC_NR(uapi.DRM_IOCTL_AMDGPU_CTX)} and "AMDGPU_CTX" in names
+    assert strace_request("DRM_IOCTL_SET_MASTER") == (set(), {"SET_MASTER"})   # not in vgpu's uapi
+    assert strace_request("_IOC(_IOC_READ|_IOC_WRITE, 0x64, 0x44, 0x18)") == ({0x44}, set())
+    assert strace_request("DRM_IOWR(0x44, 0x18) /* DRM_IOCTL_AMDGPU_CS */")[0] == {0x44}
+    assert strace_request("0xc0186444") == ({0x44}, set())
+    assert strace_request("TCGETS") is None and strace_request("_IOC(_IOC_READ, 0x54, 0x1, 0x4)") is None
+    assert strace_request("0x5401") is None
+
+
+def test_legacy_frames_match_their_record_by_tag():
+    """A frame client (the write()/read() protocol of the first versions): the
+    daemon knows the request's tag, the pwrite64 offset, not its thread."""
+    r, p = gem_create()
+    c = uapi.drm_amdgpu_gem_create()
+    c.in_.bo_size, c.in_.alignment, c.in_.domains = 4096, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT
+    c_out = uapi.drm_amdgpu_gem_create()
+    c_out.out.handle = 1
+    pw = f'pwrite64(3, "VGPU"..., {len(r)}, 300) = {len(r)}'
+    pr = f'pread64(3, "\\0\\0\\0\\0"..., 131072, 300) = {len(p)}'
+    log = [line(300, 0.001, pw), line(300, 0.002, pr),
+           line(300, 0.003, 'write(1, "hello\\n", 6) = 6')]      # the program's own output
+    records = [record(300, uapi.DRM_IOCTL_AMDGPU_GEM_CREATE, c, reply=c_out, at=0.0011, tag=300)]
+    assert trace_lines(log, records) == [shown(300, 0.001, pw), "    " + GEM_CREATE_LINE + " (frame)"]
+
+
+def test_decode_uses_the_records_kept_beside_the_log(tmp_path, capsys):
+    cs, extra, out = cs_request()
+    log = tmp_path / "app.strace"
+    ioctl = "ioctl(3, DRM_IOCTL_AMDGPU_CS, 0x7ffd00000f00) = 0"
+    log.write_text(line(100, 0.001, ioctl) + "\n")
+    assert cli.main(["trace", "--decode", str(log)]) == 0   # no records: the strace side only
+    assert capsys.readouterr().out == "fd 3: AMDGPU_CS = 0 <arguments not in the log>\n"
+    rec = record(100, uapi.DRM_IOCTL_AMDGPU_CS, cs, extra, out, at=0.00105)
+    (tmp_path / "app.strace.vgpu").write_text(json.dumps({"type": "header", "ts": T0}) + "\n"
+                                              + json.dumps(rec) + "\n")
+    assert cli.main(["trace", "--decode", str(log)]) == 0
+    assert capsys.readouterr().out == f"{shown(100, 0.001, ioctl)}\n    {CS_TEXT}\n"
+
+
+def test_an_old_log_with_ioctl_lines_and_frames():
+    r, p = gem_create()
+    log = [f'openat(AT_FDCWD, "{RENDER}", O_RDWR) = 3', *pair("3", r, p),
+           "ioctl(3, DRM_IOCTL_AMDGPU_CS, 0x7ffd00000f00) = -1 EINVAL (Invalid argument)"]
+    assert decode_lines(log) == ["open renderD128 -> fd 3", GEM_CREATE_LINE,
+                                 "renderD128: AMDGPU_CS = -1 EINVAL (Invalid argument) <arguments not in the log>"]
+
+
+def test_mounts_are_found_in_mountinfo():
+    info = ("22 1 0:21 / /proc rw,nosuid - proc proc rw\n"
+            "55 27 0:50 / /tmp/vgpu rw,nosuid,nodev,relatime - fuse.vgpu vgpu rw,user_id=0,group_id=0\n"
+            "56 27 0:51 / /tmp/my\\040gpu rw - fuse.vgpu vgpu rw,user_id=0\n"
+            "57 27 0:52 / /mnt/sshfs rw - fuse.sshfs host: rw\n")
+    assert find_mounts(info) == ["/tmp/vgpu", "/tmp/my gpu"]
+
+
+def test_strace_command_lines():
+    run_argv = strace_argv("LOG", ["python3", "x.py"])
+    assert run_argv[:5] == ["strace", "-f", "-ttt", "-T", "-e"] and run_argv[-3:] == ["--", "python3", "x.py"]
+    calls = run_argv[5].removeprefix("trace=").split(",")
+    assert {"ioctl", "openat", "close", "mmap", "munmap", "pwrite64"} <= set(calls)
+    assert "-y" not in run_argv and "-s" not in run_argv     # no memory dumps needed
+    attach = strace_argv("LOG", pid=1234)
+    assert attach[-2:] == ["-p", "1234"] and "--" not in attach
+
+
+def test_cli_refusals(capsys):
+    assert cli.main(["trace", "-p", "1", "--", "true"]) == 2
+    assert cli.main(["trace", "-p", "999999999"]) == 1
+    assert "no process 999999999" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# drm.debug (vdev/ioctl/drm_debug.py)
+# ---------------------------------------------------------------------------
+from vdev.ioctl.drm_debug import DRM_UT_CORE, DrmDebug, frame_caller  # noqa: E402
+from vdev.kmd_interface import KmdError  # noqa: E402
+
+
+def _my_comm() -> str:
+    with open("/proc/self/comm") as f:
+        return f.read().strip()
+
+
+def debug_handle(render=True, uid=1000, index=0, pid=None):
+    """A ControlHandle's shape as drm_debug reads it: the KMD device (its kmsg and
+    partition) and the DRM file (node, opener, authentication)."""
+    logged = []
+    dev = types.SimpleNamespace(kmsg=types.SimpleNamespace(log=logged.append),
+                                partition=types.SimpleNamespace(index=index))
+    f = types.SimpleNamespace(render=render, authenticated=not render, uid=uid, pid=pid or os.getpid(),
+                              comm="opener")
+    return types.SimpleNamespace(dev=dev, file=f), logged
+
+
+def test_drm_debug_value_reads_back_in_decimal_and_takes_hex_decimal_octal():
+    path = types.SimpleNamespace(observe=None)
+    d = DrmDebug(path)
+    assert d.read() == "0\n"
+    for text, value in ((b"0x1\n", 1), (b"1", 1), (b"0X1F", 31), (b"010", 8), (b"0", 0), (b"4294967296", 1 << 32)):
+        d.write(text)
+        assert d.read() == f"{value}\n"
+    for bad, err in ((b"", errno.EINVAL), (b"abc", errno.EINVAL), (b"-1", errno.EINVAL), (b"0x", errno.EINVAL),
+                     (b"1 2", errno.EINVAL), (str(1 << 64).encode(), errno.ERANGE)):
+        with pytest.raises(KmdError) as e:
+            d.write(bad)
+        assert e.value.errno == err, bad
+    assert d.read() == "4294967296\n"   # refused writes change nothing
+
+
+def test_drm_debug_core_bit_switches_the_observer():
+    path = types.SimpleNamespace(observe=None)
+    d = DrmDebug(path)
+    d.write(b"0x1")
+    assert path.observe == d.observe
+    d.write(b"0x6")    # DRM_UT_DRIVER | DRM_UT_KMS: nothing vgpu logs
+    assert path.observe is None and d.read() == "6\n"
+    d.write(str(DRM_UT_CORE | 0x100).encode())
+    assert path.observe == d.observe
+    d.write(b"0\n")
+    assert path.observe is None
+
+
+def test_drm_debug_lines_are_drm_ioctls():
+    d = DrmDebug(types.SimpleNamespace(observe=None))
+    comm, pid = _my_comm(), os.getpid()
+    h, logged = debug_handle()
+    d.observe(h, uapi.DRM_IOCTL_AMDGPU_CS, pid, 0)
+    d.observe(h, uapi.DRM_IOCTL_AMDGPU_GEM_VA, pid, errno.EINVAL)
+    assert logged == [f'[drm:drm_ioctl] comm="{comm}" pid={pid}, dev=0xe280, auth=0, AMDGPU_CS',
+                      f'[drm:drm_ioctl] comm="{comm}" pid={pid}, dev=0xe280, auth=0, AMDGPU_GEM_VA',
+                      f'[drm:drm_ioctl] comm="{comm}", pid={pid}, ret=-22']
+    card, logged = debug_handle(render=False, uid=1000)           # the master: authenticated
+    d.observe(card, uapi.DRM_IOCTL_VERSION, pid, 0)
+    root_render, logged2 = debug_handle(render=True, uid=0, index=1)   # root: authenticated at open
+    d.observe(root_render, uapi.DRM_IOCTL_GET_CAP, pid, 0)
+    assert logged == [f'[drm:drm_ioctl] comm="{comm}" pid={pid}, dev=0xe200, auth=1, DRM_IOCTL_VERSION']
+    assert logged2 == [f'[drm:drm_ioctl] comm="{comm}" pid={pid}, dev=0xe281, auth=1, DRM_IOCTL_GET_CAP']
+
+
+def test_drm_debug_an_unknown_request_and_a_caller_gone():
+    d = DrmDebug(types.SimpleNamespace(observe=None))
+    h, logged = debug_handle()
+    bogus = uapi.DRM_IOWR(0x99, uapi.drm_gem_close)
+    d.observe(h, bogus, 999999999, errno.ENOTTY)    # no such process: the opener's comm
+    assert logged == ['[drm:drm_ioctl] invalid ioctl: comm="opener", pid=999999999, dev=0xe280, auth=0, '
+                      f'cmd={bogus:#04x}, nr=0x99',
+                      '[drm:drm_ioctl] comm="opener", pid=999999999, ret=-25']
+
+
+def test_a_frames_caller_is_its_tag_when_that_is_a_thread_of_the_opener():
+    f = types.SimpleNamespace(pid=os.getpid())
+    tids = []
+    t = threading.Thread(target=lambda: tids.append(threading.get_native_id()) or ready.wait())
+    ready = threading.Event()
+    t.start()
+    try:
+        while not tids:
+            pass
+        assert frame_caller(f, tids[0]) == tids[0]
+        assert frame_caller(f, threading.get_native_id()) == threading.get_native_id()
+    finally:
+        ready.set()
+        t.join()
+    assert frame_caller(f, 0) == os.getpid()              # a plain write(): the offset is no thread
+    assert frame_caller(f, 1) == os.getpid()              # pid 1 is no thread of ours
+
+
+def test_the_mounts_a_trace_reads_are_the_ones_it_uses(tmp_path):
+    """Only the mounts the command names (or $VGPU_MOUNT, or /tmp/vgpu, or the only
+    one): a recording costs its daemon a record per request, others are left alone."""
+    from vgpu_tools.trace import guess_mounts
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    both = [a, b]
+    assert guess_mounts(["python3", "x.py", "--device", b], env={}, all_mounts=both) == [b]
+    assert guess_mounts(["prog", f"--device={a}/dev/dri/renderD128"], env={}, all_mounts=both) == [a]
+    assert guess_mounts(["prog"], env={"VGPU_MOUNT": a}, all_mounts=both) == [a]
+    assert guess_mounts(["prog"], env={}, all_mounts=both) == []
+    assert guess_mounts(["prog"], env={}, all_mounts=[b]) == [b]
+    me = guess_mounts(pid=os.getpid(), env={}, all_mounts=[str(tmp_path), a])   # -p: the files it has open
+    assert me == []
+    with open(tmp_path / "f", "w"):
+        assert guess_mounts(pid=os.getpid(), env={}, all_mounts=[str(tmp_path), a]) == [str(tmp_path)]

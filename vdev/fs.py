@@ -55,6 +55,7 @@ import pyfuse3
 from vgpu.frame import FrameError
 
 from .kmd_interface import KmdError, KmdGpu, OwnedText, Stream
+from .ioctl.drm_debug import DrmDebug
 from .ioctl.path import IoctlPath
 from .nodes import (ALWAYS_READY, MAY_EXEC, MAY_READ, MAY_WRITE, BoFile, ControlFile, ControlHandle, Credentials, Dir,
                     GeneratedFile, Handle, Node, PrimeFile, StreamFile, Symlink, SyncFile)
@@ -111,6 +112,7 @@ class VgpuFs(pyfuse3.Operations):
         self._next_fh = itertools.count(1)
         self._dir_listings: dict[int, list] = {}
         self.ioctls = IoctlPath(dev.kmsg.log)
+        self.drm_debug = DrmDebug(self.ioctls)   # sets self.ioctls.observe while drm.debug has DRM_UT_CORE
 
         root = self._add(Dir(pyfuse3.ROOT_INODE, None, uid=self.owner))
         dev_dir = self._mkdir(root, "dev")
@@ -199,6 +201,9 @@ class VgpuFs(pyfuse3.Operations):
         # (PR_SET_PTRACER) under Yama, so that it may read their ioctl pointers.
         vgpu_mod = self._mkdirs(sys_dir, "module/vgpu")
         self._link(vgpu_mod, "daemon_pid", GeneratedFile(self._ino(), lambda: f"{os.getpid()}\n"))
+        # drm.debug (vdev/ioctl/drm_debug.py): 0644, the daemon's user's, as Linux's root one
+        drm_params = self._mkdirs(sys_dir, "module/drm/parameters")
+        self._link(drm_params, "debug", GeneratedFile(self._ino(), self.drm_debug.read, self.drm_debug.write))
         return cls
 
     def _devcoredumps(self) -> dict:
@@ -435,7 +440,10 @@ class VgpuFs(pyfuse3.Operations):
     async def open(self, inode, flags, ctx):
         node = self._node(inode)
         self._require(node, ctx, self._wanted(flags))
-        return self._new_handle(node.open(self.dev, flags, ctx))
+        handle = node.open(self.dev, flags, ctx)
+        if isinstance(handle, ControlHandle):
+            handle.ioctls = self.ioctls   # its frame requests are observed as ioctls are (drm.debug)
+        return self._new_handle(handle)
 
     def _new_handle(self, handle: Handle) -> pyfuse3.FileInfo:
         """Every file vdev itself serves is direct_io (no page cache): its data is

@@ -185,8 +185,11 @@ class KmdDevice(KmdGpu, Protocol):
         held. May wait for the file's jobs: vdev calls it in a worker thread. Called
         once per file."""
 
-    def ioctl(self, f: object, request: int, arg: bytes, extra: bytes = b"") -> Union[Reply, PendingReply]:
-        """Run one request (a parsed frame, docs/design.md section 3) for file ``f``.
+    def ioctl(self, f: object, request: int, arg: bytes, extra: bytes = b"", tid: int = 0,
+              tag: int | None = None) -> Union[Reply, PendingReply]:
+        """Run one request (an ioctl with its pointed-to data gathered, or a parsed
+        frame; docs/design.md section 3) for file ``f``; ``tid`` is the calling thread
+        and ``tag`` a frame's tag, for the trace records.
         Never waits for GPU work (it runs on the loop): the answer is a ``Reply``
         (result, arg: the updated struct, extra: the out-data) or a ``PendingReply``
         (kmd/ioctl.py): ``ready()``, ``subscribe(wake) -> cancel``, ``deadline``

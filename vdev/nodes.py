@@ -30,6 +30,7 @@ import trio
 
 from vgpu.frame import encode_reply, parse_request
 
+from .ioctl.drm_debug import frame_caller
 from .kmd_interface import (BufferObject, KmdDevice, KmdError, KmdGpu, PendingReply, PrimeExport, Reader, Reply, Stream,
                             SyncExport)
 
@@ -405,6 +406,10 @@ class ControlHandle(Handle):
     its read() comes at the offset where that write ended: a read at offset X gets
     the reply of tag X, or else the reply of the write that ended at X."""
 
+    #: the mount's vdev.ioctl.path.IoctlPath (set by vdev.fs at open): its ``observe``
+    #: sees frame requests too
+    ioctls = None
+
     def __init__(self, dev: KmdDevice, file):
         self.dev = dev
         self.file = file
@@ -428,7 +433,15 @@ class ControlHandle(Handle):
         self._forget(off)
         if len(self.replies) >= MAX_TAGS:
             _fail(errno.EBUSY)
-        reply = self.dev.ioctl(self.file, req.request, req.arg, req.extra)
+        observe = self.ioctls.observe if self.ioctls is not None else None   # drm.debug
+        try:
+            reply = self.dev.ioctl(self.file, req.request, req.arg, req.extra, tag=off)
+        except KmdError as e:
+            if observe is not None:
+                observe(self, req.request, frame_caller(self.file, off), e.errno)
+            raise
+        if observe is not None:
+            observe(self, req.request, frame_caller(self.file, off), 0)
         self.replies[off] = reply
         self._end[off] = off + len(buf)
         self._by_end[off + len(buf)] = off

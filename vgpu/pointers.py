@@ -128,58 +128,95 @@ def _gather_syncobj_timeline(a, g: _Gather, nr: int) -> None:
         g.user(a.points, 8 * n, "syncobj points")
 
 
+def _gather_syncobj_wait(arg: bytes, g: _Gather) -> None:
+    a = _args(uapi.drm_syncobj_wait, arg)
+    g.user(a.handles, 4 * a.count_handles, "syncobj handles")
+
+
+def _gather_syncobj_array(arg: bytes, g: _Gather) -> None:
+    a = _args(uapi.drm_syncobj_array, arg)
+    g.user(a.handles, 4 * a.count_handles, "syncobj handles")
+
+
+def _gather_bo_list(arg: bytes, g: _Gather) -> None:
+    a = _args(uapi.drm_amdgpu_bo_list, arg).in_
+    g.user(a.bo_info_ptr, a.bo_number * a.bo_info_size, "BO list entries")
+
+
+def _gather_wait_fences(arg: bytes, g: _Gather) -> None:
+    a = _args(uapi.drm_amdgpu_wait_fences, arg).in_
+    g.user(a.fences, a.fence_count * ctypes.sizeof(uapi.drm_amdgpu_fence), "fences")
+
+
+_TIMELINE_WAIT_NR = _NR(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT)
+
+#: ``_IOC_NR`` -> the gatherer of a request with pointers (one lookup for the others).
+_GATHER: dict[int, Callable[[bytes, _Gather], None]] = {
+    _NR(uapi.DRM_IOCTL_SYNCOBJ_WAIT): _gather_syncobj_wait,
+    _NR(uapi.DRM_IOCTL_SYNCOBJ_RESET): _gather_syncobj_array,
+    _NR(uapi.DRM_IOCTL_SYNCOBJ_SIGNAL): _gather_syncobj_array,
+    _TIMELINE_WAIT_NR: lambda arg, g: _gather_syncobj_timeline(
+        _args(uapi.drm_syncobj_timeline_wait, arg), g, _TIMELINE_WAIT_NR),
+    _NR(uapi.DRM_IOCTL_SYNCOBJ_QUERY): lambda arg, g: _gather_syncobj_timeline(
+        _args(uapi.drm_syncobj_timeline_array, arg), g, _NR(uapi.DRM_IOCTL_SYNCOBJ_QUERY)),
+    _NR(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL): lambda arg, g: _gather_syncobj_timeline(
+        _args(uapi.drm_syncobj_timeline_array, arg), g, _NR(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL)),
+    _NR(uapi.DRM_IOCTL_AMDGPU_BO_LIST): _gather_bo_list,
+    _NR(uapi.DRM_IOCTL_AMDGPU_CS): lambda arg, g: _gather_cs(_args(uapi.drm_amdgpu_cs, arg), g),
+    _NR(uapi.DRM_IOCTL_AMDGPU_WAIT_FENCES): _gather_wait_fences,
+}
+
+
 def gather(request: int, arg: bytes, read: Read) -> bytes:
     """The ``extra`` of ``request`` whose struct is ``arg``: what its pointers point
     to, read through ``read``. Empty for a request without pointers.
-    OSError: EFAULT (a NULL or unreachable pointer), E2BIG (over MAX_POINTED)."""
-    nr = _NR(request)
-    if uapi._IOC_TYPE(request) != uapi.DRM_IOCTL_BASE:
+    OSError: EFAULT (a NULL or unreachable pointer), E2BIG (over MAX_POINTED),
+    EINVAL (a CS of more than MAX_CS_CHUNKS chunks)."""
+    fn = _GATHER.get(request & 0xFF) if (request >> 8) & 0xFF == uapi.DRM_IOCTL_BASE else None
+    if fn is None:
         return b""
     g = _Gather(read)
-    if nr == _NR(uapi.DRM_IOCTL_SYNCOBJ_WAIT):
-        a = _args(uapi.drm_syncobj_wait, arg)
-        g.user(a.handles, 4 * a.count_handles, "syncobj handles")
-    elif nr in (_NR(uapi.DRM_IOCTL_SYNCOBJ_RESET), _NR(uapi.DRM_IOCTL_SYNCOBJ_SIGNAL)):
-        a = _args(uapi.drm_syncobj_array, arg)
-        g.user(a.handles, 4 * a.count_handles, "syncobj handles")
-    elif nr == _NR(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT):
-        a = _args(uapi.drm_syncobj_timeline_wait, arg)
-        _gather_syncobj_timeline(a, g, nr)
-    elif nr in (_NR(uapi.DRM_IOCTL_SYNCOBJ_QUERY), _NR(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL)):
-        _gather_syncobj_timeline(_args(uapi.drm_syncobj_timeline_array, arg), g, nr)
-    elif nr == _NR(uapi.DRM_IOCTL_AMDGPU_BO_LIST):
-        a = _args(uapi.drm_amdgpu_bo_list, arg).in_
-        g.user(a.bo_info_ptr, a.bo_number * a.bo_info_size, "BO list entries")
-    elif nr == _NR(uapi.DRM_IOCTL_AMDGPU_CS):
-        _gather_cs(_args(uapi.drm_amdgpu_cs, arg), g)
-    elif nr == _NR(uapi.DRM_IOCTL_AMDGPU_WAIT_FENCES):
-        a = _args(uapi.drm_amdgpu_wait_fences, arg).in_
-        g.user(a.fences, a.fence_count * ctypes.sizeof(uapi.drm_amdgpu_fence), "fences")
+    fn(arg, g)
     return b"".join(g.parts)
+
+
+def _outputs_version(arg: bytes):
+    v = _args(uapi.drm_version, arg)
+    return [(v.name, v.name_len, "VERSION name"), (v.date, v.date_len, "VERSION date"),
+            (v.desc, v.desc_len, "VERSION desc")]
+
+
+def _outputs_query(arg: bytes):
+    a = _args(uapi.drm_syncobj_timeline_array, arg)
+    return [(a.points, 8 * a.count_handles, "syncobj points")]
+
+
+def _outputs_info(arg: bytes):
+    a = _args(uapi.drm_amdgpu_info, arg)
+    return [(a.return_pointer, a.return_size, "INFO return_pointer")]
+
+
+def _outputs_gem_op(arg: bytes):
+    a = _args(uapi.drm_amdgpu_gem_op, arg)
+    if a.op == uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO:
+        return [(a.value, ctypes.sizeof(uapi.drm_amdgpu_gem_create_in), "GEM_OP value")]
+    return []
+
+
+_OUTPUTS: dict[int, Callable[[bytes], list]] = {
+    _NR(uapi.DRM_IOCTL_VERSION): _outputs_version,
+    _NR(uapi.DRM_IOCTL_SYNCOBJ_QUERY): _outputs_query,
+    _NR(uapi.DRM_IOCTL_AMDGPU_INFO): _outputs_info,
+    _NR(uapi.DRM_IOCTL_AMDGPU_GEM_OP): _outputs_gem_op,
+}
 
 
 def outputs(request: int, arg: bytes) -> list[tuple[int, int, str]]:
     """Where ``request``'s out-data goes: ``(address, size, what)`` in the order the
     reply's out-data holds it (VERSION's three strings, SYNCOBJ_QUERY's points, INFO's
     answer, GEM_OP GET_GEM_CREATE_INFO's struct); empty for the others."""
-    nr = _NR(request)
-    if uapi._IOC_TYPE(request) != uapi.DRM_IOCTL_BASE:
-        return []
-    if nr == _NR(uapi.DRM_IOCTL_VERSION):
-        v = _args(uapi.drm_version, arg)
-        return [(v.name, v.name_len, "VERSION name"), (v.date, v.date_len, "VERSION date"),
-                (v.desc, v.desc_len, "VERSION desc")]
-    if nr == _NR(uapi.DRM_IOCTL_SYNCOBJ_QUERY):
-        a = _args(uapi.drm_syncobj_timeline_array, arg)
-        return [(a.points, 8 * a.count_handles, "syncobj points")]
-    if nr == _NR(uapi.DRM_IOCTL_AMDGPU_INFO):
-        a = _args(uapi.drm_amdgpu_info, arg)
-        return [(a.return_pointer, a.return_size, "INFO return_pointer")]
-    if nr == _NR(uapi.DRM_IOCTL_AMDGPU_GEM_OP):
-        a = _args(uapi.drm_amdgpu_gem_op, arg)
-        if a.op == uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO:
-            return [(a.value, ctypes.sizeof(uapi.drm_amdgpu_gem_create_in), "GEM_OP value")]
-    return []
+    fn = _OUTPUTS.get(request & 0xFF) if (request >> 8) & 0xFF == uapi.DRM_IOCTL_BASE else None
+    return fn(arg) if fn is not None else []
 
 
 def reply_room(request: int, arg: bytes) -> int:
@@ -192,6 +229,8 @@ def scatter(request: int, arg: bytes, out: bytes, write: Write) -> None:
     whose struct (as sent) is ``arg``: each output takes at most its size, in order,
     as many bytes as ``out`` has (VERSION: each string as long as the caller asked).
     OSError(EFAULT): a NULL or unwritable output pointer that has bytes to take."""
+    if not out:
+        return
     pos = 0
     for ptr, size, what in outputs(request, arg):
         n = max(0, min(size, len(out) - pos))

@@ -303,11 +303,6 @@ def _partition_line(p: dict[str, str]) -> str:
             f"SDMA engines {p.get('sdma_engines')}, VRAM {mib['vram_size']}, GTT {mib['gtt_size']}")
 
 
-def cmd_trace(args) -> int:
-    from vgpu_tools.trace import main as trace_main
-    return trace_main(args)
-
-
 #: The preload library `make build` compiles from preload/vgpu_preload.c (docs/libdrm.md).
 PRELOAD_LIBRARY = Path(_ROOT) / "preload" / "libvgpu_preload.so"
 
@@ -385,14 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--mount", default=default_mount())
     i.set_defaults(func=cmd_info)
 
-    t = sub.add_parser("trace", help="run a command under strace and decode its ioctls",
-                       description="Run CMD under strace and print its vgpu ioctls decoded, "
-                                   "or decode an existing `strace -f -xx -s 65536 -o LOG` log. "
-                                   "See docs/trace.md.")
-    t.add_argument("--decode", metavar="LOG", help="decode this strace log instead of running CMD")
-    t.add_argument("--log", metavar="FILE", help="keep strace's raw log in FILE")
-    t.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
-    t.set_defaults(func=cmd_trace)
+    from vgpu_tools.trace import add_parser as add_trace_parser   # trace [-p PID | -- CMD] (docs/trace.md)
+    add_trace_parser(sub, DEFAULT_MOUNT)
 
     r = sub.add_parser("run", help="run a libdrm program on the mount (LD_PRELOAD)",
                        description="Run COMMAND with the preload library, so that an unmodified "

@@ -1,12 +1,16 @@
-"""Decoding of vgpu ioctl frames for `vgpu trace`: one formatter per request and
-reply, names for the uapi numbers, and the frame decoders (decode_request/decode_reply).
+"""Decoding of vgpu requests for `vgpu trace`: one formatter per request and reply,
+names for the uapi numbers; :func:`decode_record` for the daemon's record of a request
+(its struct, the data its pointers pointed to, the reply), and the frame decoders
+(decode_request/decode_reply) for the legacy transport's data in old strace logs.
 
-Kept apart from vgpu/trace.py (which pairs strace calls into ioctls) so that each
-new ioctl only touches this table.
+Kept apart from vgpu_tools/trace.py (which matches strace's calls with the records)
+so that each new ioctl only touches this table.
 """
 from __future__ import annotations
 
 import ctypes
+import errno
+import os
 from dataclasses import dataclass
 
 from vgpu import frame as vframe, uapi
@@ -643,6 +647,18 @@ def decode_request(frame: bytes, truncated: bool = False) -> DecodedRequest:
         arg_size, extra_size = vframe.payload_sizes(frame)
         return DecodedRequest(f"{request:#010x}", None,
                               f"{request:#010x} {{arg_size={arg_size}, extra_size={extra_size}}}")
+    return decode_call(request, arg, extra, truncated)
+
+
+def decode_call(request: int, arg: bytes, extra: bytes, truncated: bool = False) -> DecodedRequest:
+    """``NAME {fields}`` of one request: its struct ``arg`` and ``extra``, the data its
+    pointers point to laid out as vgpu.pointers.gather lays it out (what the daemon
+    read from the caller, or a frame carried inline)."""
+    known = uapi.IOCTLS.get(uapi._IOC_NR(request)) \
+        if uapi._IOC_TYPE(request) == uapi.DRM_IOCTL_BASE else None
+    if known is None:
+        return DecodedRequest(f"{request:#010x}", None,
+                              f"{request:#010x} {{arg_size={len(arg)}, extra_size={len(extra)}}}")
     struct = known.struct.from_bytes(arg)
     fmt = _REQUEST_FMT.get(known.name)
     try:
@@ -662,10 +678,41 @@ def decode_reply(req: DecodedRequest, frame: bytes) -> str:
     if req.struct is None:
         arg_size, extra_size = vframe.payload_sizes(frame)
         return f"= {result} {{arg_size={arg_size}, extra_size={extra_size}}}"
+    return f"= {result}" + _reply_body(req, arg, extra)
+
+
+def _reply_body(req: DecodedRequest, arg: bytes, extra: bytes) -> str:
     struct = type(req.struct).from_bytes(arg)
     fmt = _REPLY_FMT.get(req.name)
     try:
         body = fmt(req.struct, struct, extra) if fmt else generic(_side(struct, "out"))
     except Exception as e:
         body = f"<undecodable: {e}>"
-    return f"= {result}" + (f" {body}" if body else "")
+    return f" {body}" if body else ""
+
+
+def errno_text(err: int) -> str:
+    """``-1 EINVAL (Invalid argument)``, as strace prints a failure."""
+    return f"-1 {errno.errorcode.get(err, str(err))} ({os.strerror(err)})"
+
+
+def decode_result(req: DecodedRequest, error: int, reply_arg: bytes | None, reply_extra: bytes = b"") -> str:
+    """``= 0 {fields}`` (the reply struct and its out-data) or ``= -1 EINVAL (...)``."""
+    if error:
+        return f"= {errno_text(error)}"
+    if reply_arg is None:
+        return "= 0"
+    if req.struct is None:
+        return f"= 0 {{arg_size={len(reply_arg)}, extra_size={len(reply_extra)}}}"
+    return "= 0" + _reply_body(req, reply_arg, reply_extra)
+
+
+def decode_record(rec: dict) -> str:
+    """``NAME {request} = 0 {reply}`` of one ioctl record of the daemon
+    (kmd/trace.py Tracer.ioctl: the struct, the pointed-to data it read, the reply)."""
+    extra = bytes.fromhex(rec.get("extra", ""))
+    req = decode_call(rec["request"], bytes.fromhex(rec.get("arg", "")), extra,
+                      truncated=rec.get("extra_size", len(extra)) > len(extra))
+    reply_arg = bytes.fromhex(rec["reply_arg"]) if "reply_arg" in rec else None
+    return f"{req.text} " + decode_result(req, rec.get("error", 0), reply_arg,
+                                          bytes.fromhex(rec.get("reply_extra", "")))

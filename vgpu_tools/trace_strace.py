@@ -3,7 +3,8 @@
 Accepts what ``strace -o LOG`` writes with or without ``-f`` (pid prefixes,
 ``<unfinished ...>`` / ``<... NAME resumed>`` pairs), ``-y`` (``3</path>``),
 ``-xx`` or strace's default C escapes, and ``-t``/``-tt``/``-ttt``/``-T``
-timestamps. Nothing here knows about vgpu: :mod:`vgpu_tools.trace` decodes the calls.
+timestamps (kept: `vgpu trace` matches a call with the daemon's record of it by its
+time and duration). Nothing here knows about vgpu: :mod:`vgpu_tools.trace` decodes the calls.
 """
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from typing import Iterable, Iterator
 
 # "1234 ", "[pid  1234] ", then an optional -t/-tt/-ttt timestamp.
 _PREFIX = re.compile(r"^(?:\[pid\s+(\d+)\]|(\d+))\s+")
-_TIMESTAMP = re.compile(r"^(?:\d+:\d+:\d+(?:\.\d+)?|\d+\.\d+)\s+")
+_TIMESTAMP = re.compile(r"^(?:(\d+):(\d+):(\d+(?:\.\d+)?)|(\d+\.\d+))\s+")
 _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>\s?")
 _UNFINISHED = "<unfinished ...>"
-# " = 80", " = 3</path>", " = -1 EINVAL (Invalid argument)", " = ? ERESTARTSYS (...)"
+# " = 80", " = 3</path>", " = -1 EINVAL (Invalid argument)", " = ? ERESTARTSYS (...)", then -T's "<0.000021>"
 _RESULT = re.compile(r"^\s*=\s*(\S+?)(<(?:[^>\\]|\\.)*>)?(?:\s+(E[A-Z0-9]+)(?:\s+\((.*?)\))?)?"
-                     r"(?:\s+<[\d.]+>)?\s*$")
+                     r"(?:\s+<([\d.]+)>)?\s*$")
 _FD = re.compile(r"^(-?\d+|AT_FDCWD)(?:<(.*)>)?$", re.S)
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)     # a string literal, escapes kept
 _HEX_ONLY = re.compile(r"(?:\\x[0-9a-fA-F]{2})*")         # a -xx string body
@@ -125,6 +126,10 @@ class Syscall:
     errno: str | None         # "EINVAL"
     errmsg: str | None        # "Invalid argument"
     index: int                # line number (0-based) where the call started
+    time: float | None = None      # when it started: -ttt's seconds since the epoch (-t/-tt: of the day)
+    epoch: bool = False            # `time` is -ttt's (comparable with the clock), not a time of day
+    duration: float | None = None  # -T: how long it took
+    text: str = ""                 # the call as strace printed it, both halves of a split one joined
 
     @property
     def failed(self) -> bool:
@@ -137,41 +142,70 @@ class Syscall:
             return None
 
 
-def parse_log(lines: Iterable[str]) -> Iterator[Syscall]:
-    """Yield each completed call of a strace log, joining unfinished/resumed halves."""
-    pending: dict[int | None, tuple[str, int]] = {}
-    for index, line in enumerate(lines):
+def _stamp(m: re.Match) -> tuple[float, bool]:
+    """(seconds, epoch?) of a -t/-tt (time of day) or -ttt (epoch) timestamp."""
+    if m.group(4):
+        return float(m.group(4)), True
+    return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)), False
+
+
+class LogParser:
+    """strace's lines in, completed calls out, one line at a time (a log being
+    written is read as it grows): ``feed(line)`` returns the call that line
+    completes, or None. Unfinished/resumed halves are joined per pid."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int | None, tuple[str, int, tuple | None]] = {}
+        self.index = 0
+
+    def feed(self, line: str) -> Syscall | None:
+        index = self.index
+        self.index += 1
         line = line.rstrip("\n")
         pid = None
         m = _PREFIX.match(line)
         if m:
             pid = int(m.group(1) or m.group(2))
             line = line[m.end():]
+        stamp = None
         m = _TIMESTAMP.match(line)
         if m:
+            stamp = _stamp(m)
             line = line[m.end():]
         if line.startswith(("+++", "---")):
-            continue
+            return None
         start = index
         m = _RESUMED.match(line)
         if m:
-            if pid not in pending:
-                continue              # its first half came before the log started
-            head, start = pending.pop(pid)
-            line = head + " " + line[m.end():]
+            if pid not in self._pending:
+                return None           # its first half came before the log started
+            head, start, stamp = self._pending.pop(pid)
+            rest = line[m.end():]
+            line = head + ("" if rest.startswith((")", ",")) or head.endswith(" ") else " ") + rest
         cut = line.rfind(_UNFINISHED)
         if cut >= 0:
-            pending[pid] = (line[:cut].rstrip(), start)
-            continue
+            self._pending[pid] = (line[:cut].rstrip(), start, stamp)
+            return None
         call = split_call(line)
         if call is None:
-            continue
+            return None
         name, args, rest = call
         r = _RESULT.match(rest)
         if not r:
-            continue
+            return None
         ret_path = unescape(r.group(2)[1:-1]).decode("utf-8", "replace") if r.group(2) else None
-        yield Syscall(pid, name, args, r.group(1), ret_path, r.group(3), r.group(4), start)
+        t, epoch = stamp if stamp else (None, False)
+        return Syscall(pid, name, args, r.group(1), ret_path, r.group(3), r.group(4), start,
+                       t, epoch, float(r.group(5)) if r.group(5) else None, line.rstrip())
+
+
+def parse_log(lines: Iterable[str]) -> Iterator[Syscall]:
+    """Yield each completed call of a strace log, joining unfinished/resumed halves."""
+    parser = LogParser()
+    for line in lines:
+        call = parser.feed(line)
+        if call is not None:
+            yield call
 
 
 @dataclass

@@ -204,3 +204,35 @@ def test_a_failed_ioctl_is_recorded_with_its_errno(dev, client):
         s.wait(99)
     records = [json.loads(line) for line in rec.read(1 << 22).decode().splitlines()]
     assert records[-1]["name"] == "AMDGPU_WAIT_CS" and records[-1]["error"] == errno.EINVAL
+
+
+def test_a_record_names_the_calling_thread_its_process_and_the_node(dev, client, root_client):
+    """What `vgpu trace` matches strace's lines with: the caller's thread id (the FUSE
+    request's pid, passed by vdev), its process, the node; a frame request's tag."""
+    import os
+    import threading
+    rec = dev.open_timeline()
+    cap = uapi.drm_get_cap(capability=uapi.DRM_CAP_SYNCOBJ)
+    tid = threading.get_native_id()
+    dev.ioctl(client, uapi.DRM_IOCTL_GET_CAP, bytes(cap), tid=tid)
+    dev.ioctl(root_client, uapi.DRM_IOCTL_GET_CAP, bytes(cap), tag=4321)   # a frame: its tag, no thread
+    dev.ioctl(client, uapi.DRM_IOCTL_GET_CAP, bytes(cap))
+    with pytest.raises(KmdError):
+        dev.ioctl(client, uapi.DRM_IOCTL_AMDGPU_GEM_VA, bytes(uapi.drm_amdgpu_gem_va(handle=99)), tid=tid)
+    s = Setup(dev, client)
+    seq = copy_and_wait(s)
+    w = uapi.drm_amdgpu_wait_cs()
+    w.in_.handle, w.in_.ip_type, w.in_.ctx_id, w.in_.timeout = seq, uapi.AMDGPU_HW_IP_DMA, s.ctx, (1 << 64) - 1
+    reply = dev.ioctl(client, uapi.DRM_IOCTL_AMDGPU_WAIT_CS, bytes(w), tid=tid)
+    if hasattr(reply, "wait"):
+        reply.wait()   # a wait's record is made when it ends, with the tid it began with
+    records = [json.loads(line) for line in rec.read(1 << 22).decode().splitlines()]
+    ioctls = [r for r in records if r["type"] == "ioctl"]
+    mine, frame, unknown, failed = ioctls[:4]
+    assert (mine["tid"], mine["tgid"], mine["node"], mine["pid"]) == (tid, os.getpid(), "renderD128", 1000)
+    assert "tag" not in mine
+    assert (frame["tag"], frame["tid"], frame["node"]) == (4321, 0, "card0") and "tgid" not in frame
+    assert unknown["tid"] == 0 and "tag" not in unknown and "tgid" not in unknown
+    assert (failed["tid"], failed["error"]) == (tid, errno.EINVAL)
+    wait = [r for r in ioctls if r["name"] == "AMDGPU_WAIT_CS"][-1]
+    assert wait["tid"] == tid and wait["error"] == 0
