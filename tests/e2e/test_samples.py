@@ -75,3 +75,21 @@ def test_sample_passes(name, path, request, tmp_path):
 def test_umd_sample_without_device_uses_vgpu_mount(vgpu_mount, tmp_path):
     out = passed(run_sample("umd_saxpy", None, *SAMPLES["umd_saxpy"], cache_dir=tmp_path, mount_env=vgpu_mount))
     assert f"device {vgpu_mount}:" in out
+
+
+@pytest.mark.parametrize("name", ["sdma_copy_linear", "syncobj_timeline", "umd_saxpy"])
+def test_sample_passes_over_the_frame_protocol(name, vgpu_mount, tmp_path, monkeypatch):
+    """The legacy transport through the real client: libvgpu with VGPU_TRANSPORT=frame
+    writes request frames and reads replies, and under strace no DRM ioctl is made."""
+    monkeypatch.setenv("VGPU_TRANSPORT", "frame")
+    passed(run_sample(name, vgpu_mount, *SAMPLES[name], cache_dir=tmp_path))
+    if name != "sdma_copy_linear":
+        return
+    log = tmp_path / "strace.log"
+    env = _env()
+    r = subprocess.run(["strace", "-f", "-e", "trace=ioctl,pwrite64", "-o", str(log), sys.executable,
+                        os.path.join(ROOT, "samples", "sdma_copy_linear.py"), "--device", vgpu_mount, "--size", "4096"],
+                       env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    text = log.read_text()
+    assert "pwrite64(" in text and "DRM_IOCTL_AMDGPU_CS" not in text
