@@ -6,9 +6,10 @@ a 100,000-request version.
 
 What runs, for R rounds (each with fresh fuzz processes, so every round ends with
 their files closed):
-- P frame fuzzers (one of them as uid 65534): valid frames of every ioctl of the
-  uapi, mutated or not, framing abuse (tests/fuzzlib.py), on renderD128 (card0 too,
-  as root); now and then they reopen their file, map a BO file, look up names under
+- P fuzzers (one of them as uid 65534), every other one over real ioctls (pointers
+  aimed at the fuzzed data, at garbage or left as they are), the rest over frames:
+  valid requests of every ioctl of the uapi, mutated or not, framing abuse
+  (tests/fuzzlib.py), on renderD128 (card0 too, as root); now and then they reopen their file, map a BO file, look up names under
   bo/, sync/ and prime/, read debugfs.
 - one IB fuzzer per ring (sdma0, sdma1, comp_0.0): fuzzed SDMA packets, PM4 packets
   and vISA kernels in its own VM; a context made guilty by a fault or a hang is
@@ -31,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import errno
+import fcntl
 import json
 import mmap
 import os
@@ -51,7 +54,7 @@ if ROOT not in sys.path:
 from tests.fuzzlib import (RINGS, Known, cs_request, fuzzed_frame, learn, pm4_ib,  # noqa: E402
                            sdma_ib, visa_words)
 from vgpu import uapi  # noqa: E402
-from vgpu.frame import FrameError, encode_request, parse_reply  # noqa: E402
+from vgpu.frame import FrameError, encode_request, parse_reply, parse_request  # noqa: E402
 from vgpu.pm4 import Pm4Ib  # noqa: E402
 from vgpu.sdma import SdmaIb  # noqa: E402
 
@@ -170,6 +173,91 @@ def frame_fuzzer(mount: str, count: int, seed: int, report) -> None:
                 outcomes["ok"] += 1
             except FrameError:
                 outcomes["bad reply"] += 1
+        if i % 997 == 0:
+            _side_trip(rng, mount, c, k)
+    sent += c.sent
+    c.close()
+    report({"role": "fuzzer", "sent": sent, "stuck": stuck, "outcomes": dict(outcomes)})
+
+
+_ARENA_SIZE = 1 << 20
+_arena = None
+
+
+def _arena_address() -> int:
+    """A 1 MiB buffer followed by a PROT_NONE page, where fuzzed pointers point: the
+    daemon writes through them what the KMD answers (INFO, VERSION, QUERY...), as
+    Linux would, so they must not point into this process's own heap."""
+    global _arena
+    if _arena is None:
+        _arena = mmap.mmap(-1, _ARENA_SIZE + mmap.PAGESIZE)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(_arena))
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        if libc.mprotect(base + _ARENA_SIZE, mmap.PAGESIZE, 0) != 0:
+            raise OSError(ctypes.get_errno(), "mprotect")
+        _arena_address.base = base
+    return _arena_address.base
+
+
+def _ioctl_args(rng: random.Random, request: int, arg: bytes, extra: bytes):
+    """The struct of a fuzzed request as an ioctl's argument buffer: ``_IOC_SIZE`` bytes
+    (the kernel copies that many whatever the struct), each u64 field made, at random,
+    a pointer to the request's (fuzzed) extra data in the arena, a garbage address or
+    the arena's last byte, or left alone: the daemon must survive what they point to."""
+    buf = ctypes.create_string_buffer(bytes(arg), max(len(arg), uapi._IOC_SIZE(request), 1))
+    base = _arena_address()
+    data = bytes(extra[:_ARENA_SIZE])
+    _arena[:len(data)] = data
+    for off in range(0, len(arg) - 7, 8):
+        r = rng.random()
+        if r < 0.35:
+            struct.pack_into("<Q", buf, off, base)
+        elif r < 0.42:
+            struct.pack_into("<Q", buf, off, rng.choice([1, 0xDEAD0000, 0xFFFF_FFFF_FFFF_F000, 1 << 47,
+                                                          base + _ARENA_SIZE - 1]))
+    return buf
+
+
+def ioctl_fuzzer(mount: str, count: int, seed: int, report) -> None:
+    """As frame_fuzzer, over real ioctls: the same fuzzed requests, their pointers aimed
+    at the fuzzed extra data, at garbage or left as they are; now and then another
+    request number's size or direction bits."""
+    rng = random.Random(seed)
+    node = "card0" if os.getuid() == 0 and seed % 2 else "renderD128"
+    c = Client(mount, node)
+    k = Known()
+    sent = stuck = 0
+    outcomes: collections.Counter = collections.Counter()
+    for i in range(count):
+        if i and i % 5000 == 0:
+            sent += c.sent
+            c.close()
+            c = Client(mount, node)
+            k = Known()
+        name, frame = fuzzed_frame(rng, k)
+        try:
+            req = parse_request(frame, strict=False)
+        except FrameError:
+            outcomes["unparsable"] += 1
+            continue
+        request = req.request
+        if rng.random() < 0.05:   # another size or direction on the same number
+            request = (request & 0x3FFF_FFFF & ~(0x3FFF << 16)) | (rng.randrange(4) << 30) | (rng.randrange(1, 512) << 16)
+        buf = _ioctl_args(rng, request, req.arg, req.extra)
+        c.sent += 1
+        signal.setitimer(signal.ITIMER_REAL, HANG_LIMIT)
+        try:
+            fcntl.ioctl(c.fd, request, buf, True)
+            outcomes["ok"] += 1
+            learn(k, name, buf.raw[:len(req.arg)])
+        except Hang:
+            stuck += 1
+            outcomes["stuck"] += 1
+        except OSError as e:
+            outcomes["EINTR (hang)" if e.errno == errno.EINTR else "refused"] += 1
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         if i % 997 == 0:
             _side_trip(rng, mount, c, k)
     sent += c.sent
@@ -429,7 +517,7 @@ def run_soak(requests: int, procs: int = 4, rounds: int = 4, seed: int = 1, moun
                               os.path.join(work, f"ib{i}.json")) for i in range(len(RINGS))]
         per = requests // (rounds * procs)
         for r in range(rounds):
-            fuzz = [_spawn("fuzzer", [mount, str(per), str(seed * 1000 + r * procs + i)],
+            fuzz = [_spawn("ioctl-fuzzer" if i % 2 else "fuzzer", [mount, str(per), str(seed * 1000 + r * procs + i)],
                            NOBODY if i == 0 else None, os.path.join(work, f"fuzz{r}-{i}.json"))
                     for i in range(procs)]
             for p in fuzz:
@@ -440,7 +528,7 @@ def run_soak(requests: int, procs: int = 4, rounds: int = 4, seed: int = 1, moun
                     results.append(json.load(open(path)))
                 else:
                     report["client_errors"] += 1  # a fuzz client died without a report
-            say(f"round {r + 1}/{rounds}: {sum(x['sent'] for x in results)} requests from the frame "
+            say(f"round {r + 1}/{rounds}: {sum(x['sent'] for x in results)} requests from the "
                 f"fuzzers so far, daemon RSS {_status(pid).get('VmRSS', '?')} MiB, "
                 f"{time.monotonic() - t_start:.0f} s")
             if r == 0:
@@ -552,6 +640,8 @@ def main(argv=None) -> int:
 
         if a.role == "fuzzer":
             frame_fuzzer(a.args[0], int(a.args[1]), int(a.args[2]), report)
+        elif a.role == "ioctl-fuzzer":
+            ioctl_fuzzer(a.args[0], int(a.args[1]), int(a.args[2]), report)
         elif a.role == "ib":
             ib_fuzzer(a.args[0], int(a.args[1]), int(a.args[2]), a.args[3], report)
         elif a.role == "victim":

@@ -89,6 +89,8 @@ class IoctlPath:
             pointers.scatter(cmd, arg, reply.extra, mem.write)
         except UserAccessError as e:
             self._refused(handle, cmd, pid, e)
+        except OSError as e:   # a NULL output pointer (vgpu.pointers): EFAULT
+            _fail(e.errno, handle, cmd, pid, self.observe)
         if self.observe is not None:
             self.observe(handle, cmd, pid, 0)
         return reply.arg[:out_size]   # out_size is 0 without _IOC_READ

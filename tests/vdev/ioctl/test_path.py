@@ -207,8 +207,9 @@ async def test_bad_pointers_are_efault_and_change_nothing(fs, dev):
     await fails(errno.EFAULT, fs, c.fh, uapi.DRM_IOCTL_AMDGPU_CS, good)
     assert ring.emitted_seq == 0 and c.word(64) == 0      # nothing was submitted
     # INFO: the KMD answers, the copy to return_pointer fails
-    info = uapi.drm_amdgpu_info(return_pointer=0x10, return_size=4, query=uapi.AMDGPU_INFO_ACCEL_WORKING)
-    await fails(errno.EFAULT, fs, c.fh, uapi.DRM_IOCTL_AMDGPU_INFO, info)
+    for pointer in (0x10, 0):   # unmapped, and NULL (the soak's ioctl fuzzer found EIO for it)
+        info = uapi.drm_amdgpu_info(return_pointer=pointer, return_size=4, query=uapi.AMDGPU_INFO_ACCEL_WORKING)
+        await fails(errno.EFAULT, fs, c.fh, uapi.DRM_IOCTL_AMDGPU_INFO, info)
     # syncobj handle arrays
     for request, arg in [
         (uapi.DRM_IOCTL_SYNCOBJ_WAIT, uapi.drm_syncobj_wait(handles=0x10, count_handles=1)),
