@@ -378,10 +378,25 @@ def test_amdgpu_ioctls_with_pointers(vgpu_mount, tmp_path):
 
 
 def test_python_clients_are_unaffected(vgpu_mount):
-    """A program that speaks the frame protocol itself (libvgpu) runs under the
-    preload unchanged: its write()/read() pass through."""
+    """A libvgpu program runs under the preload unchanged: its ioctls are system calls
+    of its own, which the preload's ioctl() wrapper does not see."""
     r = run(vgpu_mount, sys.executable, Path(ROOT, "samples", "sdma_write_linear.py"), "--device", vgpu_mount)
     assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+
+
+def test_libvgpu_keeps_its_prime_tokens_under_the_preload(vgpu_mount):
+    """libvgpu turns the daemon's tokens into files itself: had its ioctl gone through
+    the preload's ioctl(), PRIME_HANDLE_TO_FD would have come back as an fd (4), not a
+    token, and another process could not import it."""
+    code = ("import sys, libvgpu; from vgpu import uapi\n"
+            "dev = libvgpu.device_initialize(sys.argv[1])\n"
+            "bo = libvgpu.bo_alloc(dev, 4096, domain=uapi.AMDGPU_GEM_DOMAIN_GTT)\n"
+            "t = libvgpu.bo_export(bo)\n"
+            "import os; print(t, os.path.exists(os.path.join(sys.argv[1], 'prime', format(t, 'x'))))\n")
+    r = run(vgpu_mount, sys.executable, "-c", code, vgpu_mount)
+    assert r.returncode == 0, r.stderr
+    token, exists = r.stdout.split()
+    assert int(token) > 1024 and exists == "True", r.stdout
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
