@@ -51,7 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.fuzzlib import (RINGS, Known, cs_request, fuzzed_frame, learn, pm4_ib,  # noqa: E402
+from tests.fuzzlib import (RINGS, Known, clamp_waits, cs_request, fuzzed_frame, learn, pm4_ib,  # noqa: E402
                            sdma_ib, visa_words)
 from vgpu import uapi  # noqa: E402
 from vgpu.frame import FrameError, encode_request, parse_reply, parse_request  # noqa: E402
@@ -144,7 +144,9 @@ def _wait(c: Client, ctx: int, ip: int, ring: int, seq: int, timeout_s: float = 
 
 # -- the client processes ------------------------------------------------------------
 
-def frame_fuzzer(mount: str, count: int, seed: int, report) -> None:
+def _fuzz(mount: str, count: int, seed: int, report, send_one) -> None:
+    """The fuzz loop of both transports: ``send_one(rng, client, known, name, frame)``
+    sends one fuzzed request and returns its outcome's name (Hang: stuck)."""
     rng = random.Random(seed)
     node = "card0" if os.getuid() == 0 and seed % 2 else "renderD128"
     c = Client(mount, node)
@@ -159,25 +161,32 @@ def frame_fuzzer(mount: str, count: int, seed: int, report) -> None:
             k = Known()
         name, frame = fuzzed_frame(rng, k)
         try:
-            data = c.send(frame)
+            outcomes[send_one(rng, c, k, name, frame)] += 1
         except Hang:
             stuck += 1
             outcomes["stuck"] += 1
             continue
-        if data is None:
-            outcomes["refused"] += 1
-        else:
-            try:
-                r = parse_reply(data)
-                learn(k, name, r.arg, r.extra)
-                outcomes["ok"] += 1
-            except FrameError:
-                outcomes["bad reply"] += 1
         if i % 997 == 0:
             _side_trip(rng, mount, c, k)
     sent += c.sent
     c.close()
     report({"role": "fuzzer", "sent": sent, "stuck": stuck, "outcomes": dict(outcomes)})
+
+
+def _send_frame(rng: random.Random, c: Client, k: Known, name: str, frame: bytes) -> str:
+    data = c.send(frame)
+    if data is None:
+        return "refused"
+    try:
+        r = parse_reply(data)
+    except FrameError:
+        return "bad reply"
+    learn(k, name, r.arg, r.extra)
+    return "ok"
+
+
+def frame_fuzzer(mount: str, count: int, seed: int, report) -> None:
+    _fuzz(mount, count, seed, report, _send_frame)
 
 
 _ARENA_SIZE = 1 << 20
@@ -219,50 +228,35 @@ def _ioctl_args(rng: random.Random, request: int, arg: bytes, extra: bytes):
     return buf
 
 
+def _send_ioctl(rng: random.Random, c: Client, k: Known, name: str, frame: bytes) -> str:
+    try:
+        req = parse_request(frame, strict=False)
+    except FrameError:
+        return "unparsable"
+    request = req.request
+    if rng.random() < 0.05:   # another size or direction on the same number
+        request = (request & 0x3FFF_FFFF & ~(0x3FFF << 16)) | (rng.randrange(4) << 30) | (rng.randrange(1, 512) << 16)
+    buf = _ioctl_args(rng, request, req.arg, req.extra)
+    # a pointer planted in a wait's timeout field would make it wait for days
+    n = len(req.arg)
+    buf[:n] = clamp_waits(name, buf.raw[:n])
+    c.sent += 1
+    signal.setitimer(signal.ITIMER_REAL, HANG_LIMIT)
+    try:
+        fcntl.ioctl(c.fd, request, buf, True)
+    except OSError as e:
+        return "EINTR (hang)" if e.errno == errno.EINTR else "refused"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    learn(k, name, buf.raw[:n])
+    return "ok"
+
+
 def ioctl_fuzzer(mount: str, count: int, seed: int, report) -> None:
     """As frame_fuzzer, over real ioctls: the same fuzzed requests, their pointers aimed
     at the fuzzed extra data, at garbage or left as they are; now and then another
     request number's size or direction bits."""
-    rng = random.Random(seed)
-    node = "card0" if os.getuid() == 0 and seed % 2 else "renderD128"
-    c = Client(mount, node)
-    k = Known()
-    sent = stuck = 0
-    outcomes: collections.Counter = collections.Counter()
-    for i in range(count):
-        if i and i % 5000 == 0:
-            sent += c.sent
-            c.close()
-            c = Client(mount, node)
-            k = Known()
-        name, frame = fuzzed_frame(rng, k)
-        try:
-            req = parse_request(frame, strict=False)
-        except FrameError:
-            outcomes["unparsable"] += 1
-            continue
-        request = req.request
-        if rng.random() < 0.05:   # another size or direction on the same number
-            request = (request & 0x3FFF_FFFF & ~(0x3FFF << 16)) | (rng.randrange(4) << 30) | (rng.randrange(1, 512) << 16)
-        buf = _ioctl_args(rng, request, req.arg, req.extra)
-        c.sent += 1
-        signal.setitimer(signal.ITIMER_REAL, HANG_LIMIT)
-        try:
-            fcntl.ioctl(c.fd, request, buf, True)
-            outcomes["ok"] += 1
-            learn(k, name, buf.raw[:len(req.arg)])
-        except Hang:
-            stuck += 1
-            outcomes["stuck"] += 1
-        except OSError as e:
-            outcomes["EINTR (hang)" if e.errno == errno.EINTR else "refused"] += 1
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        if i % 997 == 0:
-            _side_trip(rng, mount, c, k)
-    sent += c.sent
-    c.close()
-    report({"role": "fuzzer", "sent": sent, "stuck": stuck, "outcomes": dict(outcomes)})
+    _fuzz(mount, count, seed, report, _send_ioctl)
 
 
 def _side_trip(rng: random.Random, mount: str, c: Client, k: Known) -> None:
