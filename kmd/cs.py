@@ -24,6 +24,7 @@ from .syncobj import lookup as lookup_syncobj
 from .vram import PAGE_SIZE
 
 CHUNK = uapi.drm_amdgpu_cs_chunk
+CHUNK_SIZE = ctypes.sizeof(CHUNK)
 # Every AMDGPU_IB_FLAG_* of the uapi. Linux stores whatever bits it is given; vgpu
 # refuses bits the uapi does not define (docs/kmd.md).
 KNOWN_IB_FLAGS = (uapi.AMDGPU_IB_FLAG_CE | uapi.AMDGPU_IB_FLAG_PREAMBLE | uapi.AMDGPU_IB_FLAG_PREEMPT
@@ -35,37 +36,46 @@ MAX_WAIT_FENCES = 1024  # per WAIT_FENCES; the 128 KiB frame holds ~5000
 
 def split_chunks(extra: bytes, num_chunks: int) -> list[tuple[int, bytes]]:
     """Flattened chunks -> [(chunk_id, data)]. EINVAL on truncation or leftovers."""
-    chunks, pos = [], 0
+    # (The checks of the per-request paths test first and format their reason only
+    # when they refuse: an f-string per passed check is most of a NOP CS's parsing.)
+    chunks, pos, size = [], 0, len(extra)
     for i in range(num_chunks):
-        check(pos + ctypes.sizeof(CHUNK) <= len(extra), errno.EINVAL, f"chunk {i} header truncated")
+        if pos + CHUNK_SIZE > size:
+            raise KmdError(errno.EINVAL, f"chunk {i} header truncated")
         hdr = CHUNK.from_buffer_copy(extra, pos)
-        pos += ctypes.sizeof(CHUNK)
+        pos += CHUNK_SIZE
         end = pos + 4 * hdr.length_dw
-        check(end <= len(extra), errno.EINVAL, f"chunk {i} data truncated")
+        if end > size:
+            raise KmdError(errno.EINVAL, f"chunk {i} data truncated")
         chunks.append((hdr.chunk_id, extra[pos:end]))
         pos = end
-    check(pos == len(extra), errno.EINVAL, f"{len(extra) - pos} bytes after the last chunk")
+    if pos != size:
+        raise KmdError(errno.EINVAL, f"{size - pos} bytes after the last chunk")
     return chunks
 
 
 def as_struct(struct, data: bytes, what: str):
-    check(len(data) >= ctypes.sizeof(struct), errno.EINVAL, f"{what} chunk too short")
-    return struct.from_buffer_copy(data[: ctypes.sizeof(struct)])
+    size = ctypes.sizeof(struct)
+    if len(data) < size:
+        raise KmdError(errno.EINVAL, f"{what} chunk too short")
+    return struct.from_buffer_copy(data[:size])
 
 
 def ring_of(dev, ip_type: int, ip_instance: int, ring: int):
     r = dev.rings.get((ip_type, ring))
-    check(r is not None and ip_instance == 0, errno.EINVAL,
-          f"no ring ip_type {ip_type} instance {ip_instance} ring {ring}")
+    if r is None or ip_instance != 0:
+        raise KmdError(errno.EINVAL, f"no ring ip_type {ip_type} instance {ip_instance} ring {ring}")
     return r
 
 
 def lookup_fence(dev, file, ctx_id: int, ip_type: int, ip_instance: int, ring: int, seq: int):
     """The fence of `seq` on a ring; None when long signaled. EINVAL: unknown ring or
     context, or a sequence number never emitted."""
-    check(ctx_id in file.contexts, errno.EINVAL, f"no context {ctx_id}")
+    if ctx_id not in file.contexts:
+        raise KmdError(errno.EINVAL, f"no context {ctx_id}")
     r = ring_of(dev, ip_type, ip_instance, ring)
-    check(seq <= r.emitted_seq, errno.EINVAL, f"seq {seq} not emitted on {r.name} (last {r.emitted_seq})")
+    if seq > r.emitted_seq:
+        raise KmdError(errno.EINVAL, f"seq {seq} not emitted on {r.name} (last {r.emitted_seq})")
     return r.fence(seq)
 
 
@@ -101,22 +111,27 @@ def cs(dev, file, args, extra):
     a = args.in_
     check(a.num_chunks > 0, errno.EINVAL, "no chunks")
     ctx = file.contexts.get(a.ctx_id)
-    check(ctx is not None, errno.EINVAL, f"no context {a.ctx_id}")
-    check(not ctx.guilty, errno.ECANCELED, f"context {ctx.id} is guilty of an earlier GPU fault/hang")
-    check(a.flags == 0, errno.EINVAL, f"unknown CS flags {a.flags:#x}")
+    if ctx is None:
+        raise KmdError(errno.EINVAL, f"no context {a.ctx_id}")
+    if ctx.guilty:
+        raise KmdError(errno.ECANCELED, f"context {ctx.id} is guilty of an earlier GPU fault/hang")
+    if a.flags != 0:
+        raise KmdError(errno.EINVAL, f"unknown CS flags {a.flags:#x}")
     ibs, deps, bos, user_fence, ring = [], [], None, None, None
     signals = None  # [(syncobj, point)]: get the job's fence once it is queued
     if a.bo_list_handle:
         bos = file.bo_lists.get(a.bo_list_handle)
-        check(bos is not None, errno.ENOENT, f"no BO list {a.bo_list_handle}")
+        if bos is None:
+            raise KmdError(errno.ENOENT, f"no BO list {a.bo_list_handle}")
         bos = list(bos)
     for chunk_id, data in split_chunks(extra, a.num_chunks):
         if chunk_id == uapi.AMDGPU_CHUNK_ID_IB:
             ib = as_struct(uapi.drm_amdgpu_cs_chunk_ib, data, "IB")
-            check(ib._pad == 0 and not ib.flags & ~KNOWN_IB_FLAGS, errno.EINVAL,
-                  f"bad IB flags {ib.flags:#x} or padding")
-            check(0 < ib.ib_bytes <= MAX_IB_BYTES and ib.ib_bytes % 4 == 0 and ib.va_start % 4 == 0,
-                  errno.EINVAL, f"IB at {ib.va_start:#x} of {ib.ib_bytes} bytes is not dword sized/aligned")
+            if ib._pad != 0 or ib.flags & ~KNOWN_IB_FLAGS:
+                raise KmdError(errno.EINVAL, f"bad IB flags {ib.flags:#x} or padding")
+            if not (0 < ib.ib_bytes <= MAX_IB_BYTES and ib.ib_bytes % 4 == 0 and ib.va_start % 4 == 0):
+                raise KmdError(errno.EINVAL,
+                               f"IB at {ib.va_start:#x} of {ib.ib_bytes} bytes is not dword sized/aligned")
             r = ring_of(dev, ib.ip_type, ib.ip_instance, ib.ring)
             check(ring in (None, r), errno.EINVAL, "IBs of one submission must use one ring")
             ring = r
@@ -235,6 +250,12 @@ def wait_cs(dev, file, args, extra):
     EINVAL: unknown context or ring, seq never emitted."""
     a = args.in_
     fence = lookup_fence(dev, file, a.ctx_id, a.ip_type, a.ip_instance, a.ring, a.handle)
+    if fence is None or (fence.signaled and not fence.error):
+        # Decided already and not failed: the answer dispatch would give at once for
+        # the pending reply below (a failed fence still fails the read(), below).
+        _clear(args)
+        args.out.status = 0
+        return None
 
     def finish():
         if fence is not None and fence.signaled and fence.error:

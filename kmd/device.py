@@ -530,13 +530,19 @@ class Device:
                 job = ring.hw_pending.pop(ring.signaled_seq, None)
                 if job is not None:
                     done.append(job)
+            # One job without a user fence (nothing to do between the two): its
+            # references go in this hold of the lock.
+            released = len(done) == 1 and done[0].user_fence is None
+            if released:
+                self._job_done(done[0])
         for job in done:
             if job.user_fence is not None and not job.error:
                 bo, off = job.user_fence
                 if not bo.freed:   # one of the job's BOs: busy, so not moved under us
                     bo.write(off, job.fence.seq.to_bytes(8, "little"))
-            with self.lock:
-                self._job_done(job)
+            if not released:
+                with self.lock:
+                    self._job_done(job)
             if self._ready_zombies:
                 self._release_ready()
             if self.trace.on:

@@ -46,6 +46,30 @@ def ib_counters(engine_kind: str, result) -> dict[str, int]:
     return c
 
 
+_PACKET_KEYS: dict[tuple[str, int], str] = {}
+
+
+def add_ib(into: dict, engine_kind: str, result) -> None:
+    """add(into, ib_counters(engine_kind, result)), for SDMA without the dict in
+    between (the same keys, added in the same order); once per IB run."""
+    if engine_kind != "sdma":
+        add(into, ib_counters(engine_kind, result))
+        return
+    get = into.get
+    into["ibs"] = get("ibs", 0) + 1
+    into["packets"] = get("packets", 0) + result.packets
+    for op, n in result.packet_ops.items():
+        key = _PACKET_KEYS.get(("sdma", op))
+        if key is None:
+            key = _PACKET_KEYS[("sdma", op)] = packet_key("sdma", op)
+        into[key] = get(key, 0) + n
+    into["bytes_read"] = get("bytes_read", 0) + result.bytes_read
+    into["bytes_written"] = get("bytes_written", 0) + result.bytes_written
+    into["pt_walks"] = get("pt_walks", 0) + result.pt_walks
+    if getattr(result, "fault", None) is not None:
+        into["page_faults"] = get("page_faults", 0) + 1
+
+
 def add(into: dict, counters: dict) -> None:
     for name, value in counters.items():
         into[name] = into.get(name, 0) + value

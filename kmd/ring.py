@@ -20,6 +20,7 @@ picked again (docs/preemption.md).
 """
 import collections
 import errno
+import math
 import threading
 import time
 
@@ -35,6 +36,11 @@ FENCE_HISTORY = 4096  # fences remembered for WAIT_CS after they signaled
 # An engine may refuse a preemption request when its IB has not started yet, or has
 # just ended: the timer asks again after this long while the reason holds.
 PREEMPT_RETRY_S = 0.0005
+# The timer of a ring that ran a job less than this long ago, and has nothing due,
+# still wakes by itself every time slice (or timeout): a job started meanwhile is due
+# no sooner than that wake-up, so the worker need not wake the timer for it. After
+# that long idle the timer parks (waits for a wake-up), as an idle engine's would.
+TIMER_PARK_S = 0.1
 
 
 class Ring:
@@ -60,7 +66,17 @@ class Ring:
         self.kind = "sdma" if ip_type == uapi.AMDGPU_HW_IP_DMA else "compute"
         self.perf = perf.RingPerf(self.kind)   # counters, busy window, job records
         self.history: collections.deque = collections.deque(maxlen=256)  # (job id, ctx id), run order
-        self._cv = threading.Condition()
+        # One lock, two condition variables: the worker waits on `_cv`, the timer on
+        # `_timer_cv`, so a submission wakes the worker alone. The timer is woken only
+        # when it has something to do sooner than it planned: `_timer_at` is when it
+        # wakes by itself (math.inf: never), set under the lock before each wait. A
+        # deadline or slice end that moves later needs no wake-up: the timer wakes at
+        # the earlier time it planned, finds nothing due and waits again (lazily).
+        lock = threading.RLock()
+        self._cv = threading.Condition(lock)
+        self._timer_cv = threading.Condition(lock)
+        self._timer_at = math.inf
+        self._last_end = -math.inf             # when the last run on the engine ended
         self._stop = False
         self._deadline: float | None = None    # watchdog: when the running job times out
         # Preemption (kmd/sched.py SchedOptions): on when asked and the engine can.
@@ -89,9 +105,12 @@ class Ring:
             self.sched.push(job)
             if self.dev.trace.on:  # under the ring's lock: before the worker may run it
                 self.dev.trace.job_queued(self, job, self.entity_jobs(job))
-            self._cv.notify_all()
-            if self._preempt_reason(self.running, 0.0) == "priority":
-                self._preempt("priority")  # here, not a wake-up of the timer later
+            self._cv.notify_all()  # the worker
+            reason = self._preempt_reason(self.running, time.monotonic()) if self.running is not None else None
+            if reason == "priority" and self._preempt("priority"):
+                pass  # here, not a wake-up of the timer later
+            elif reason is not None:
+                self._timer_cv.notify_all()  # the timer acts on it now (or retries the request)
         for dep in job.deps:  # a signalled dependency may make the job ready
             dep.add_callback(self._wake)
         return job.fence.seq
@@ -103,7 +122,12 @@ class Ring:
 
     def _wake(self, _fence=None) -> None:
         with self._cv:
-            self._cv.notify_all()
+            self._notify()
+
+    def _notify(self) -> None:
+        """Wake the worker and the timer (ring lock held)."""
+        self._cv.notify_all()
+        self._timer_cv.notify_all()
 
     def fence(self, seq: int) -> Fence | None:
         """The fence of `seq`; None if it signaled long ago (treat as signaled, no error)."""
@@ -116,7 +140,7 @@ class Ring:
             gone = [j for j in self.sched.jobs() if pred(j) and not j.error]
             for j in gone:
                 j.error = err
-            self._cv.notify_all()
+            self._notify()
         return len(gone)
 
     def queued(self) -> int:
@@ -126,7 +150,7 @@ class Ring:
     def stop(self) -> None:
         with self._cv:
             self._stop = True
-            self._cv.notify_all()
+            self._notify()
         self.engine.abort()
         self._thread.join(timeout=5)
         self._watchdog.join(timeout=5)
@@ -165,6 +189,7 @@ class Ring:
             with self._cv:
                 self.running = None
                 self._deadline = self._slice_end = None
+                self._last_end = job.ended_at or time.monotonic()
             # End of job: fence write-back, then the trap interrupt (sdma_v4_0_ring_emit_fence),
             # handled at once on this thread (kmd/irq.py says why).
             self.fence_wb = job.hw_seq
@@ -181,7 +206,7 @@ class Ring:
             self.hw_pending.pop(job.hw_seq, None)
             self.sched.requeue(job)
             self.preemptions[reason] += 1
-            self._cv.notify_all()
+            self._notify()
         where = f"IB {job.ib_index + 1} of {len(job.ibs)}"
         self.last_preemption = (f"job {job.id} ctx {job.ctx.id} client {job.file.id} "
                                 f"({LEVEL_NAMES[level_of(job.ctx.priority)]}) at {where}, by {reason}, "
@@ -211,7 +236,13 @@ class Ring:
             # The timeout counts the job's own run time, not its waits while preempted.
             self._deadline = start + max(0.0, self.dev.timeout - job.run_time)
             self._slice_end = start + self.opts.timeslice if self.preemptible and self.opts.timeslice else None
-            self._cv.notify_all()  # arm the timer
+            # Arm the timer: wake it only if it would sleep past the new deadline or
+            # slice end, or if it has to preempt the job now.
+            due = self._deadline if self._slice_end is None else min(self._deadline, self._slice_end)
+            # (_preempt_reason is None without a pulse pending or another entity queued.)
+            if due < self._timer_at or ((self.hb.pending or self.sched.order)
+                                        and self._preempt_reason(job, start) is not None):
+                self._timer_cv.notify_all()
         # With an L2 model, each run of the job is in amdgpu's frame of cache actions:
         # the ACQUIRE_MEM gfx_v9_0_emit_mem_sync puts before the IBs, and the write-back
         # and invalidate of the fence's RELEASE_MEM (gfx_v9_0_ring_emit_fence), even
@@ -229,7 +260,7 @@ class Ring:
                 else:
                     job.result = self.engine.run(job.file.vm.page_table, va, size_dw, job.ctx.id, self.ring_id,
                                                  resume=job.resume, csa=self._csa(job))
-                perf.add(job.counters, perf.ib_counters(self.kind, job.result))
+                perf.add_ib(job.counters, self.kind, job.result)
                 if job.result.status == "preempted":
                     job.resume, preempted = job.result.resume, True
                     break
@@ -303,10 +334,26 @@ class Ring:
                 reason = self._preempt_reason(job, now)
                 if reason is not None:
                     if not self._preempt(reason):
-                        self._cv.wait(PREEMPT_RETRY_S)
+                        self._timer_at = now + PREEMPT_RETRY_S
+                        self._timer_cv.wait(PREEMPT_RETRY_S)
                     continue
                 wake = [t for t in (self._deadline, self._slice_end) if t is not None and t > now]
-                self._cv.wait(min(wake) - now if wake else None)
+                if wake:
+                    self._timer_at = min(wake)
+                elif now - self._last_end < TIMER_PARK_S:
+                    self._timer_at = now + self._timer_period()
+                else:
+                    self._timer_at = math.inf
+                self._timer_cv.wait(None if self._timer_at == math.inf else self._timer_at - now)
+
+    def _timer_period(self) -> float:
+        """The shortest time from a job's start to its deadline or slice end (the
+        timer's period while the ring is busy; a resumed job's deadline may be sooner,
+        which the worker's arming sees and wakes the timer for)."""
+        period = self.dev.timeout
+        if self.preemptible and self.opts.timeslice:
+            period = min(period, self.opts.timeslice)
+        return max(period, 0.001)
 
     def _preempt(self, reason: str) -> bool:
         """Ask the engine to preempt the running job (ring lock held, so the job
@@ -344,7 +391,7 @@ class Ring:
             if not self.hb.pending:
                 if job is not None or len(self.sched):
                     self.hb.send(now)
-                    self._cv.notify_all()  # the worker serves it, the timer preempts for it
+                    self._notify()  # the worker serves it, the timer preempts for it
                 return
             n = self.hb.miss()
             hung = n >= misses_allowed
@@ -371,7 +418,7 @@ class Ring:
             if self.running is None:
                 return False
             self._deadline = time.monotonic()
-            self._cv.notify_all()
+            self._notify()
         return True
 
     def describe(self) -> str:

@@ -91,7 +91,9 @@ class Entity:
         if not self.jobs:
             return False
         job = self.jobs[0]
-        return bool(job.error) or all(d.signaled for d in job.deps)
+        if job.error or not job.deps:
+            return True
+        return all(d.signaled for d in job.deps)
 
 
 class RingScheduler:
@@ -116,7 +118,19 @@ class RingScheduler:
 
     def pick(self):
         """Pop the next job to run, or None if no entity has a ready job."""
-        ready = [e for e in self.order if e.ready()]
+        order = self.order
+        if len(order) <= 1:  # no entity or one (the common case): the same choice, in fewer steps
+            if not order or not order[0].ready():
+                return None
+            chosen = order[0]
+            chosen.passed_over = 0
+            self.starved_pick = False
+            job = chosen.jobs.popleft()
+            if not chosen.jobs:
+                del self.entities[(chosen.file.id, chosen.ctx.id)]
+                order.clear()
+            return job
+        ready = [e for e in order if e.ready()]
         if not ready:
             return None
         best = min(e.level for e in ready)

@@ -3,7 +3,8 @@
 
 Same API and byte-for-byte behaviour as kmd/hw/ref.py (the reference); see
 docs/hw.md for the rules.  Hot paths (translation, memmove/memset over runs of
-host-contiguous pages, POLL_REGMEM sleeps) run without the GIL.
+host-contiguous pages, POLL_REGMEM sleeps) run without the GIL; a small SDMA IB of
+bounded work (held_ib, SDMA_HELD_IB_DW in kmd/hw/sdma.py) runs with it held.
 """
 from cython.operator cimport dereference as deref
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -398,6 +399,20 @@ cdef class PageTable:
             raise make_fault(&fault)
         return bytes(out)
 
+    cdef bytes _read_held(self, uint64_t va, uint64_t n):
+        """read() without releasing the GIL, for a few bytes (the caller pinned the
+        buffers). The walk takes the table's lock shared; its holders release it
+        without the GIL, so holding the GIL here cannot deadlock."""
+        cdef Fault fault
+        out = bytearray(n)
+        cdef uint8_t[::1] mv
+        if n == 0:
+            return b""
+        mv = out
+        if self._read(va, &mv[0], n, &fault):
+            raise make_fault(&fault)
+        return bytes(out)
+
     def write(self, uint64_t va, data):
         cdef Fault fault
         cdef int bad
@@ -525,6 +540,25 @@ cdef int packet_length(const uint32_t* ib, uint64_t pos, uint64_t n,
     return 0
 
 
+cdef bint held_ib(const uint32_t* ib, uint64_t n) noexcept nogil:
+    """Whether an IB runs with the GIL held (SDMA_HELD_IB_DW, kmd/hw/sdma.py): at most
+    SDMA_HELD_IB_DW dwords, and no packet whose work is not bounded by the IB's own
+    size (COPY_LINEAR, CONSTANT_FILL) or that sleeps (POLL_REGMEM). A bad packet ends
+    the scan: the run stops there."""
+    cdef uint64_t pos = 0, length
+    cdef uint32_t op
+    if n > SDMA_HELD_IB_DW:
+        return False
+    while pos < n:
+        if packet_length(ib, pos, n, &length):
+            return True
+        op = ib[pos] & 0xFF
+        if op == SDMA_OP_COPY or op == SDMA_OP_CONST_FILL or op == SDMA_OP_POLL_REGMEM:
+            return False
+        pos += length
+    return True
+
+
 cdef class SdmaEngine:
     """One SDMA engine (sdma0, sdma1...).  run() executes one IB to completion, or
     until preempt() (docs/preemption.md)."""
@@ -591,13 +625,17 @@ cdef class SdmaEngine:
         cdef const uint8_t[::1] raw
         cdef const uint32_t* ib = NULL
         cdef int code
+        cdef bint held
         memset(&st, 0, sizeof(st))
         if resume is not None:
             ib_bytes = resume.ib
             st.pos, st.done = resume.pos, resume.done
         else:
             try:
-                ib_bytes = pt.read(ib_va, ib_size_dw * 4)
+                if ib_size_dw <= SDMA_HELD_IB_DW:   # a few bytes: no GIL hand-off
+                    ib_bytes = pt._read_held(ib_va, ib_size_dw * 4)
+                else:
+                    ib_bytes = pt.read(ib_va, ib_size_dw * 4)
             except GpuFault as fault:
                 self._push_fault(fault, ring_id, ctx_id)
                 return SdmaResult("fault", fault, fault.reason)
@@ -607,9 +645,13 @@ cdef class SdmaEngine:
             ib = <const uint32_t*>&raw[0]
         st.trigger = -1 if self._trigger is None else self._trigger
         st.last_op = -1
+        held = held_ib(ib, ib_size_dw)
         while True:
-            with nogil:
+            if held:
                 code = self._execute(pt, ib, ib_size_dw, &st)
+            else:
+                with nogil:
+                    code = self._execute(pt, ib, ib_size_dw, &st)
             if code != EXEC_TRAP:
                 break
             self.ih.push(IH_SRC_TRAP, ring_id, ctx_id, st.trap_context)

@@ -64,7 +64,7 @@ def sdma_defs() -> str:
     """The text of _sdma_defs.pxi: SDMA, IH and PTE numbers, and COMPILED_DEFS."""
     vsdma, sdma, ih, mmu, _ = _modules()
     sdma_consts = {**_ints(vsdma, "SDMA_"), "SDMA_POLL_STEP_US": sdma.SDMA_POLL_STEP_US,
-                   "SDMA_CHUNK_BYTES": sdma.SDMA_CHUNK_BYTES}
+                   "SDMA_CHUNK_BYTES": sdma.SDMA_CHUNK_BYTES, "SDMA_HELD_IB_DW": sdma.SDMA_HELD_IB_DW}
     ih_consts = _ints(ih, "IH_SRC_")
     # C_ prefix: _core.pyx also imports the Python PTE_* names from kmd/hw/mmu.py.
     pte_consts = {"C_" + k: getattr(mmu, k) for k in ("PTE_READ", "PTE_WRITE", "PTE_EXEC")}

@@ -41,20 +41,22 @@ class InterruptRing:
 
     def __init__(self) -> None:
         self._entries: collections.deque[IhEntry] = collections.deque()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()   # taken directly where nobody is woken or waited for
+        self._cond = threading.Condition(self._lock)
 
     def push(self, src_id: int, ring_id: int, ctx_id: int, data: int, wake: bool = True) -> None:
         """Append an entry and, unless ``wake`` is false, wake the waiters.  Called
         from engine threads; one that services the ring itself right after pushing
         (kmd/irq.py, InterruptHandler.service) passes ``wake=False``."""
-        with self._cond:
-            self._entries.append(IhEntry(src_id, ring_id, ctx_id, data))
+        entry = IhEntry(src_id, ring_id, ctx_id, data)
+        with self._lock:
+            self._entries.append(entry)
             if wake:
                 self._cond.notify_all()
 
     def drain(self) -> list[IhEntry]:
         """Remove and return every pending entry, oldest first."""
-        with self._cond:
+        with self._lock:
             entries = list(self._entries)
             self._entries.clear()
         return entries
@@ -68,5 +70,5 @@ class InterruptRing:
             return self._cond.wait_for(lambda: bool(self._entries), timeout)
 
     def __len__(self) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._entries)

@@ -17,6 +17,13 @@ SDMA_POLL_STEP_US = 50
 # point between two (docs/preemption.md): at memmove speed, well under a millisecond.
 SDMA_CHUNK_BYTES = 1 << 20
 
+# An IB of at most this many dwords made only of packets of bounded, tiny work (NOP,
+# FENCE, TRAP, TIMESTAMP, WRITE_LINEAR: no COPY_LINEAR, CONSTANT_FILL or POLL_REGMEM)
+# runs with the GIL held (the Cython core): it is over in about a microsecond, and
+# releasing the GIL for it would hand the interpreter to another thread and make the
+# ring's worker wait to get it back before it can signal the job's fence.
+SDMA_HELD_IB_DW = 64
+
 # Fault reasons that are not page faults.
 REASON_ILLEGAL_OPCODE = "illegal_opcode"
 REASON_TRUNCATED = "truncated"
