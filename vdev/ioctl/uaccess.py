@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import threading
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -25,11 +26,10 @@ class _iovec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
 
 
-_IOV = ctypes.POINTER(_iovec)
 for _name in ("process_vm_readv", "process_vm_writev"):
     _fn = getattr(_libc, _name)
     _fn.restype = ctypes.c_ssize_t
-    _fn.argtypes = [ctypes.c_int, _IOV, ctypes.c_ulong, _IOV, ctypes.c_ulong, ctypes.c_ulong]
+    _fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
 _readv, _writev = _libc.process_vm_readv, _libc.process_vm_writev
 
 
@@ -62,6 +62,20 @@ def _denied_reason(pid: int) -> str:
     return f"the kernel refused the daemon access to the memory of pid {pid}"
 
 
+_tls = threading.local()
+
+
+def _iovecs() -> tuple:
+    """This thread's two iovecs and their addresses, made once: building them per call
+    was half of a copy's cost (docs/bench.md, "Waste seen in the profiles")."""
+    try:
+        return _tls.iovecs
+    except AttributeError:
+        local, remote = _iovec(), _iovec()
+        _tls.iovecs = (local, remote, ctypes.addressof(local), ctypes.addressof(remote))
+        return _tls.iovecs
+
+
 class UserMemory:
     """The memory of process ``pid`` (any of its threads' ids will do)."""
 
@@ -71,9 +85,10 @@ class UserMemory:
         self.pid = pid
 
     def _transfer(self, fn, addr: int, buf, n: int, what: str) -> None:
-        local = _iovec(ctypes.cast(buf, ctypes.c_void_p), n)
-        remote = _iovec(addr, n)
-        done = fn(self.pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+        local, remote, local_p, remote_p = _iovecs()
+        local.iov_base, local.iov_len = ctypes.addressof(buf), n
+        remote.iov_base, remote.iov_len = addr, n
+        done = fn(self.pid, local_p, 1, remote_p, 1, 0)
         if done == n:
             return
         if done >= 0:
@@ -97,4 +112,4 @@ class UserMemory:
         """copy_to_user: ``data`` to ``addr`` in the caller."""
         n = len(data)
         if n:
-            self._transfer(_writev, addr, ctypes.c_char_p(bytes(data)), n, "write")
+            self._transfer(_writev, addr, ctypes.create_string_buffer(bytes(data), n), n, "write")
