@@ -216,6 +216,14 @@ class Device:
             raise
         return self._traced(f, request, arg, extra, t0, out, tid, tag) if t0 else out
 
+    def refused_before_dispatch(self, f: DrmFile, request: int, arg: bytes, error: int, tid: int = 0) -> None:
+        """A request the transport refused before dispatch (its pointers could not be
+        read: EFAULT, E2BIG...) goes to the recordings all the same, so that vgpu trace
+        decodes the struct of a bad call."""
+        if self.trace.on:
+            self.trace.ioctl(f, request, request_name(IOCTL_TABLE, request), arg, b"", time.monotonic(),
+                             error=error, tid=tid)
+
     def _traced(self, f: DrmFile, request: int, arg: bytes, extra: bytes, t0: float, out, tid: int = 0,
                 tag: int | None = None):
         """Record a finished request, or make a pending one record itself when it

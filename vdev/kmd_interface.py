@@ -185,6 +185,11 @@ class KmdDevice(KmdGpu, Protocol):
         held. May wait for the file's jobs: vdev calls it in a worker thread. Called
         once per file."""
 
+    def refused_before_dispatch(self, f: object, request: int, arg: bytes, error: int, tid: int = 0) -> None:
+        """Record a request the ioctl path refused before ``ioctl`` (its pointers could
+        not be read), for the trace recordings."""
+        ...
+
     def ioctl(self, f: object, request: int, arg: bytes, extra: bytes = b"", tid: int = 0,
               tag: int | None = None) -> Union[Reply, PendingReply]:
         """Run one request (an ioctl with its pointed-to data gathered, or a parsed

@@ -172,7 +172,7 @@ def gather(request: int, arg: bytes, read: Read) -> bytes:
     to, read through ``read``. Empty for a request without pointers.
     OSError: EFAULT (a NULL or unreachable pointer), E2BIG (over MAX_POINTED),
     EINVAL (a CS of more than MAX_CS_CHUNKS chunks)."""
-    fn = _GATHER.get(request & 0xFF) if (request >> 8) & 0xFF == uapi.DRM_IOCTL_BASE else None
+    fn = _GATHER.get(_NR(request)) if uapi._IOC_TYPE(request) == uapi.DRM_IOCTL_BASE else None
     if fn is None:
         return b""
     g = _Gather(read)
@@ -215,7 +215,7 @@ def outputs(request: int, arg: bytes) -> list[tuple[int, int, str]]:
     """Where ``request``'s out-data goes: ``(address, size, what)`` in the order the
     reply's out-data holds it (VERSION's three strings, SYNCOBJ_QUERY's points, INFO's
     answer, GEM_OP GET_GEM_CREATE_INFO's struct); empty for the others."""
-    fn = _OUTPUTS.get(request & 0xFF) if (request >> 8) & 0xFF == uapi.DRM_IOCTL_BASE else None
+    fn = _OUTPUTS.get(_NR(request)) if uapi._IOC_TYPE(request) == uapi.DRM_IOCTL_BASE else None
     return fn(arg) if fn is not None else []
 
 

@@ -245,16 +245,25 @@ class Decoder:
     _on_pread64 = _on_read
 
     # -- real ioctls (a log with no records: names and results only) ---------
-    def _on_ioctl(self, call: Syscall) -> None:
+    def _drm_ioctl(self, call: Syscall):
+        """(request, fd, node kind) of a DRM ioctl on a vgpu node (or an fd whose
+        path the log does not show); None for anything else."""
         if len(call.args) < 2:
-            return
+            return None
         req = strace_request(call.args[1])
         if req is None:
-            return
+            return None
         fd, path = self.procs.path(call.pid, call.args[0])
         kind = self._classify(path)
         if path is not None and kind is None:
-            return   # a DRM node that is not vgpu's
+            return None   # a DRM node that is not vgpu's (a real GPU's)
+        return req, fd, kind
+
+    def _on_ioctl(self, call: Syscall) -> None:
+        found = self._drm_ioctl(call)
+        if found is None:
+            return
+        req, fd, kind = found
         node = kind or f"fd {fd}"
         result = _failure(call) if call.failed else f"= {call.ret}"
         self._emit(call, f"{node}: {request_label(req)} {result} <arguments not in the log>")
@@ -460,15 +469,9 @@ class IoctlTrace(Decoder):
 
     # -- the requests -------------------------------------------------------------
     def _on_ioctl(self, call: Syscall) -> None:
-        if len(call.args) < 2:
-            return
-        req = strace_request(call.args[1])
-        if req is None:
-            return
-        _, path = self.procs.path(call.pid, call.args[0])
-        if path is not None and self._classify(path) is None:
-            return   # a DRM node that is not vgpu's (a real GPU's)
-        self._wait(_Item(call, "ioctl", req, seen=self._now))
+        found = self._drm_ioctl(call)
+        if found is not None:
+            self._wait(_Item(call, "ioctl", found[0], seen=self._now))
 
     def _on_write(self, call: Syscall) -> None:
         ctl = self._control(call)

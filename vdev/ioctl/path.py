@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import time
 from typing import Callable
 
 import pyfuse3
@@ -73,10 +72,10 @@ class IoctlPath:
             extra = pointers.gather(cmd, arg, mem.read)
             reply = handle.dev.ioctl(handle.file, cmd, arg, extra, tid=pid)   # the thread, for the records
         except UserAccessError as e:
-            self._record_refusal(handle, cmd, arg, pid, e.errno)
+            handle.dev.refused_before_dispatch(handle.file, cmd, arg, e.errno, tid=pid)
             self._refused(handle, cmd, pid, e)
         except OSError as e:   # E2BIG, EINVAL from gather
-            self._record_refusal(handle, cmd, arg, pid, e.errno)
+            handle.dev.refused_before_dispatch(handle.file, cmd, arg, e.errno, tid=pid)
             _fail(e.errno, handle, cmd, pid, self.observe)
         except KmdError as e:
             _fail(e.errno, handle, cmd, pid, self.observe)
@@ -115,15 +114,6 @@ class IoctlPath:
             log.exception("vdev: %s failed", uapi.ioctl_name(cmd))
             self._kmsg(f"vdev: internal error in {uapi.ioctl_name(cmd)}: {e!r}")
             raise pyfuse3.FUSEError(errno.EIO) from e
-
-    @staticmethod
-    def _record_refusal(handle: ControlHandle, cmd: int, arg: bytes, pid: int, err: int) -> None:
-        """A request refused before the KMD saw it (its pointers): into the trace
-        records all the same, so vgpu trace decodes the struct of a bad call."""
-        trace = getattr(handle.dev, "trace", None)
-        if trace is not None and trace.on:
-            trace.ioctl(handle.file, cmd, uapi.ioctl_name(cmd).removeprefix("DRM_IOCTL_"), arg, b"",
-                        time.monotonic(), error=err, tid=pid)
 
     def _refused(self, handle: ControlHandle, cmd: int, pid: int, e: UserAccessError):
         """A copy from/to the caller failed: EFAULT as Linux's copy_*_user, or the
