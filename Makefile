@@ -2,7 +2,7 @@
 # installs what is missing (deps) and builds the Cython core (build) first.
 PYTHON ?= python3
 PIP := PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip
-DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev libdrm-tests gcc patch
+DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev libdrm-tests gcc patch drm-info
 PY_PKGS := trio numpy cython pytest pytest-trio setuptools wheel
 # pyfuse3 has no ioctl handler: deps builds the pinned release with deps/pyfuse3/ioctl.patch
 # (FUSE_IOCTL, FUSE_INTERRUPT and main(ioctl_thread=True); docs/ioctl.md), under a

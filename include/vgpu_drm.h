@@ -76,6 +76,20 @@ struct vgpu_reply_header {
 #define DRM_MODE_NR_FIRST		0xA0
 #define DRM_MODE_NR_LAST		0xCE
 
+/* drm.h after libdrm 2.4.114 (Linux 6.8, 6.6) */
+#ifndef DRM_CLIENT_CAP_CURSOR_PLANE_HOTSPOT
+#define DRM_CLIENT_CAP_CURSOR_PLANE_HOTSPOT	6
+#endif
+#ifndef DRM_CAP_ATOMIC_ASYNC_PAGE_FLIP
+#define DRM_CAP_ATOMIC_ASYNC_PAGE_FLIP		0x15
+#endif
+
+/* amdgpu_drm.h after libdrm 2.4.114 (Linux 6.6) */
+#ifndef AMDGPU_INFO_SENSOR_PEAK_PSTATE_GFX_SCLK
+#define AMDGPU_INFO_SENSOR_PEAK_PSTATE_GFX_SCLK	0xa
+#define AMDGPU_INFO_SENSOR_PEAK_PSTATE_GFX_MCLK	0xb
+#endif
+
 /* AMDGPU_INFO_GPUVM_FAULT, as Linux 6.x's amdgpu_drm.h defines it; Debian's
  * libdrm-dev (2.4.114) predates it. The answer is the last page fault of the
  * calling file's VM, all zero if none. status: the VM_L2_PROTECTION_FAULT_STATUS

@@ -103,7 +103,8 @@ def cs(dev, file, args, extra):
     unknown ring, no IB, a user-fence handle that names no BO or a BO that is not
     one page or is a userptr BO, a user-fence offset past its end, bad dependency,
     a syncobj (point) without a fence, a bad SYNCOBJ_OUT / TIMELINE_SIGNAL handle or
-    a second such chunk, unknown syncobj chunk flags, two BO lists, nonzero CS flags.
+    a second such chunk, two BO lists, nonzero CS flags (a timeline chunk's flags are
+    ignored, as amdgpu ignores them).
     ENOENT: bad BO list handle, BO handle (BO_HANDLES) or SYNCOBJ_IN / TIMELINE_WAIT
     handle. ENOMEM: the job's BOs cannot all be placed where the engines reach them
     (job_bos, kmd/residency.py; BOs moved before the failure stay moved). ECANCELED: the context is guilty of a hang or fault (also in read(),
@@ -158,9 +159,9 @@ def cs(dev, file, args, extra):
                     deps.append(fence)
         elif chunk_id == uapi.AMDGPU_CHUNK_ID_SYNCOBJ_TIMELINE_WAIT:
             for d in chunk_entries(uapi.drm_amdgpu_cs_chunk_syncobj, data):
+                # `flags` go to drm_syncobj_find_fence, which reads WAIT_FOR_SUBMIT
+                # only: other bits are ignored, as amdgpu_cs_p2_syncobj_timeline_wait does.
                 s = lookup_syncobj(file, d.handle)
-                check(not d.flags & ~uapi.DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT, errno.EINVAL,
-                      f"timeline wait flags {d.flags:#x}")
                 fence = syncobj_fence(s, d.handle, d.point)
                 if not fence.signaled:
                     deps.append(fence)
@@ -172,8 +173,7 @@ def cs(dev, file, args, extra):
             for d in chunk_entries(uapi.drm_amdgpu_cs_chunk_syncobj if timeline else uapi.drm_amdgpu_cs_chunk_sem, data):
                 s = file.syncobjs.get(d.handle)
                 check(s is not None, errno.EINVAL, f"no syncobj {d.handle} to signal")
-                if timeline:
-                    check(d.flags == 0, errno.EINVAL, f"timeline signal flags {d.flags:#x}")
+                # (a timeline entry's `flags` are ignored: amdgpu_cs_p2_syncobj_timeline_signal)
                 signals.append((s, d.point if timeline else 0))
         elif chunk_id == uapi.AMDGPU_CHUNK_ID_BO_HANDLES:
             lst = as_struct(uapi.drm_amdgpu_bo_list_in, data, "BO_HANDLES")

@@ -32,6 +32,7 @@ from .limits import Limiter, Limits
 from .memory import DeviceMemory
 from .residency import Residency
 from .partition import Partition, Shared
+from .power import PowerModel
 from .ring import Ring
 from .trace import Stream, Tracer
 
@@ -76,6 +77,10 @@ class Device:
         its own); off, compute memory is coherent with the CPU and SDMA."""
         self.partition = partition = partition or Partition.whole(vram_size, gtt_size)
         self.lock = threading.RLock()
+        # Direct runs (kmd/direct_run.py): while a request dispatches (device lock held,
+        # so no other thread submits meanwhile), the rings that kept a light job for it.
+        self.collect_direct = False
+        self.direct_rings: list[Ring] = []
         self.kmsg = shared.kmsg.for_device(f"vgpu {partition.pci_slot}") if shared else KernelLog()
         self.trace = shared.trace if shared else Tracer()  # tracepoints and timeline recordings (kmd/trace.py)
         self.memory = DeviceMemory(vram_size, gtt_size, shm_dir, huge_pages,
@@ -121,6 +126,7 @@ class Device:
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
         self.irq = InterruptHandler(self)
         self.busy_meter = _sysfs.BusyMeter(self)
+        self.power = PowerModel(lambda: self.busy_meter.percent() / 100)   # AMDGPU_INFO_SENSOR (kmd/power.py)
         o = self.sched_opts
         self.kmsg.log(f"vgpu: initialized, VRAM {vram_size // MiB} MiB, GTT {gtt_size // MiB} MiB, "
                       f"ring timeout {timeout:g} s, {o.describe()}, heartbeat "
@@ -202,11 +208,17 @@ class Device:
         request goes to the recordings when it completes (_traced), with the calling
         thread `tid` (0: unknown) or, for a frame request, its `tag`."""
         t0 = time.monotonic() if self.trace.on else 0.0
+        direct: list[Ring] = []
         try:
             with self.lock:
                 if f.closed:
                     raise KmdError(errno.EBADF, "file is closed")
-                out = dispatch(IOCTL_TABLE, self, f, request, arg, extra)
+                self.collect_direct = True
+                try:
+                    out = dispatch(IOCTL_TABLE, self, f, request, arg, extra)
+                finally:
+                    self.collect_direct = False
+                    direct, self.direct_rings = self.direct_rings, []
         except KmdError as e:
             if not getattr(e, "quiet", False):  # a LimitError was logged once already
                 self.kmsg.log(f"{request_name(IOCTL_TABLE, request)} refused for client {f.id} (pid {f.pid}): {e}")
@@ -214,6 +226,12 @@ class Device:
                 self.trace.ioctl(f, request, request_name(IOCTL_TABLE, request), arg, extra, t0, error=e.errno,
                                  tid=tid, tag=tag)
             raise
+        finally:
+            # The light jobs this request submitted (kmd/direct_run.py), outside the
+            # device lock as the worker runs them: the end of a job takes the IRQ
+            # lock, and the IRQ thread takes the device lock under that one.
+            for ring in direct:
+                ring.run_direct()
         return self._traced(f, request, arg, extra, t0, out, tid, tag) if t0 else out
 
     def refused_before_dispatch(self, f: DrmFile, request: int, arg: bytes, error: int, tid: int = 0) -> None:

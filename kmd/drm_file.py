@@ -25,6 +25,7 @@ class DrmFile:
         # no drmAuthMagic, so every card0 file is the master and authenticated, and a
         # render file is neither, as on Linux.
         self.master = self.authenticated = not render
+        self.client_caps: dict[str, bool] = {}  # SET_CLIENT_CAP's on/off caps (kmd/kms.py)
         self.bos: dict = CountedDict(tally, "bos")  # GEM handle -> BufferObject
         self.handles_of: dict[int, int] = {}  # id(BufferObject) -> handles to it here
         # The BOs it created VM_ALWAYS_VALID (amdgpu's per-VM BOs): part of every job

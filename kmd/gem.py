@@ -209,11 +209,17 @@ def gem_mmap(dev, file, args, extra):
     EINVAL: nonzero padding. ENOENT: bad handle. EPERM: BO created NO_CPU_ACCESS, or
     a userptr BO (the CPU has its pages already; amdgpu_gem_mmap_ioctl)."""
     check(args.in_._pad == 0, errno.EINVAL, "nonzero padding")
-    bo = lookup_bo(file, args.in_.handle)
+    args.out.addr_ptr = gem_mmap_offset(file, args.in_.handle)
+
+
+def gem_mmap_offset(file, handle: int) -> int:
+    """The fake mmap offset of `file`'s BO `handle` (GEM_MMAP, MODE_MAP_DUMB).
+    ENOENT: bad handle. EPERM: NO_CPU_ACCESS or userptr (amdgpu_mode_dumb_mmap)."""
+    bo = lookup_bo(file, handle)
     check(not bo.flags & uapi.AMDGPU_GEM_CREATE_NO_CPU_ACCESS, errno.EPERM,
           "BO was created with NO_CPU_ACCESS")
     check(bo.userptr is None, errno.EPERM, "a userptr BO is mapped by its owner's own pointer")
-    args.out.addr_ptr = bo.mmap_offset
+    return bo.mmap_offset
 
 
 def gem_close(dev, file, args, extra):

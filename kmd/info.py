@@ -16,6 +16,7 @@ import errno
 from vgpu import isa, uapi
 
 from . import onchip
+from .kms import KMS_CAPS
 from .errors import KmdError, check
 from .vm import VA_END, VA_START
 from .vram import PAGE_SIZE
@@ -45,6 +46,7 @@ CAPS = {
     uapi.DRM_CAP_TIMESTAMP_MONOTONIC: 1,
     uapi.DRM_CAP_SYNCOBJ: 1,            # kmd/syncobj.py
     uapi.DRM_CAP_SYNCOBJ_TIMELINE: 1,
+    **KMS_CAPS,                         # a mode config without display (kmd/kms.py)
 }
 
 
@@ -321,8 +323,12 @@ def _answer(dev, file, a) -> bytes:
         ip, inst = a.query_hw_ip.type, a.query_hw_ip.ip_instance
         check(ip < uapi.AMDGPU_HW_IP_NUM, errno.EINVAL, f"unknown hw ip {ip}")
         rings = ring_count(dev, ip)
+        # GFX: Arcturus has the GFX IP block (gfx_v9_0, which drives its compute
+        # rings) but no GFX ring, so amdgpu answers version 9.0 with no rings, and
+        # counts one instance (amdgpu_hw_ip_info, AMDGPU_INFO_HW_IP_COUNT).
+        gfx_block = ip == uapi.AMDGPU_HW_IP_GFX
         if q == uapi.AMDGPU_INFO_HW_IP_COUNT:
-            return (1 if rings else 0).to_bytes(4, "little")
+            return (1 if rings or gfx_block else 0).to_bytes(4, "little")
         check(inst == 0, errno.EINVAL, f"ip instance {inst} does not exist")
         h = uapi.drm_amdgpu_info_hw_ip()
         if rings:
@@ -330,7 +336,12 @@ def _answer(dev, file, a) -> bytes:
             h.ib_start_alignment = 256 if ip == uapi.AMDGPU_HW_IP_DMA else 32
             h.ib_size_alignment = 4
             h.available_rings = (1 << rings) - 1
+        elif gfx_block:
+            h.hw_ip_version_major, h.hw_ip_version_minor = 9, 0
+            h.ib_start_alignment = h.ib_size_alignment = 32
         return bytes(h)
+    if q == uapi.AMDGPU_INFO_SENSOR:
+        return dev.power.read(a.sensor_info.type).to_bytes(4, "little")   # kmd/power.py
     if q == uapi.AMDGPU_INFO_FW_VERSION:
         fw = uapi.drm_amdgpu_info_firmware()
         fw.ver = 0x00010000 | a.query_fw.fw_type  # vgpu's "firmware" is its own code

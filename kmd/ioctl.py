@@ -194,10 +194,12 @@ def lookup(table: dict[int, IoctlDesc], request: int) -> IoctlDesc | None:
 
 
 # The core's KMS ioctls (DRM_IOCTL_MODE_GETRESOURCES 0xA0 to DRM_IOCTL_MODE_GETFB2 0xCE)
-# and WAIT_VBLANK (0x3A): Linux has them in drm_ioctls[] for every device, and a
-# driver without DRIVER_MODESET (or vblank support) answers EOPNOTSUPP
-# (drm_mode_getresources, drm_wait_vblank_ioctl). vgpu has no display, as a compute
-# accelerator has none: modetest and vbltest get "Operation not supported".
+# and WAIT_VBLANK (0x3A) that the table does not answer (kmd/kms.py answers the
+# queries and dumb buffers as amdgpu does on a part without display): EOPNOTSUPP,
+# what Linux gives where the feature is missing (drm_wait_vblank_ioctl without
+# vblank support, drm_mode_atomic_ioctl without DRIVER_ATOMIC). vgpu has no display,
+# as an MI100 has none: modetest finds no connectors, vbltest gets "Operation not
+# supported".
 NO_DISPLAY_NRS = frozenset(range(uapi.DRM_MODE_NR_FIRST, uapi.DRM_MODE_NR_LAST + 1)) | {uapi.DRM_WAIT_VBLANK_NR}
 
 
@@ -222,7 +224,7 @@ def dispatch(table: dict[int, IoctlDesc], dev, file, request: int, arg: bytes, e
     if desc is None:
         if uapi._IOC_NR(request) in NO_DISPLAY_NRS:
             raise KmdError(errno.EOPNOTSUPP, f"ioctl nr {uapi._IOC_NR(request):#x} needs a display: "
-                           "vgpu is a compute device without DRIVER_MODESET")
+                           "this part has no display (kmd/kms.py answers only the KMS queries)")
         raise KmdError(errno.ENOTTY, f"unknown ioctl nr {uapi._IOC_NR(request):#x}")
     if not desc.implemented:
         raise KmdError(errno.ENOTTY, f"not implemented: {desc.func.why}")

@@ -17,7 +17,7 @@ An ioctl that vgpu/uapi.py defines but vgpu does not implement yet is listed wit
 table says what is intended. tests/kmd/test_dispatch.py checks that the table covers
 every request of uapi.IOCTLS.
 """
-from . import bo_list, cs, ctx, gem, info, prime, sched, syncobj, userptr, vm
+from . import bo_list, cs, ctx, gem, info, kms, prime, sched, syncobj, userptr, vm
 from .ioctl import (DRM_AUTH, DRM_IOCTL_DEF, DRM_IOCTL_DEF_DRV, DRM_MASTER, DRM_RENDER_ALLOW, IoctlDesc,
                     index, not_implemented)
 
@@ -27,8 +27,21 @@ DRM_IOCTLS: list[IoctlDesc] = [
     DRM_IOCTL_DEF("GET_CLIENT", info.get_client, 0),
     DRM_IOCTL_DEF("GEM_CLOSE", gem.gem_close, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("GET_CAP", info.get_cap, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("SET_CLIENT_CAP", kms.set_client_cap, 0),
     DRM_IOCTL_DEF("PRIME_HANDLE_TO_FD", prime.prime_handle_to_fd, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("PRIME_FD_TO_HANDLE", prime.prime_fd_to_handle, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("MODE_GETRESOURCES", kms.get_resources, 0),
+    DRM_IOCTL_DEF("MODE_GETCRTC", kms.get_crtc, 0),
+    DRM_IOCTL_DEF("MODE_GETENCODER", kms.get_encoder, 0),
+    DRM_IOCTL_DEF("MODE_GETCONNECTOR", kms.get_connector, 0),
+    DRM_IOCTL_DEF("MODE_GETPROPERTY", kms.get_property, 0),
+    DRM_IOCTL_DEF("MODE_GETPROPBLOB", kms.get_blob, 0),
+    DRM_IOCTL_DEF("MODE_CREATE_DUMB", kms.create_dumb, 0),
+    DRM_IOCTL_DEF("MODE_MAP_DUMB", kms.map_dumb, 0),
+    DRM_IOCTL_DEF("MODE_DESTROY_DUMB", kms.destroy_dumb, 0),
+    DRM_IOCTL_DEF("MODE_GETPLANERESOURCES", kms.get_plane_resources, 0),
+    DRM_IOCTL_DEF("MODE_GETPLANE", kms.get_plane, 0),
+    DRM_IOCTL_DEF("MODE_OBJ_GETPROPERTIES", kms.obj_get_properties, 0),
     DRM_IOCTL_DEF("SYNCOBJ_CREATE", syncobj.syncobj_create, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("SYNCOBJ_DESTROY", syncobj.syncobj_destroy, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("SYNCOBJ_HANDLE_TO_FD", syncobj.syncobj_handle_to_fd, DRM_RENDER_ALLOW),

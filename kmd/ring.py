@@ -26,7 +26,7 @@ import time
 
 from vgpu import pm4, uapi
 
-from . import hw, perf, userptr
+from . import direct_run, hw, perf, userptr
 from .fence import Fence
 from .heartbeat import EngineHeartbeat
 from .job import Job
@@ -87,6 +87,8 @@ class Ring:
         self.preemptions: collections.Counter = collections.Counter()  # by reason
         self.last_preemption = ""
         self.hb = EngineHeartbeat()
+        self._direct: Job | None = None    # a light job its submitter runs (kmd/direct_run.py)
+        self._failed: Job | None = None    # a direct run that failed, for the worker to report
         self._thread = threading.Thread(target=self._worker, name=f"ring-{name}", daemon=True)
         self._watchdog = threading.Thread(target=self._watch, name=f"tdr-{name}", daemon=True)
         self._thread.start()
@@ -105,7 +107,11 @@ class Ring:
             self.sched.push(job)
             if self.dev.trace.on:  # under the ring's lock: before the worker may run it
                 self.dev.trace.job_queued(self, job, self.entity_jobs(job))
-            self._cv.notify_all()  # the worker
+            if self._direct is None and self.dev.collect_direct and direct_run.eligible(self, job):
+                self._direct = job  # run by the submitting request itself (run_direct)
+                self.dev.direct_rings.append(self)
+            else:
+                self._cv.notify_all()  # the worker
             reason = self._preempt_reason(self.running, time.monotonic()) if self.running is not None else None
             if reason == "priority" and self._preempt("priority"):
                 pass  # here, not a wake-up of the timer later
@@ -160,41 +166,93 @@ class Ring:
         while True:
             with self._cv:
                 job = None
+                failed = None
                 while not self._stop:
+                    if (failed := self._failed) is not None:  # a direct run's failure to report
+                        self._failed = None
+                        break
                     if self.hb.pending:  # the heartbeat's KERNEL pulse runs before any job
                         self.hb.serve(time.monotonic())
-                    if (job := self.sched.pick()) is not None:
+                    # (running: a direct run of a submitter's is on the engine)
+                    if self.running is None and (job := self.sched.pick()) is not None:
                         break
                     self._cv.wait()
                 if self._stop:
                     return
-                resumed = job.ib_index > 0 or job.resume is not None
-                self.running = job
-                # A run of a job emits its hardware fence; a preempted run's fence is
-                # given up and the resumed run emits a new one, so the write-back slot
-                # still grows in the order runs complete.
-                self.hw_emitted += 1
-                job.hw_seq = self.hw_emitted
-                self.hw_pending[job.hw_seq] = job
-                self.history.append((job.id, job.ctx.id))
-                self._asked = None
-            if self.dev.trace.on:
-                self.dev.trace.job_run(self, job, self.entity_jobs(job), resumed)
-            if self._run(job):
-                self._requeue(job)
+                if failed is None:
+                    resumed = self._begin(job)
+            if failed is not None:
+                self.dev.job_failed(self, failed)
+                self._end(failed)
                 continue
-            self._account(job)
-            if self.dev.trace.on:
-                self.dev.trace.job_done(self, job)
-            with self._cv:
-                self.running = None
-                self._deadline = self._slice_end = None
-                self._last_end = job.ended_at or time.monotonic()
-            # End of job: fence write-back, then the trap interrupt (sdma_v4_0_ring_emit_fence),
-            # handled at once on this thread (kmd/irq.py says why).
-            self.fence_wb = job.hw_seq
-            self.dev.ih.push(hw.ih.IH_SRC_TRAP, self.ring_id, job.ctx.id, 0, wake=False)
-            self.dev.irq.service()
+            self._carry_out(job, resumed)
+
+    def run_direct(self) -> None:
+        """Run the light job that submit() kept for its submitter (kmd/direct_run.py)
+        in the calling thread, as the worker would; if the ring is no longer idle, or
+        picks another job, the worker gets it after all."""
+        with self._cv:
+            job, self._direct = self._direct, None
+            if job is None:
+                return
+            picked = self.sched.pick() if self.running is None and not self._stop and not self.hb.pending else None
+            if picked is not job:
+                if picked is not None:
+                    self.sched.requeue(picked)
+                self._cv.notify_all()  # the worker
+                return
+            resumed = self._begin(job)
+        self._carry_out(job, resumed, direct=True)
+
+    def _begin(self, job: Job) -> bool:
+        """`job` goes on the engine (ring lock held). True: it resumes a preempted run."""
+        resumed = job.ib_index > 0 or job.resume is not None
+        self.running = job
+        # A run of a job emits its hardware fence; a preempted run's fence is given up
+        # and the resumed run emits a new one, so the write-back slot still grows in
+        # the order runs complete.
+        self.hw_emitted += 1
+        job.hw_seq = self.hw_emitted
+        self.hw_pending[job.hw_seq] = job
+        self.history.append((job.id, job.ctx.id))
+        self._asked = None
+        return resumed
+
+    def _carry_out(self, job: Job, resumed: bool, direct: bool = False) -> None:
+        """Run `job` (begun) on the engine and end it: requeue it if preempted, else
+        report a failure (Device.job_failed), account it and emit its fence and
+        interrupt. A `direct` run (kmd/direct_run.py) hands a failure to the worker,
+        so the crash dump and reset do not run in the submitting request."""
+        if self.dev.trace.on:
+            self.dev.trace.job_run(self, job, self.entity_jobs(job), resumed)
+        if self._run(job):
+            self._requeue(job)
+            return
+        if job.result is not None and job.result.status != "ok":
+            if direct:
+                with self._cv:
+                    self._failed = job  # still `running`: nothing else starts before it is reported
+                    self._cv.notify_all()
+                return
+            self.dev.job_failed(self, job)
+        self._end(job)
+
+    def _end(self, job: Job) -> None:
+        """Account `job`, which ran to its end, and emit its fence and interrupt."""
+        self._account(job)
+        if self.dev.trace.on:
+            self.dev.trace.job_done(self, job)
+        with self._cv:
+            self.running = None
+            self._deadline = self._slice_end = None
+            self._last_end = job.ended_at or time.monotonic()
+            if len(self.sched):
+                self._cv.notify_all()  # after a direct run the worker may be asleep
+        # End of job: fence write-back, then the trap interrupt (sdma_v4_0_ring_emit_fence),
+        # handled at once on this thread (kmd/irq.py says why).
+        self.fence_wb = job.hw_seq
+        self.dev.ih.push(hw.ih.IH_SRC_TRAP, self.ring_id, job.ctx.id, 0, wake=False)
+        self.dev.irq.service()
 
     def _requeue(self, job: Job) -> None:
         """`job` was preempted: back to the head of its entity, logged and traced."""
@@ -290,8 +348,6 @@ class Ring:
         if preempted:
             job.preemptions += 1
             return True
-        if job.result is not None and job.result.status != "ok":
-            self.dev.job_failed(self, job)
         return False
 
     def _csa(self, job: Job):

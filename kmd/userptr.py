@@ -250,6 +250,11 @@ _job_lock = threading.Lock()
 _file_bos: "dict[int, weakref.WeakSet]" = {}
 
 
+def has_bos(file) -> bool:
+    """Whether `file` has userptr BOs its jobs may have to copy in (begin_job)."""
+    return bool(_file_bos.get(file.id))
+
+
 def begin_job(dev, job) -> int:
     """Before a job runs (ring thread): copy in the userptr BOs it may touch. Returns 0,
     or the errno the job fails with (logged): EFAULT when the owner is gone or the

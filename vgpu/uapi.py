@@ -28,7 +28,7 @@ Framing of one ioctl on ``MOUNT/dev/dri/card0`` or ``renderD128``::
 from __future__ import annotations
 
 import ctypes
-from ctypes import c_int32, c_int64, c_uint8, c_uint32, c_uint64
+from ctypes import c_char, c_int32, c_int64, c_uint8, c_uint16, c_uint32, c_uint64
 from typing import NamedTuple
 
 # Fixed-width aliases named like the kernel's __u32..., so field lists read like the
@@ -252,6 +252,109 @@ DRM_CAP_PAGE_FLIP_TARGET = 0x11
 DRM_CAP_CRTC_IN_VBLANK_EVENT = 0x12
 DRM_CAP_SYNCOBJ = 0x13
 DRM_CAP_SYNCOBJ_TIMELINE = 0x14
+
+
+DRM_CAP_ATOMIC_ASYNC_PAGE_FLIP = 0x15
+
+# drm.h's client capabilities (DRM_IOCTL_SET_CLIENT_CAP)
+DRM_CLIENT_CAP_STEREO_3D = 1
+DRM_CLIENT_CAP_UNIVERSAL_PLANES = 2
+DRM_CLIENT_CAP_ATOMIC = 3
+DRM_CLIENT_CAP_ASPECT_RATIO = 4
+DRM_CLIENT_CAP_WRITEBACK_CONNECTORS = 5
+DRM_CLIENT_CAP_CURSOR_PLANE_HOTSPOT = 6
+
+
+class drm_set_client_cap(_Struct):
+    """DRM_IOCTL_SET_CLIENT_CAP: in ``capability`` (DRM_CLIENT_CAP_*) and ``value``."""
+    _fields_ = [("capability", _u64), ("value", _u64)]
+
+
+# ---------------------------------------------------------------------------
+# drm_mode.h: the KMS queries a display-less device answers (kmd/kms.py)
+# ---------------------------------------------------------------------------
+class drm_mode_card_res(_Struct):
+    """DRM_IOCTL_MODE_GETRESOURCES: id arrays (``*_ptr``, ``count_*`` entries each)
+    and the framebuffer size limits."""
+    _fields_ = [("fb_id_ptr", _u64), ("crtc_id_ptr", _u64), ("connector_id_ptr", _u64),
+                ("encoder_id_ptr", _u64), ("count_fbs", _u32), ("count_crtcs", _u32),
+                ("count_connectors", _u32), ("count_encoders", _u32), ("min_width", _u32),
+                ("max_width", _u32), ("min_height", _u32), ("max_height", _u32)]
+
+
+class drm_mode_get_plane_res(_Struct):
+    """DRM_IOCTL_MODE_GETPLANERESOURCES: ``count_planes`` ids at ``plane_id_ptr``."""
+    _fields_ = [("plane_id_ptr", _u64), ("count_planes", _u32)]   # (4 bytes of tail padding)
+
+
+class drm_mode_modeinfo(_Struct):
+    _fields_ = [("clock", _u32), ("hdisplay", c_uint16), ("hsync_start", c_uint16),
+                ("hsync_end", c_uint16), ("htotal", c_uint16), ("hskew", c_uint16),
+                ("vdisplay", c_uint16), ("vsync_start", c_uint16), ("vsync_end", c_uint16),
+                ("vtotal", c_uint16), ("vscan", c_uint16), ("vrefresh", _u32), ("flags", _u32),
+                ("type", _u32), ("name", c_char * 32)]
+
+
+class drm_mode_crtc(_Struct):
+    """DRM_IOCTL_MODE_GETCRTC (in ``crtc_id``)."""
+    _fields_ = [("set_connectors_ptr", _u64), ("count_connectors", _u32), ("crtc_id", _u32),
+                ("fb_id", _u32), ("x", _u32), ("y", _u32), ("gamma_size", _u32),
+                ("mode_valid", _u32), ("mode", drm_mode_modeinfo)]
+
+
+class drm_mode_get_encoder(_Struct):
+    """DRM_IOCTL_MODE_GETENCODER (in ``encoder_id``)."""
+    _fields_ = [("encoder_id", _u32), ("encoder_type", _u32), ("crtc_id", _u32),
+                ("possible_crtcs", _u32), ("possible_clones", _u32)]
+
+
+class drm_mode_get_connector(_Struct):
+    """DRM_IOCTL_MODE_GETCONNECTOR (in ``connector_id``)."""
+    _fields_ = [("encoders_ptr", _u64), ("modes_ptr", _u64), ("props_ptr", _u64),
+                ("prop_values_ptr", _u64), ("count_modes", _u32), ("count_props", _u32),
+                ("count_encoders", _u32), ("encoder_id", _u32), ("connector_id", _u32),
+                ("connector_type", _u32), ("connector_type_id", _u32), ("connection", _u32),
+                ("mm_width", _u32), ("mm_height", _u32), ("subpixel", _u32), ("pad", _u32)]
+
+
+class drm_mode_get_property(_Struct):
+    """DRM_IOCTL_MODE_GETPROPERTY (in ``prop_id``)."""
+    _fields_ = [("values_ptr", _u64), ("enum_blob_ptr", _u64), ("prop_id", _u32), ("flags", _u32),
+                ("name", c_char * 32), ("count_values", _u32), ("count_enum_blobs", _u32)]
+
+
+class drm_mode_get_blob(_Struct):
+    """DRM_IOCTL_MODE_GETPROPBLOB (in ``blob_id``)."""
+    _fields_ = [("blob_id", _u32), ("length", _u32), ("data", _u64)]
+
+
+class drm_mode_create_dumb(_Struct):
+    """DRM_IOCTL_MODE_CREATE_DUMB: in ``height``, ``width``, ``bpp``, ``flags``; out
+    ``handle``, ``pitch``, ``size``."""
+    _fields_ = [("height", _u32), ("width", _u32), ("bpp", _u32), ("flags", _u32),
+                ("handle", _u32), ("pitch", _u32), ("size", _u64)]
+
+
+class drm_mode_map_dumb(_Struct):
+    """DRM_IOCTL_MODE_MAP_DUMB: in ``handle``; out ``offset``, the fake mmap offset."""
+    _fields_ = [("handle", _u32), ("pad", _u32), ("offset", _u64)]
+
+
+class drm_mode_destroy_dumb(_Struct):
+    """DRM_IOCTL_MODE_DESTROY_DUMB: in ``handle``."""
+    _fields_ = [("handle", _u32)]
+
+
+class drm_mode_get_plane(_Struct):
+    """DRM_IOCTL_MODE_GETPLANE (in ``plane_id``)."""
+    _fields_ = [("plane_id", _u32), ("crtc_id", _u32), ("fb_id", _u32), ("possible_crtcs", _u32),
+                ("gamma_size", _u32), ("count_format_types", _u32), ("format_type_ptr", _u64)]
+
+
+class drm_mode_obj_get_properties(_Struct):
+    """DRM_IOCTL_MODE_OBJ_GETPROPERTIES (in ``obj_id``, ``obj_type``)."""
+    _fields_ = [("props_ptr", _u64), ("prop_values_ptr", _u64), ("count_props", _u32),
+                ("obj_id", _u32), ("obj_type", _u32)]   # (4 bytes of tail padding)
 
 
 class drm_prime_handle(_Struct):
@@ -939,6 +1042,9 @@ AMDGPU_INFO_SENSOR_VDDNB = 0x6
 AMDGPU_INFO_SENSOR_VDDGFX = 0x7
 AMDGPU_INFO_SENSOR_STABLE_PSTATE_GFX_SCLK = 0x8
 AMDGPU_INFO_SENSOR_STABLE_PSTATE_GFX_MCLK = 0x9
+# Linux 6.x's amdgpu_drm.h, after libdrm 2.4.114 (include/vgpu_drm.h)
+AMDGPU_INFO_SENSOR_PEAK_PSTATE_GFX_SCLK = 0xA
+AMDGPU_INFO_SENSOR_PEAK_PSTATE_GFX_MCLK = 0xB
 AMDGPU_INFO_NUM_VRAM_CPU_PAGE_FAULTS = 0x1E
 AMDGPU_INFO_VRAM_LOST_COUNTER = 0x1F
 AMDGPU_INFO_RAS_ENABLED_FEATURES = 0x20
@@ -1262,8 +1368,21 @@ DRM_IOCTL_VERSION = DRM_IOWR(0x00, drm_version)
 DRM_IOCTL_GET_CLIENT = DRM_IOWR(0x05, drm_client)
 DRM_IOCTL_GEM_CLOSE = DRM_IOW(0x09, drm_gem_close)
 DRM_IOCTL_GET_CAP = DRM_IOWR(0x0C, drm_get_cap)
+DRM_IOCTL_SET_CLIENT_CAP = DRM_IOW(0x0D, drm_set_client_cap)
 DRM_IOCTL_PRIME_HANDLE_TO_FD = DRM_IOWR(0x2D, drm_prime_handle)
 DRM_IOCTL_PRIME_FD_TO_HANDLE = DRM_IOWR(0x2E, drm_prime_handle)
+DRM_IOCTL_MODE_GETRESOURCES = DRM_IOWR(0xA0, drm_mode_card_res)
+DRM_IOCTL_MODE_GETCRTC = DRM_IOWR(0xA1, drm_mode_crtc)
+DRM_IOCTL_MODE_GETENCODER = DRM_IOWR(0xA6, drm_mode_get_encoder)
+DRM_IOCTL_MODE_GETCONNECTOR = DRM_IOWR(0xA7, drm_mode_get_connector)
+DRM_IOCTL_MODE_GETPROPERTY = DRM_IOWR(0xAA, drm_mode_get_property)
+DRM_IOCTL_MODE_GETPROPBLOB = DRM_IOWR(0xAC, drm_mode_get_blob)
+DRM_IOCTL_MODE_CREATE_DUMB = DRM_IOWR(0xB2, drm_mode_create_dumb)
+DRM_IOCTL_MODE_MAP_DUMB = DRM_IOWR(0xB3, drm_mode_map_dumb)
+DRM_IOCTL_MODE_DESTROY_DUMB = DRM_IOWR(0xB4, drm_mode_destroy_dumb)
+DRM_IOCTL_MODE_GETPLANERESOURCES = DRM_IOWR(0xB5, drm_mode_get_plane_res)
+DRM_IOCTL_MODE_GETPLANE = DRM_IOWR(0xB6, drm_mode_get_plane)
+DRM_IOCTL_MODE_OBJ_GETPROPERTIES = DRM_IOWR(0xB9, drm_mode_obj_get_properties)
 DRM_IOCTL_SYNCOBJ_CREATE = DRM_IOWR(0xBF, drm_syncobj_create)
 DRM_IOCTL_SYNCOBJ_DESTROY = DRM_IOWR(0xC0, drm_syncobj_destroy)
 DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD = DRM_IOWR(0xC1, drm_syncobj_handle)
@@ -1321,8 +1440,21 @@ IOCTL_LIST: list[IoctlDef] = [
     IoctlDef("GET_CLIENT", DRM_IOCTL_GET_CLIENT, drm_client),
     IoctlDef("GEM_CLOSE", DRM_IOCTL_GEM_CLOSE, drm_gem_close),
     IoctlDef("GET_CAP", DRM_IOCTL_GET_CAP, drm_get_cap),
+    IoctlDef("SET_CLIENT_CAP", DRM_IOCTL_SET_CLIENT_CAP, drm_set_client_cap),
     IoctlDef("PRIME_HANDLE_TO_FD", DRM_IOCTL_PRIME_HANDLE_TO_FD, drm_prime_handle),
     IoctlDef("PRIME_FD_TO_HANDLE", DRM_IOCTL_PRIME_FD_TO_HANDLE, drm_prime_handle),
+    IoctlDef("MODE_GETRESOURCES", DRM_IOCTL_MODE_GETRESOURCES, drm_mode_card_res),
+    IoctlDef("MODE_GETCRTC", DRM_IOCTL_MODE_GETCRTC, drm_mode_crtc),
+    IoctlDef("MODE_GETENCODER", DRM_IOCTL_MODE_GETENCODER, drm_mode_get_encoder),
+    IoctlDef("MODE_GETCONNECTOR", DRM_IOCTL_MODE_GETCONNECTOR, drm_mode_get_connector),
+    IoctlDef("MODE_GETPROPERTY", DRM_IOCTL_MODE_GETPROPERTY, drm_mode_get_property),
+    IoctlDef("MODE_GETPROPBLOB", DRM_IOCTL_MODE_GETPROPBLOB, drm_mode_get_blob),
+    IoctlDef("MODE_CREATE_DUMB", DRM_IOCTL_MODE_CREATE_DUMB, drm_mode_create_dumb),
+    IoctlDef("MODE_MAP_DUMB", DRM_IOCTL_MODE_MAP_DUMB, drm_mode_map_dumb),
+    IoctlDef("MODE_DESTROY_DUMB", DRM_IOCTL_MODE_DESTROY_DUMB, drm_mode_destroy_dumb),
+    IoctlDef("MODE_GETPLANERESOURCES", DRM_IOCTL_MODE_GETPLANERESOURCES, drm_mode_get_plane_res),
+    IoctlDef("MODE_GETPLANE", DRM_IOCTL_MODE_GETPLANE, drm_mode_get_plane),
+    IoctlDef("MODE_OBJ_GETPROPERTIES", DRM_IOCTL_MODE_OBJ_GETPROPERTIES, drm_mode_obj_get_properties),
     IoctlDef("SYNCOBJ_CREATE", DRM_IOCTL_SYNCOBJ_CREATE, drm_syncobj_create),
     IoctlDef("SYNCOBJ_DESTROY", DRM_IOCTL_SYNCOBJ_DESTROY, drm_syncobj_destroy),
     IoctlDef("SYNCOBJ_HANDLE_TO_FD", DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD, drm_syncobj_handle),

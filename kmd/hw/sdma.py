@@ -76,6 +76,25 @@ def packet_length(ib, pos: int) -> int:
 
 
 
+def bounded_ib(ib) -> bool:
+    """Whether IB `ib` (a sequence of dwords) does only bounded, tiny work: the Python
+    twin of the Cython core's held_ib. At most SDMA_HELD_IB_DW dwords and no packet
+    whose work is not bounded by the IB's own size (COPY_LINEAR, CONSTANT_FILL) or
+    that sleeps (POLL_REGMEM). A bad packet ends the scan: the run stops there."""
+    if len(ib) > SDMA_HELD_IB_DW:
+        return False
+    pos = 0
+    while pos < len(ib):
+        try:
+            length = packet_length(ib, pos)
+        except IllegalPacket:
+            return True
+        if ib[pos] & 0xFF in (SDMA_OP_COPY, SDMA_OP_CONST_FILL, SDMA_OP_POLL_REGMEM):
+            return False
+        pos += length
+    return True
+
+
 @dataclasses.dataclass
 class SdmaResult:
     """Outcome of SdmaEngine.run().

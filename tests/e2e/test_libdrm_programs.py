@@ -74,14 +74,37 @@ def test_c_samples_under_plain_strace(big_mount, tmp_path, sample):
     assert "dev/dri/renderD128" in text and "write(" in text and "read(" in text
 
 
-@pytest.mark.parametrize("program,message", [
-    (["modetest", "-M", "amdgpu"], "drmModeGetResources failed: Operation not supported"),
-    (["proptest", "-M", "amdgpu"], "Failed to get resources: Operation not supported"),
+@pytest.mark.parametrize("program,lines", [
+    (["modetest", "-M", "amdgpu"], ["Encoders:", "Connectors:", "CRTCs:", "Planes:", "Frame buffers:"]),
+    (["proptest", "-M", "amdgpu"], []),
 ])
-def test_display_programs_are_told_there_is_no_display(big_mount, program, message):
-    # Debian's KMS programs start, find the device, and get EOPNOTSUPP from the mode
-    # ioctls, as on a Linux device without DRIVER_MODESET (not ENOTTY, "not a DRM ioctl")
+def test_display_programs_find_an_empty_mode_config(big_mount, program, lines):
+    # Debian's KMS programs find the device and a mode config with no CRTC,
+    # connector, encoder or plane, as amdgpu gives an MI100 (kmd/kms.py): empty
+    # tables and exit 0, no error line.
     if shutil.which(program[0]) is None:
         pytest.skip(f"{program[0]} missing (Debian libdrm-tests)")
     r = vgpu_cli("run", "--mount", big_mount, "--", *program, timeout=120)
-    assert message in r.stdout + r.stderr, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout.splitlines()
+    assert [line for line in out if line.endswith(":")] == lines, r.stdout
+    assert "failed" not in (r.stdout + r.stderr).lower()
+
+
+@pytest.mark.skipif(shutil.which("drm_info") is None or shutil.which("strace") is None,
+                    reason="needs drm_info (Debian drm-info) and strace")
+def test_drm_info_opens_card0_read_only_and_describes_the_device(big_mount, tmp_path):
+    log = tmp_path / "strace.log"
+    r = vgpu_cli("run", "--mount", big_mount, "--", "strace", "-f", "-e", "trace=openat,ioctl",
+                 "-o", log, "drm_info", timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "Node: /dev/dri/card0" in out and "Driver: amdgpu" in out, out
+    assert "Arcturus" in out and "Available nodes: primary, render" in out, out
+    assert "DRM_CAP_SYNCOBJ_TIMELINE = 1" in out and "DRM_CLIENT_CAP_ATOMIC not supported" in out, out
+    for section in ("Framebuffer size", "Connectors", "Encoders", "CRTCs", "Planes"):
+        assert section in out, out
+    assert "Failed" not in out + r.stderr and "Bad file descriptor" not in r.stderr, out + r.stderr
+    text = log.read_text()
+    assert "dev/dri/card0\", O_RDONLY" in text, text
+    assert "DRM_IOCTL_MODE_GETRESOURCES" in text and "DRM_IOCTL_SET_CLIENT_CAP" in text, text

@@ -64,7 +64,16 @@ def test_hw_ip(dev, client):
         dev, client, uapi.AMDGPU_INFO_HW_IP_INFO, ctypes.sizeof(uapi.drm_amdgpu_info_hw_ip),
         query_hw_ip__type=uapi.AMDGPU_HW_IP_DMA))
     assert h.available_rings == 0b11
+    # GFX: the IP block is there (it drives the compute rings), without a GFX ring,
+    # as Arcturus's amdgpu answers (IGT's amd_queue_reset needs the version)
+    g = uapi.drm_amdgpu_info_hw_ip.from_buffer_copy(info(
+        dev, client, uapi.AMDGPU_INFO_HW_IP_INFO, ctypes.sizeof(uapi.drm_amdgpu_info_hw_ip),
+        query_hw_ip__type=uapi.AMDGPU_HW_IP_GFX))
+    assert (g.hw_ip_version_major, g.hw_ip_version_minor, g.available_rings) == (9, 0, 0)
+    assert (g.ib_start_alignment, g.ib_size_alignment) == (32, 32)
     n = info(dev, client, uapi.AMDGPU_INFO_HW_IP_COUNT, 4, query_hw_ip__type=uapi.AMDGPU_HW_IP_GFX)
+    assert n == (1).to_bytes(4, "little")
+    n = info(dev, client, uapi.AMDGPU_INFO_HW_IP_COUNT, 4, query_hw_ip__type=uapi.AMDGPU_HW_IP_UVD)
     assert n == bytes(4)
 
 

@@ -1,0 +1,43 @@
+"""Direct runs: a light job runs in the thread that submitted it.
+
+A NOP, a fence write or a few WRITE_LINEAR dwords is over in microseconds on the
+engine, but handing it to the ring's worker thread, and its fence back to the
+waiter, costs two thread wake-ups, each tens to hundreds of microseconds on a
+loaded host: most of a CS -> WAIT_CS round trip (docs/bench.md, (b)). So when a job
+is submitted to an idle ring, nothing else is queued there, its dependencies have
+signalled and its IBs do only bounded work, the request that submitted it runs it
+before returning, through the same steps the worker takes (kmd/ring.py: pick, run,
+account, fence write-back, interrupt). Its CS then returns a sequence number that
+has signalled already, as on a GPU that is simply fast; every rule of the
+scheduler still holds, since the ring is idle and the job is the one it would pick.
+
+Bounded work is kmd.hw.sdma.bounded_ib (the Cython core's held_ib): SDMA IBs of at
+most SDMA_HELD_IB_DW dwords with no COPY_LINEAR, CONSTANT_FILL or POLL_REGMEM, so a
+direct run can neither hang the submitting thread nor hold the device lock for
+long. Compute jobs, jobs of a file with userptr BOs (begin_job may copy pages) and
+a ring whose heartbeat pulse is pending always go to the worker.
+"""
+from __future__ import annotations
+
+from . import userptr
+from .hw import sdma
+from .hw.mmu import GpuFault
+
+
+def eligible(ring, job) -> bool:
+    """Whether `job`, just pushed on idle `ring` (ring lock held), may run directly."""
+    if ring.kind != "sdma" or ring.running is not None or ring.hb.pending or len(ring.sched) != 1:
+        return False
+    if any(not d.signaled for d in job.deps) or job.error or userptr.has_bos(job.file):
+        return False
+    pt = job.file.vm.page_table
+    for va, size_dw in job.ibs:
+        if size_dw > sdma.SDMA_HELD_IB_DW:
+            return False
+        try:
+            ib = memoryview(pt.read(va, size_dw * 4)).cast("I") if size_dw else ()
+        except GpuFault:
+            return False  # the worker's run reports the fault
+        if not sdma.bounded_ib(ib):
+            return False
+    return True
