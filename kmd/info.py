@@ -196,10 +196,29 @@ MAX_MMR_COUNT = 128
 AMDGPU_GFX_MAX_SE = 4
 AMDGPU_GFX_MAX_SH_PER_SE = 2
 # Register fields vgpu sets (gc_9_0_sh_mask.h, sdma0_4_2_2_sh_mask.h).
+GRBM_STATUS_TA_BUSY = 1 << 14
+GRBM_STATUS_SPI_BUSY = 1 << 22
 GRBM_STATUS_CP_BUSY = 1 << 29
 GRBM_STATUS_GUI_ACTIVE = 1 << 31
+GRBM_STATUS2_UTCL2_BUSY = 1 << 15
+GRBM_STATUS2_EA_BUSY = 1 << 16
+GRBM_STATUS2_TC_BUSY = 1 << 25
+GRBM_STATUS2_CPF_BUSY = 1 << 28
+GRBM_STATUS2_CPC_BUSY = 1 << 29
+GRBM_STATUS_SE_TA_BUSY = 1 << 25
+GRBM_STATUS_SE_SPI_BUSY = 1 << 27
 CP_STAT_CP_BUSY = 1 << 31
 SDMA_STATUS_REG_IDLE = 1 << 0
+# What a running compute job keeps busy on a compute-only part: the command
+# processor (CP, its fetcher CPF and compute unit CPC), the shader processor
+# interpolator that launches waves (SPI), the texture addresser and cache of their
+# loads and stores (TA, TC), and the memory path (UTCL2, EA). An SDMA copy keeps the
+# memory path busy. No graphics block (VGT, PA, SC, SX, DB, CB...) is ever busy.
+COMPUTE_GRBM_STATUS = GRBM_STATUS_GUI_ACTIVE | GRBM_STATUS_CP_BUSY | GRBM_STATUS_SPI_BUSY | GRBM_STATUS_TA_BUSY
+COMPUTE_GRBM_STATUS2 = (GRBM_STATUS2_CPF_BUSY | GRBM_STATUS2_CPC_BUSY | GRBM_STATUS2_TC_BUSY
+                        | GRBM_STATUS2_UTCL2_BUSY | GRBM_STATUS2_EA_BUSY)
+SDMA_GRBM_STATUS2 = GRBM_STATUS2_UTCL2_BUSY | GRBM_STATUS2_EA_BUSY
+COMPUTE_GRBM_STATUS_SE = GRBM_STATUS_SE_SPI_BUSY | GRBM_STATUS_SE_TA_BUSY
 # gfx_v9_0_gpu_early_init, GC 9.4.1: gb_addr_config keeps the hardware's bits under
 # 0x0C188800 (NUM_SHADER_ENGINES [20:19], NUM_RB_PER_SE [27:26], two reserved bits)
 # and takes the rest from 0x22014042: 4 pipes, 256-byte interleave, 2 compressed
@@ -224,18 +243,24 @@ def _busy(dev, ip_type: int, index: int) -> bool:
 
 def read_register(dev, offset: int) -> int | None:
     """The value of whitelisted register `offset`, None if it is not readable.
-    Status registers say whether the engines are busy now (GRBM_STATUS.GUI_ACTIVE
-    and CP_BUSY, CP_STAT.CP_BUSY while the compute ring runs a job;
-    SDMAn_STATUS_REG.IDLE while sdma<n> runs none); the other status and stall
-    registers read 0; GB_ADDR_CONFIG is gb_addr_config(); DB_DEBUG2 is 0 (no
-    depth block on a compute-only part)."""
+    Status registers say which blocks are busy now: while the compute ring runs a
+    job, GRBM_STATUS has GUI_ACTIVE, CP, SPI and TA busy, GRBM_STATUS2 CPF, CPC,
+    TC, UTCL2 and EA, GRBM_STATUS_SE0 SPI and TA, CP_STAT CP_BUSY; while an SDMA
+    ring runs one, GRBM_STATUS2 has UTCL2 and EA busy and SDMAn_STATUS_REG loses
+    IDLE. The other status and stall registers read 0; GB_ADDR_CONFIG is
+    gb_addr_config(); DB_DEBUG2 is 0 (no depth block on a compute-only part)."""
     if offset not in READABLE_REGISTERS:
         return None
     compute = _busy(dev, uapi.AMDGPU_HW_IP_COMPUTE, 0)
     if offset == mmGB_ADDR_CONFIG:
         return gb_addr_config()
     if offset == mmGRBM_STATUS:
-        return GRBM_STATUS_GUI_ACTIVE | GRBM_STATUS_CP_BUSY if compute else 0
+        return COMPUTE_GRBM_STATUS if compute else 0
+    if offset == mmGRBM_STATUS2:
+        sdma = _busy(dev, uapi.AMDGPU_HW_IP_DMA, 0) or _busy(dev, uapi.AMDGPU_HW_IP_DMA, 1)
+        return (COMPUTE_GRBM_STATUS2 if compute else 0) | (SDMA_GRBM_STATUS2 if sdma else 0)
+    if offset == mmGRBM_STATUS_SE0:
+        return COMPUTE_GRBM_STATUS_SE if compute else 0
     if offset == mmCP_STAT:
         return CP_STAT_CP_BUSY if compute else 0
     if offset in (mmSDMA0_STATUS_REG, mmSDMA1_STATUS_REG):

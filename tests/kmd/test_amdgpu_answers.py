@@ -16,6 +16,7 @@ from vgpu import uapi
 from vgpu.pm4 import Pm4Ib
 
 from .conftest import call, fails, gem_create, gem_va, info
+from .test_devcoredump import c  # noqa: F401  (fixture: a client with code and data BOs)
 from .test_cs import Setup, chunk
 
 GDS, GWS, OA = uapi.AMDGPU_GEM_DOMAIN_GDS, uapi.AMDGPU_GEM_DOMAIN_GWS, uapi.AMDGPU_GEM_DOMAIN_OA
@@ -110,9 +111,33 @@ def test_sdma_status_shows_a_running_job(dev, client):
         time.sleep(0.005)
     assert read_mmr(dev, client, kinfo.mmSDMA1_STATUS_REG) == [0]     # busy
     assert read_mmr(dev, client, kinfo.mmSDMA0_STATUS_REG) == [1]
+    assert read_mmr(dev, client, kinfo.mmGRBM_STATUS2) == [kinfo.GRBM_STATUS2_UTCL2_BUSY | kinfo.GRBM_STATUS2_EA_BUSY]
+    assert read_mmr(dev, client, kinfo.mmGRBM_STATUS) == [0]          # no graphics or CP work
     s.bo(s.a).write(0, (1).to_bytes(4, "little"))
     assert s.wait(seq, ring=1) == 0
     assert read_mmr(dev, client, kinfo.mmSDMA1_STATUS_REG) == [1]
+
+
+def test_status_registers_show_a_running_compute_job(dev, c):
+    """What radeontop reads: the blocks a compute job keeps busy (CP, SPI, TA; CPF,
+    CPC, TC and the memory path), and never a graphics block."""
+    from .test_perf import dispatch
+    seq = dispatch(c, ".kernel k\nspin:\ns_branch spin\n", [0, 0])
+    ring = dev.rings[(uapi.AMDGPU_HW_IP_COMPUTE, 0)]
+    deadline = time.monotonic() + 5
+    while ring.running is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    grbm, grbm2 = read_mmr(dev, c.f, kinfo.mmGRBM_STATUS)[0], read_mmr(dev, c.f, kinfo.mmGRBM_STATUS2)[0]
+    se0 = read_mmr(dev, c.f, kinfo.mmGRBM_STATUS_SE0)[0]
+    cp = read_mmr(dev, c.f, kinfo.mmCP_STAT)[0]
+    assert c.wait(seq) == errno.ETIME            # the ring timeout (1 s) ends the spin
+    for bit in (31, 29, 22, 14):                 # GUI_ACTIVE, CP, SPI, TA
+        assert grbm >> bit & 1, hex(grbm)
+    for bit in (17, 19, 20, 24, 25, 26, 30):     # VGT, IA, SX, SC, PA, DB, CB: graphics
+        assert not grbm >> bit & 1, hex(grbm)
+    assert grbm2 == kinfo.COMPUTE_GRBM_STATUS2 and grbm2 >> 29 & 1   # CPC_BUSY
+    assert se0 == kinfo.COMPUTE_GRBM_STATUS_SE and cp == kinfo.CP_STAT_CP_BUSY
+    assert read_mmr(dev, c.f, kinfo.mmGRBM_STATUS) == [0]
 
 
 def test_read_mmr_reg_count_zero_reads_nothing(dev, client):
