@@ -24,11 +24,21 @@ def files(dev) -> dict:
 
 
 def pm_info(dev) -> str:
-    """amdgpu_pm_info: the load lines amdgpu prints (amdgpu_debugfs_pm_info_pp), for
-    the busiest engine and per engine over the last perf.BUSY_WINDOW seconds, then
-    each engine's counters since the device started (docs/observability.md)."""
+    """amdgpu_pm_info as amdgpu_debugfs_pm_info_pp prints it: the clocks, voltage and
+    power of the SMU model (kmd/power.py), the temperature and the load of the
+    busiest engine; then vgpu's additions, the load per engine over the last
+    perf.BUSY_WINDOW seconds and each engine's counters since the device started
+    (docs/observability.md)."""
     now = time.monotonic()
-    out = ["GFX Clocks and Power:", "\t(no clock or power sensors are emulated)", "",
+    sensor = dev.power.read
+    out = ["GFX Clocks and Power:",
+           f"\t{sensor(uapi.AMDGPU_INFO_SENSOR_GFX_MCLK)} MHz (MCLK)",
+           f"\t{sensor(uapi.AMDGPU_INFO_SENSOR_GFX_SCLK)} MHz (SCLK)",
+           f"\t{sensor(uapi.AMDGPU_INFO_SENSOR_STABLE_PSTATE_GFX_SCLK)} MHz (PSTATE_SCLK)",
+           f"\t{sensor(uapi.AMDGPU_INFO_SENSOR_STABLE_PSTATE_GFX_MCLK)} MHz (PSTATE_MCLK)",
+           f"\t{sensor(uapi.AMDGPU_INFO_SENSOR_VDDGFX)} mV (VDDGFX)",
+           f"\t{dev.power.power_w:.2f} W (average GPU)", "",
+           f"GPU Temperature: {sensor(uapi.AMDGPU_INFO_SENSOR_GPU_TEMP) // 1000} C",
            f"GPU Load: {dev.busy_meter.percent()} %", "", f"Engine load (last {perf.BUSY_WINDOW:g} s):"]
     out += [f"\t{r.name}: {dev.busy_meter.ring_percent(r)} %" for r in dev.rings.values()]
     for r in dev.rings.values():

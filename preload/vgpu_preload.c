@@ -11,7 +11,8 @@
  * calls ioctl() and mmap(). This library sits between the program and libc and makes
  * each of those lead to the mount:
  *
- *   paths      /dev/dri/..., /sys/dev/char/226:N/..., /sys/class/drm/...  ->  MOUNT/<same path>
+ *   paths      /dev/dri/..., /sys/dev/char/226:N/..., /sys/class/drm/...,
+ *              /sys/kernel/debug/{dri,tracing}/..., /sys/module/drm/...  ->  MOUNT/<same path>
  *              (open*, fopen, opendir, stat*, access, readlink, realpath)
  *   stat       a control file (MOUNT/dev/dri/card0, renderD128) looks like the DRM
  *              character device it stands for: S_IFCHR, st_rdev = makedev(226, minor)
@@ -159,6 +160,12 @@ static const char *const redirected_prefixes[] = {
 	"/dev/dri",            /* the nodes, and the directory drmGetDevices2 lists */
 	"/sys/dev/char/226:",  /* ends inside a component: 226:0, 226:128... */
 	"/sys/class/drm",
+	/* what the kernel's DRM core and amdgpu show beside it: debugfs (amdgpu_pm_info,
+	 * the rings, gem_info...), the tracepoints, and drm's parameters (drm.debug);
+	 * a shell the program starts inherits the library and sees the same */
+	"/sys/kernel/debug/dri",
+	"/sys/kernel/debug/tracing",
+	"/sys/module/drm",
 };
 
 static int is_redirected(const char *path)

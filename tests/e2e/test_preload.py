@@ -321,6 +321,24 @@ def test_run_sets_the_environment_and_returns_the_exit_status(vgpu_mount):
     assert run(vgpu_mount, "no-such-command-here").returncode == 127
 
 
+def test_debugfs_tracing_and_drm_parameters_lead_to_the_mount(vgpu_mount):
+    """What tools and their shells read beside the nodes: debugfs (amdgpu_pm_info,
+    the rings), the tracepoints, drm.debug; writes go there too."""
+    script = ("cat /sys/kernel/debug/dri/0/name; head -1 /sys/kernel/debug/dri/0/amdgpu_pm_info; "
+              "cat /sys/module/drm/parameters/debug; ls /sys/kernel/debug/tracing/events; "
+              "echo 1 > /sys/kernel/debug/tracing/tracing_on && cat /sys/kernel/debug/tracing/tracing_on")
+    r = run(vgpu_mount, "sh", "-c", script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("amdgpu dev=") and lines[1] == "GFX Clocks and Power:", r.stdout
+    assert lines[2] == "0" and "amdgpu" in lines[3:-1] and lines[-1] == "1", r.stdout
+    knob = os.path.join(vgpu_mount, "sys/kernel/debug/tracing/tracing_on")
+    with open(knob) as f:
+        assert f.read().strip() == "1"   # the write reached the mount, not the host's tracefs
+    with open(knob, "w") as f:
+        f.write("0\n")
+
+
 def test_nodes_look_like_drm_character_devices(vgpu_mount, progs):
     r = run(vgpu_mount, progs["nodes"])
     assert r.returncode == 0, r.stdout + r.stderr

@@ -97,3 +97,11 @@ def test_info_sensor_sees_a_busy_engine(dev, client):
     assert sensor(dev, client, S.AMDGPU_INFO_SENSOR_GFX_MCLK) == 1000
     s.bo(s.a).write(0, struct.pack("<I", 1))
     assert s.wait(seq) == 0
+
+
+def test_amdgpu_pm_info_prints_the_model_as_amdgpu_does(dev):
+    text = dev.debugfs_files()["amdgpu_pm_info"]()
+    lines = text.splitlines()
+    assert lines[:7] == ["GFX Clocks and Power:", "\t500 MHz (MCLK)", "\t300 MHz (SCLK)", "\t700 MHz (PSTATE_SCLK)",
+                         "\t1000 MHz (PSTATE_MCLK)", "\t700 mV (VDDGFX)", "\t35.00 W (average GPU)"]
+    assert "GPU Temperature: 30 C" in lines and "GPU Load: 0 %" in lines
