@@ -152,8 +152,22 @@ def device_initialize(path: str | os.PathLike, transport: str | None = None) -> 
                 raise
             fd = os.open(node, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
-        raise from_oserror(e, f"open {node}") from e
+        raise from_oserror(e, f"open {node}{_open_hint(e.errno, node)}") from e
     return device_initialize_fd(fd, node, transport)
+
+
+def _open_hint(err: int | None, node: Path) -> str:
+    """What to do when ``node`` does not open (the part of the message after its path)."""
+    mount = mount_point(node)
+    if err == errno.ENOENT:
+        return f": no vgpu device at {mount}; mount one with `vgpu mount {mount}`"
+    if err in (errno.ENOTCONN, errno.ECONNABORTED):
+        return (f": the vgpu mount at {mount} is dead (its daemon exited); "
+                f"run `vgpu umount {mount}`, then `vgpu mount {mount}`")
+    if err in (errno.EACCES, errno.EPERM) and node.name[4:].isdigit() and node.name.startswith("card"):
+        render = node.with_name(f"renderD{128 + int(node.name[4:])}")
+        return f": {node.name} is 0660 root:video (the primary node); use {render}, the render node"
+    return ""
 
 
 def device_initialize_fd(fd: int, node: str | os.PathLike, transport: str | None = None) -> Device:

@@ -75,9 +75,28 @@ _BY_ERRNO: dict[int, type[VgpuError]] = {
 }
 
 
+#: (errno, request) -> what it means there: the mount's object limits (kmd/limits.py)
+#: answer ENOSPC per DRM file (a full handle table, idr_alloc's errno) and ENOMEM per
+#: device, where the errno alone cannot say which limit it was.
+_PER_FILE_LIMIT = ("this DRM file holds as many {what} as the mount allows (`vgpu mount --max-{opt}-per-file N`; "
+                   "`vgpu dmesg` names the limit)")
+_MEANING: dict[tuple[int, str], str] = {
+    (_errno.ENOSPC, "AMDGPU_GEM_CREATE"): _PER_FILE_LIMIT.format(what="BOs", opt="bos"),
+    (_errno.ENOSPC, "AMDGPU_GEM_USERPTR"): _PER_FILE_LIMIT.format(what="BOs", opt="bos"),
+    (_errno.ENOSPC, "PRIME_FD_TO_HANDLE"): _PER_FILE_LIMIT.format(what="BOs", opt="bos"),
+    (_errno.ENOSPC, "AMDGPU_CTX"): _PER_FILE_LIMIT.format(what="contexts", opt="contexts"),
+    (_errno.ENOSPC, "SYNCOBJ_CREATE"): _PER_FILE_LIMIT.format(what="syncobjs", opt="syncobjs"),
+    (_errno.ENOSPC, "AMDGPU_BO_LIST"): _PER_FILE_LIMIT.format(what="BO lists", opt="bo-lists"),
+    (_errno.ENOMEM, "AMDGPU_GEM_CREATE"): ("the memory domain is full, or the device holds as many BOs as "
+                                           "the mount allows (--max-bos); `vgpu dmesg` says which"),
+}
+
+
 def error_for(err: int, context: str = "") -> VgpuError:
-    """The :class:`VgpuError` subclass for ``err``, with ``context`` in its message."""
-    return _BY_ERRNO.get(err, VgpuError)(err, context)
+    """The :class:`VgpuError` subclass for ``err``, with ``context`` in its message
+    (and, for a request whose errno alone would mislead, what it means there)."""
+    meaning = _MEANING.get((err, context))
+    return _BY_ERRNO.get(err, VgpuError)(err, f"{context}: {meaning}" if meaning else context)
 
 
 def from_oserror(exc: OSError, context: str = "") -> VgpuError:

@@ -28,7 +28,6 @@ without it memory is coherent, the bug cannot show, and the sample says so.
 import argparse
 import os
 import struct
-import sys
 import time
 
 import numpy as np
@@ -38,6 +37,7 @@ from compute_common import ComputeSession
 from libvgpu import pm4
 from session import add_device_argument
 from vgpu import uapi
+from vgpu.errors import exit_main
 
 N = 1024                        # elements of a, b, c, d (float32)
 READY, GO = 0, 4                # the flags' offsets in their BO
@@ -143,4 +143,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

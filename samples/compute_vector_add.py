@@ -11,7 +11,6 @@ the CPU checks after the CS fence signals. numpy checks the result.
 """
 import argparse
 import struct
-import sys
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from compute_common import ComputeSession
 from session import add_device_argument
 from libvgpu import pm4
 from vgpu import uapi
+from vgpu.errors import exit_main
 
 FENCE_VALUE = 0xC0DE0000_00000001
 
@@ -67,4 +67,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

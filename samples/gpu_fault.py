@@ -13,12 +13,12 @@ import argparse
 import errno
 import os
 import re
-import sys
 
 import libvgpu
 from compute_common import ComputeSession
 from session import add_device_argument
 from vgpu import uapi
+from vgpu.errors import UserError, exit_main
 
 EXPLAIN = {
     "header": "What happened, when, and on which ring.",
@@ -89,8 +89,13 @@ def main() -> int:
 
         path = os.path.join(mount, f"sys/class/devcoredump/devcd{m.group(1)}/data")
         print(f"\n3. the crash dump: {path}")
-        with open(path) as f:
-            dump = f.read()
+        try:
+            with open(path) as f:
+                dump = f.read()
+        except PermissionError:
+            # Linux's devcoredump data is root's (0600): a dump may hold any client's memory.
+            raise UserError(f"{path} is root's (mode 0600, as Linux's devcoredump is): "
+                            "run this sample as root to read the dump") from None
         parts = sections(dump)
         for name, lines in parts.items():
             print(f"\n--- {name}: {EXPLAIN.get(name, '')}")
@@ -112,4 +117,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

@@ -12,12 +12,12 @@ import argparse
 import errno
 import os
 import struct
-import sys
 import time
 
 import libvgpu
 from session import add_device_argument
 from vgpu import uapi
+from vgpu.errors import exit_main
 
 RESET_NAMES = {uapi.AMDGPU_CTX_NO_RESET: "NO_RESET", uapi.AMDGPU_CTX_GUILTY_RESET: "GUILTY_RESET",
                uapi.AMDGPU_CTX_INNOCENT_RESET: "INNOCENT_RESET", uapi.AMDGPU_CTX_UNKNOWN_RESET: "UNKNOWN_RESET"}
@@ -102,4 +102,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

@@ -19,12 +19,12 @@ and its own reset domain (docs/kmd.md, "Partitions"). This sample:
 """
 import argparse
 import errno
-import sys
 import zlib
 
 import libvgpu
 from session import Session, add_device_argument
 from vgpu import uapi
+from vgpu.errors import exit_main
 
 SIZE = 64 * 1024
 RESET_NAMES = {uapi.AMDGPU_CTX_NO_RESET: "NO_RESET", uapi.AMDGPU_CTX_GUILTY_RESET: "GUILTY_RESET",
@@ -140,4 +140,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

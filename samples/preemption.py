@@ -15,7 +15,6 @@ against numpy either way. HIGH needs root (CAP_SYS_NICE for priorities above NOR
 import argparse
 import errno
 import struct
-import sys
 import time
 
 import numpy as np
@@ -25,6 +24,7 @@ from compute_common import COMPUTE, ComputeSession
 from libvgpu import pm4
 from session import add_device_argument
 from vgpu import uapi
+from vgpu.errors import exit_main
 
 N_LOW, N_HIGH = 4096, 256
 MUL, ADD = 1664525, 1013904223
@@ -136,4 +136,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

@@ -8,6 +8,7 @@ import os
 from sdma_common import DOMAINS, SdmaTest, check, finish, parse_args
 
 import libvgpu
+from vgpu.errors import exit_main
 
 MAX_COPY = 1 << 22  # one COPY_LINEAR moves at most 4 MiB (22-bit count)
 
@@ -33,4 +34,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

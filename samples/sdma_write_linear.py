@@ -7,6 +7,7 @@ import struct
 from sdma_common import DOMAINS, SdmaTest, check, finish, parse_args
 
 import libvgpu
+from vgpu.errors import exit_main
 
 PATTERN = 0xDEADBEAF
 
@@ -30,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

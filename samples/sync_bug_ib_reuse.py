@@ -20,6 +20,7 @@ import sys
 import libvgpu
 from session import Session, add_device_argument
 from vgpu import uapi
+from vgpu.errors import exit_main
 
 SIZE = 64 * 1024
 A, B = 0xAAAAAAAA, 0xBBBBBBBB
@@ -97,4 +98,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

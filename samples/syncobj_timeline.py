@@ -14,11 +14,11 @@ import argparse
 import contextlib
 import errno
 import struct
-import sys
 
 import libvgpu
 from session import add_device_argument
 from vgpu import uapi
+from vgpu.errors import exit_main
 
 BLOCK = 4096
 POINTS = (1, 2, 3)
@@ -147,4 +147,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

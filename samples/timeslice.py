@@ -28,6 +28,7 @@ from libvgpu import pm4
 from preemption import spin_hash_host
 from session import add_device_argument
 from vgpu import uapi
+from vgpu.errors import exit_main
 
 N = 1024  # threads of each chunk's dispatch
 
@@ -72,6 +73,7 @@ def main() -> int:
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    libvgpu.device_initialize(args.device).close()   # a wrong --device: one line here, not one per worker
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--device", args.device,
            "--rounds", str(args.rounds), "--chunks", str(args.chunks)]
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
@@ -119,4 +121,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

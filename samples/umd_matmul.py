@@ -18,7 +18,6 @@ the magnitudes, well under the usual rtol 1e-4.
     python samples/umd_matmul.py --device /tmp/vgpu
 """
 import argparse
-import sys
 import time
 
 import numpy as np
@@ -26,6 +25,7 @@ import numpy as np
 import umd
 from session import add_device_argument
 from umd import Ptr, f32, i32
+from vgpu.errors import exit_main
 
 TILE = 16
 
@@ -107,4 +107,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

@@ -26,7 +26,6 @@ expected within ~1e-5 relative; 1e-4 leaves a 10x margin.
     python samples/umd_mlp.py --device /tmp/vgpu
 """
 import argparse
-import sys
 
 import numpy as np
 
@@ -35,6 +34,7 @@ from session import add_device_argument
 from umd import Ptr, f32, i32
 from umd_matmul import gpu_matmul
 from umd_softmax import softmax
+from vgpu.errors import exit_main
 
 BLOCK = 64
 NONE, GELU = 0, 1
@@ -112,4 +112,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

@@ -12,13 +12,13 @@ must be bit-identical (rtol 0).
     python samples/umd_saxpy.py --device /tmp/vgpu [--n 1000000]
 """
 import argparse
-import sys
 
 import numpy as np
 
 import umd
 from session import add_device_argument
 from umd import Ptr, f32, i32
+from vgpu.errors import exit_main
 
 BLOCK = 256
 
@@ -80,4 +80,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

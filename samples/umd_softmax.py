@@ -19,13 +19,13 @@ is under 1e-5 for these rows; numpy's own float32 softmax has errors of this siz
 """
 import argparse
 import math
-import sys
 
 import numpy as np
 
 import umd
 from session import add_device_argument
 from umd import Ptr, f32, i32
+from vgpu.errors import exit_main
 
 BLOCK = 128
 
@@ -104,4 +104,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

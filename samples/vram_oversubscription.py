@@ -28,6 +28,7 @@ import numpy as np
 import libvgpu
 from session import Session, add_device_argument
 from vgpu import uapi
+from vgpu.errors import exit_main
 
 MiB = 1 << 20
 
@@ -111,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_main(main)   # a mistake ends in one line, not a traceback (docs/errors.md)

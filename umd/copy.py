@@ -39,6 +39,17 @@ from .trace import traced
 MAX_PACKET_BYTES = S.SDMA_COPY_COUNT_MASK + 1      # 4 MiB per COPY_LINEAR / CONSTANT_FILL
 
 
+def _address(x, call: str, what: str) -> int:
+    """A device address given as an int (``a.ptr``) or as the device array itself."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return int(x)
+    ptr = getattr(x, "ptr", None)
+    if isinstance(ptr, int):
+        return ptr
+    raise UMDError(f"{call}: {what} must be a device address (an int such as a.ptr) or a device "
+                   f"array, not {type(x).__name__}")
+
+
 def _bo_at(device, ptr: int):
     block = device.pool.lookup(ptr)
     return block.buf.bo if block is not None else None
@@ -88,6 +99,7 @@ def memcpy_htod(dst: int, host, nbytes: int | None = None, stream=None) -> None:
     """Copy ``nbytes`` (default: all) of the host buffer ``host`` to device address
     ``dst``, after the stream's earlier work; the data is in place on return."""
     s = current_stream(stream)
+    dst = _address(dst, "memcpy_htod", "dst")
     src = _host_bytes(host)
     n = _count(nbytes, src.nbytes, "memcpy_htod", "from")
     debug.log(DebugFlag.API, f"memcpy_htod(dst={dst:#x}, {n} bytes, stream={s.name})")
@@ -103,6 +115,7 @@ def memcpy_dtoh(host, src: int, nbytes: int | None = None, stream=None):
     """Copy ``nbytes`` from device address ``src`` into the writable host buffer
     ``host`` (default size: all of it), after the stream's earlier work; returns ``host``."""
     s = current_stream(stream)
+    src = _address(src, "memcpy_dtoh", "src")
     if isinstance(host, np.ndarray) and not host.flags.c_contiguous:
         raise ValueError("memcpy_dtoh: the host array is not C-contiguous")   # would fill a copy
     out = _host_bytes(host)
@@ -118,10 +131,11 @@ def memcpy_dtoh(host, src: int, nbytes: int | None = None, stream=None):
     return host
 
 
-@traced("memcpy", "memcpy_dtod", lambda dst, src, nbytes, stream=None: {"dst": hex(dst), "src": hex(src), "nbytes": nbytes})
+@traced("memcpy", "memcpy_dtod", lambda dst, src, nbytes, stream=None: {"dst": hex(getattr(dst, "ptr", dst)), "src": hex(getattr(src, "ptr", src)), "nbytes": nbytes})
 def memcpy_dtod(dst: int, src: int, nbytes: int, stream=None) -> None:
     """Device-to-device copy, queued on the stream."""
     s = current_stream(stream)
+    dst, src = _address(dst, "memcpy_dtod", "dst"), _address(src, "memcpy_dtod", "src")
     debug.log(DebugFlag.API, f"memcpy_dtod(dst={dst:#x}, src={src:#x}, {nbytes} bytes, stream={s.name})")
     bos = [_bo_at(s.device, dst), _bo_at(s.device, src)]
     for off in range(0, nbytes, MAX_PACKET_BYTES):
@@ -144,6 +158,7 @@ def memset_d32(dst: int, value: int, count: int, stream=None) -> None:
 
 def _fill(dst: int, value: int, nbytes: int, fill_size: int, stream, what: str) -> None:
     s = current_stream(stream)
+    dst = _address(dst, what, "dst")
     debug.log(DebugFlag.API, f"{what}(dst={dst:#x}, {value:#x}, {nbytes} bytes, stream={s.name})")
     bos = [_bo_at(s.device, dst)]
     step = MAX_PACKET_BYTES if fill_size == S.SDMA_FILLSIZE_BYTE else MAX_PACKET_BYTES - 4

@@ -43,6 +43,8 @@ def parse_debug(value: str) -> DebugFlag:
     for name in filter(None, (part.strip().lower() for part in value.split(","))):
         if name == "all":
             flags |= ALL
+        elif name in ("1", "traceback"):
+            pass    # tracebacks for every error (vgpu/errors.py), no umd output
         elif name in DEBUG_OPTIONS:
             flags |= DEBUG_OPTIONS[name][0]
         else:

@@ -12,6 +12,7 @@ current device when they are given none, and it imports none of them (docs/umd.m
 """
 from __future__ import annotations
 
+import errno
 import os
 import weakref
 from typing import NamedTuple
@@ -112,8 +113,9 @@ class Device:
         try:
             self.lv = libvgpu.device_initialize(path)
         except OSError as e:
-            raise UMDError(f"cannot open the vgpu device at {path}: {e.strerror or e}; mount one "
-                           f"with `vgpu mount {path}` or set VGPU_MOUNT") from e
+            # libvgpu's message says what to do (mount one, use the render node...).
+            raise UMDError(f"cannot open the vgpu device at {path}: {e.strerror or e}"
+                           + (" (or set VGPU_MOUNT)" if e.errno == errno.ENOENT else "")) from e
         self.mount = str(self.lv.mount)
         try:
             check_kmd(self.lv)

@@ -3,11 +3,17 @@
 Every failure below the runtime arrives as a libvgpu ``VgpuError`` (an ``OSError``
 carrying the errno); the runtime raises its own domain errors ``from`` it, so the
 errno stays reachable as ``exc.__cause__.errno`` (errors keep their errno through every layer).
+
+Every umd error is a :class:`vgpu.errors.UserError`: a program that does not catch one
+ends with its message alone, no traceback (umd installs the hook on import;
+``VGPU_DEBUG=1`` shows the traceback, docs/errors.md).
 """
 from __future__ import annotations
 
+from vgpu.errors import UserError
 
-class UMDError(Exception):
+
+class UMDError(UserError):
     """Base class of every umd error."""
 
 
@@ -33,6 +39,8 @@ class ArgumentTypeError(LaunchError, TypeError):
 
 class KernelCompileError(UMDError):
     """Placeholder for the kernel compiler (umd/compiler may define its own)."""
+
+    prefixed = False   # the message begins with the kernel's file:line, then its caret
 
 
 class GPUError(UMDError):

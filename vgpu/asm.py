@@ -172,6 +172,8 @@ class _Assembler:
         self.max_s = -1
         self.max_v = -1
         self.explicit: set[str] = set()
+        self.at = (0, 0)                        # the statement being encoded: (line, column)
+        self.highest: dict[str, tuple[str, int, int]] = {}   # file -> (its top register's token, line, col)
 
     def err(self, msg, line, col):
         return AsmError(msg, line, col + 1, self.filename)
@@ -206,6 +208,7 @@ class _Assembler:
         self.labels = labels
         code = bytearray()
         for pc, line, col in stmts:
+            self.at = (line.no, col)
             code += struct.pack("<Q", self.encode(pc, line, col))
         obj = self.obj
         obj.code, obj.labels = bytes(code), labels
@@ -218,6 +221,14 @@ class _Assembler:
             obj.sgprs = max(I.MIN_SGPRS, self.max_s + 1)
         if "vgprs" not in self.explicit:
             obj.vgprs = max(I.MIN_VGPRS, self.max_v + 1)
+        # A register past the count declared would be another wave's (the CU gives a
+        # wave only what the code object asks for).
+        for file, used, declared in (("s", self.max_s, obj.sgprs), ("v", self.max_v, obj.vgprs)):
+            if used >= declared:
+                tok, no, col = self.highest[file]
+                raise self.err(f"{tok} is past the {declared} {file.upper()}GPRs that .{file}gprs "
+                               f"declares ({file}0..{file}{declared - 1}): declare .{file}gprs "
+                               f"{used + 1} or use a lower register", no, col)
         return obj
 
     # -- directives ------------------------------------------------------------------
@@ -363,6 +374,8 @@ class _Assembler:
             if not I._KIND_OK[kind](code):
                 raise ValueError(f"{tok}: a {'scalar' if file == 's' else 'vector'} register "
                                  f"is not allowed here (expected {kind})")
+            if hi > (self.max_s if file == "s" else self.max_v):
+                self.highest[file] = (tok, *self.at)
             if file == "s":
                 self.max_s = max(self.max_s, hi)
             else:

@@ -15,6 +15,10 @@ def cmd_asm(args) -> int:
     except AsmError as e:
         print(e, file=sys.stderr)
         return 1
+    except UnicodeDecodeError:
+        print(f"vgpu asm: {args.input} is not a text file; vgpu asm reads vISA source (a .s file, "
+              "docs/isa.md)", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"vgpu asm: {args.input}: {e.strerror}", file=sys.stderr)
         return 1
@@ -30,6 +34,10 @@ def cmd_disasm(args) -> int:
             data = f.read()
         if not args.raw and data[:4] == struct.pack("<I", I.VCO_MAGIC):
             text = disassemble_vco(data)
+        elif not args.raw and (_is_text(data) or len(data) % I.INST_BYTES):
+            print(f"vgpu disasm: {args.file} is not a code object; assemble it with "
+                  f"`vgpu asm {args.file}` (or pass --raw for raw instruction words)", file=sys.stderr)
+            return 1
         else:
             text = disassemble(data, with_pc=args.pc)
     except (OSError, ValueError) as e:
@@ -37,6 +45,15 @@ def cmd_disasm(args) -> int:
         return 1
     sys.stdout.write(text)
     return 0
+
+
+def _is_text(data: bytes) -> bool:
+    """True for a file of printable text (an assembly source, say), never code."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return bool(text) and all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
 def add_parsers(sub) -> None:

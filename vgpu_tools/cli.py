@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from vgpu.errors import DEAD_MOUNT_ERRNOS, UserError, dead_mount_hint, run_main
 from vgpu.paths import mount_point
 
 DEFAULT_MOUNT = "/tmp/vgpu"
@@ -24,6 +26,8 @@ DEFAULT_MOUNT = "/tmp/vgpu"
 _ROOT = str(Path(__file__).resolve().parent.parent)
 MOUNT_WAIT = 30.0      # seconds for a daemon to come up (imports, Cython core)
 UMOUNT_WAIT = 5.0      # seconds for a daemon to exit after its unmount
+FUSE_DEVICE = "/dev/fuse"
+PAGE_SIZE = 4096       # VRAM and GTT are managed in pages (kmd/vram.py)
 
 
 def default_mount() -> str:
@@ -49,7 +53,7 @@ def mount_state(mount: str) -> str:
         # statfs always asks the file system (stat may answer from cached attributes).
         os.statvfs(mount)
     except OSError as e:
-        if e.errno == errno.ENOTCONN:
+        if e.errno in DEAD_MOUNT_ERRNOS:
             return "dead"
         if e.errno == errno.ENOENT:
             return "none"
@@ -116,26 +120,69 @@ def _clean_stale_stores(shm_dir: str | None = None) -> None:
         print(f"vgpu: removed the BO files of a dead daemon ({path})", file=sys.stderr)
 
 
-def cmd_mount(args) -> int:
-    mount = os.path.abspath(args.mount)
-    from vdev.daemon import parse_size  # validate before starting anything
+def check_mount_options(args) -> None:
+    """Every `vgpu mount` option the daemon would refuse, checked before it starts;
+    a UserError (status 2) names the option and what it takes."""
+    if os.geteuid() != 0 and not os.access(FUSE_DEVICE, os.R_OK | os.W_OK):
+        mode = _mode_of(FUSE_DEVICE)
+        raise UserError(f"{FUSE_DEVICE}{mode} cannot be opened by uid {os.geteuid()}: a mount "
+                        f"as non-root needs it read-write (as root: `chmod 0666 {FUSE_DEVICE}`), "
+                        "or mount as root")
+    try:
+        from vdev.daemon import parse_size
+    except ImportError as e:
+        raise UserError(f"the daemon cannot start: {e}; install vgpu's Python dependencies "
+                        f"(pyfuse3, trio: README.md) for {sys.executable}") from None
     for opt in ("vram", "gtt"):
         try:
-            parse_size(getattr(args, opt))
+            size = parse_size(getattr(args, opt))
         except ValueError as e:
-            print(f"vgpu mount: --{opt}: {e}", file=sys.stderr)
-            return 2
+            raise UserError(f"--{opt}: {e}", status=2) from None
+        if size % PAGE_SIZE:
+            raise UserError(f"--{opt} {getattr(args, opt)}: the {opt.upper()} size must be a whole "
+                            f"number of 4 KiB pages (examples: 64M, 1G)", status=2)
+    if args.partitions != 1:
+        from kmd import partition
+        try:
+            partition.split(args.partitions, parse_size(args.vram), parse_size(args.gtt))
+        except ValueError as e:
+            raise UserError(f"{e}: give a larger --vram/--gtt or fewer --partitions", status=2) from None
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        # 0 cannot mean "off": the timeout is the only end of a job that never ends.
+        raise UserError(f"--timeout {args.timeout:g}: the ring job timeout must be more than 0 "
+                        "seconds (a job that runs long needs a large one, e.g. --timeout 600)", status=2)
+    if args.heartbeat_misses is not None and args.heartbeat_misses < 1:
+        raise UserError(f"--heartbeat-misses {args.heartbeat_misses}: must be at least 1 (the missed "
+                        "pulses before an engine is reset); --heartbeat-ms 0 turns the heartbeat off", status=2)
     from vdev.options import permissions_from, sched_from
     try:
         permissions_from(args)
     except ValueError as e:
-        print(f"vgpu mount: --group: {e}", file=sys.stderr)
-        return 2
+        raise UserError(f"--group: {e}", status=2) from None
     try:
         sched_from(args)
     except ValueError as e:
-        print(f"vgpu mount: scheduling options: {e}", file=sys.stderr)
-        return 2
+        raise UserError(f"scheduling options: {e}", status=2) from None
+    if args.shm_dir and not os.path.isdir(args.shm_dir):
+        what = "is not a directory" if os.path.exists(args.shm_dir) else "does not exist"
+        raise UserError(f"--shm-dir {args.shm_dir} {what}: create it (a tmpfs, e.g. under /dev/shm) "
+                        "or leave --shm-dir out for /dev/shm", status=2)
+    mount = os.path.abspath(args.mount)
+    if os.path.exists(mount) and not os.path.isdir(mount):
+        raise UserError(f"{mount} is not a directory: a mount point must be a directory "
+                        "(name a new or an empty directory)", status=2)
+
+
+def _mode_of(path: str) -> str:
+    try:
+        return f" (mode {os.stat(path).st_mode & 0o7777:04o})"
+    except OSError:
+        return " (missing)"
+
+
+def cmd_mount(args) -> int:
+    mount = os.path.abspath(args.mount)
+    check_mount_options(args)
     state = mount_state(mount)
     if state == "dead":
         print(f"vgpu mount: {mount}: stale mount (transport endpoint is not connected), "
@@ -164,16 +211,23 @@ def cmd_mount(args) -> int:
         shm_dir_path(mount).write_text(os.path.abspath(args.shm_dir) + "\n")
     else:
         shm_dir_path(mount).unlink(missing_ok=True)
-    deadline = time.monotonic() + MOUNT_WAIT
-    while not _in_mountinfo(mount):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            if proc.poll() is None:
-                proc.kill()
-            print(f"vgpu mount: the daemon failed to mount {mount} "
-                  f"(exit status {proc.poll()}); log {log_path}:\n{_tail(log_path)}", file=sys.stderr)
-            pid_path.unlink(missing_ok=True)
-            return 1
-        time.sleep(0.02)
+    try:
+        deadline = time.monotonic() + MOUNT_WAIT
+        while not _in_mountinfo(mount):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                if proc.poll() is None:
+                    proc.kill()
+                print(f"vgpu mount: the daemon failed to mount {mount} "
+                      f"(exit status {proc.poll()}); log {log_path}:\n{_tail(log_path)}", file=sys.stderr)
+                pid_path.unlink(missing_ok=True)
+                return 1
+            time.sleep(0.02)
+    except KeyboardInterrupt:
+        # The daemon is in a session of its own (Ctrl-C does not reach it): stop it,
+        # so that an interrupted mount leaves nothing mounted.
+        _stop_daemon(proc, mount)
+        pid_path.unlink(missing_ok=True)
+        raise UserError(f"interrupted; nothing is mounted at {mount}", status=130) from None
     if not os.path.ismount(mount):  # a real stat through FUSE: the daemon answers
         print(f"vgpu mount: {mount} does not answer; log {log_path}:\n{_tail(log_path)}",
               file=sys.stderr)
@@ -182,10 +236,44 @@ def cmd_mount(args) -> int:
     return 0
 
 
+def _stop_daemon(proc: subprocess.Popen, mount: str) -> None:
+    """Stop a daemon that is still coming up, and undo its mount if it got that far."""
+    for stop in (proc.terminate, proc.kill):
+        stop()
+        try:
+            proc.wait(UMOUNT_WAIT)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+    if _in_mountinfo(mount):
+        _lazy_unmount(mount)
+
+
+def _mount_owner(mount: str) -> int | None:
+    """The uid that mounted the FUSE file system at ``mount`` (its user_id= option)."""
+    target = os.path.realpath(mount)
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if fields[4].encode().decode("unicode_escape") == target:
+                    for opt in fields[-1].split(","):
+                        if opt.startswith("user_id="):
+                            return int(opt[len("user_id="):])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def cmd_umount(args) -> int:
     mount = os.path.abspath(args.mount)
     log_path, pid_path = state_paths(mount)
     state = mount_state(mount)
+    owner = _mount_owner(mount) if state != "none" else None
+    if owner is not None and os.geteuid() not in (0, owner):
+        who = "root" if owner == 0 else f"uid {owner}"
+        raise UserError(f"{mount} was mounted by {who}; only {who} can unmount it "
+                        f"(run `vgpu umount {mount}` as {who})")
     status = 0
     if state == "none":
         print(f"vgpu umount: {mount} is not mounted", file=sys.stderr)
@@ -209,7 +297,11 @@ def cmd_umount(args) -> int:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             if not _alive(pid):
                 break
-            os.kill(pid, sig)
+            try:
+                os.kill(pid, sig)
+            except PermissionError:
+                raise UserError(f"the daemon of {mount} (pid {pid}) is not yours to stop; "
+                                "run `vgpu umount` as its owner") from None
             deadline = time.monotonic() + UMOUNT_WAIT
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -226,13 +318,30 @@ def _read(path: str) -> str:
         return f.read()
 
 
+def require_mount(path: str, want: str) -> str:
+    """The mount point of the vgpu named by ``path`` (a mount point or a node under
+    it), which must be live and hold ``want`` (a path under it); else a UserError
+    saying how to get one."""
+    mount = os.path.abspath(mount_point(path))
+    state = mount_state(mount)
+    if state == "dead":
+        raise UserError(dead_mount_hint(mount))
+    if state == "none" or not os.path.exists(os.path.join(mount, want)):
+        if state == "none":
+            why = "nothing is mounted there" if os.path.isdir(mount) else "no such directory"
+        else:
+            why = f"it is mounted but is not a vgpu device (no {want})"
+        raise UserError(f"no vgpu at {mount} ({why}): start one with `vgpu mount {mount}`, "
+                        "or name another with --mount MOUNT or $VGPU_MOUNT")
+    return mount
+
+
+MOUNT_HELP = "the vgpu mount point, or a device node under it (default $VGPU_MOUNT, then /tmp/vgpu)"
+
+
 def cmd_dmesg(args) -> int:
-    kmsg = os.path.join(mount_point(args.mount), "dev", "kmsg")
-    try:
-        text = _read(kmsg)
-    except OSError as e:
-        print(f"vgpu dmesg: {kmsg}: {e.strerror}", file=sys.stderr)
-        return 1
+    kmsg = os.path.join(require_mount(args.mount, "dev/kmsg"), "dev", "kmsg")
+    text = _read(kmsg)
     sys.stdout.write(text)
     sys.stdout.flush()
     if not args.follow:
@@ -260,14 +369,10 @@ def cmd_dmesg(args) -> int:
 def cmd_info(args) -> int:
     """The sysfs numbers of each device of the mount: card0's alone, or, on a mount
     with --partitions N, a line saying what each partition holds, then its numbers."""
-    drm = os.path.join(mount_point(args.mount), "sys", "class", "drm")
-    try:
-        cards = sorted((n for n in os.listdir(drm) if n.startswith("card") and n[4:].isdigit()),
-                       key=lambda n: int(n[4:]))
-        devices = [(card, _device_values(os.path.join(drm, card, "device"))) for card in cards]
-    except OSError as e:
-        print(f"vgpu info: {e.filename or drm}: {e.strerror}", file=sys.stderr)
-        return 1
+    drm = os.path.join(require_mount(args.mount, "sys/class/drm"), "sys", "class", "drm")
+    cards = sorted((n for n in os.listdir(drm) if n.startswith("card") and n[4:].isdigit()),
+                   key=lambda n: int(n[4:]))
+    devices = [(card, _device_values(os.path.join(drm, card, "device"))) for card in cards]
     for card, (values, partition) in devices:
         indent = ""
         if len(devices) > 1:
@@ -348,15 +453,23 @@ def cmd_run(args) -> int:
         return 127 if e.errno == errno.ENOENT else 126
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a mistake in one line (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vgpu", description="A DRM-style virtual GPU through FUSE")
+    p = Parser(prog="vgpu", description="A DRM-style virtual GPU through FUSE")
     sub = p.add_subparsers(dest="command", required=True)
 
     m = sub.add_parser("mount", help="mount the virtual GPU")
     m.add_argument("mount", metavar="MOUNT")
     m.add_argument("--vram", default="512M", help="VRAM size (default 512M)")
     m.add_argument("--gtt", default="1G", help="GTT size (default 1G)")
-    m.add_argument("--timeout", type=float, default=2.0, help="ring job timeout in seconds (default 2)")
+    m.add_argument("--timeout", type=float, default=2.0,
+                   help="ring job timeout in seconds, more than 0 (default 2; docs/errors.md)")
     m.add_argument("--shm-dir", default=None,
                    help="tmpfs that holds the BO files (default /dev/shm, or $VGPU_SHM_DIR)")
     m.add_argument("--no-huge-pages", action="store_true",
@@ -373,11 +486,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("dmesg", help="print the KMD log (MOUNT/dev/kmsg)")
     d.add_argument("-w", "--follow", action="store_true", help="wait for new lines")
-    d.add_argument("--mount", default=default_mount())
+    d.add_argument("--mount", default=default_mount(), help=MOUNT_HELP)
     d.set_defaults(func=cmd_dmesg)
 
     i = sub.add_parser("info", help="print device numbers from sysfs")
-    i.add_argument("--mount", default=default_mount())
+    i.add_argument("--mount", default=default_mount(), help=MOUNT_HELP)
     i.set_defaults(func=cmd_info)
 
     from vgpu_tools.trace import add_parser as add_trace_parser   # trace [-p PID | -- CMD] (docs/trace.md)
@@ -404,8 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `vgpu` command; a user's mistake ends in one line (vgpu.errors, docs/errors.md)."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    return run_main(lambda: args.func(args), f"vgpu {args.command}")
 
 
 if __name__ == "__main__":

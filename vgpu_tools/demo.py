@@ -15,13 +15,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from vgpu.errors import UserError, exit_main
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ["sdma_write_linear.py", "sdma_const_fill.py", "sdma_copy_linear.py"]
 SYSFS = "sys/class/drm/card0/device"
 
 
 def vgpu(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "vgpu_tools", *args], check=True)
+    status = subprocess.run([sys.executable, "-m", "vgpu_tools", *args]).returncode
+    if status:
+        raise UserError(f"`vgpu {' '.join(args)}` failed (exit status {status}); its message is above")
 
 
 def mem_numbers(mount: str) -> str:
@@ -93,4 +97,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "vgpu demo")

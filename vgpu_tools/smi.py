@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 
+from vgpu.errors import DEAD_MOUNT_ERRNOS, UserError, dead_mount_hint
 from vgpu.paths import mount_point
 
 DRM_CLASS = ("sys", "class", "drm")
 MiB = 1 << 20
 
 
-class SmiError(Exception):
-    pass
+class SmiError(UserError):
+    """The mount is no live vgpu: the message says how to get one."""
 
 
 def _read(path: str) -> str:
@@ -90,18 +92,26 @@ def sample(mount: str) -> dict:
     mount."""
     root = mount_point(mount)
     devices, engines = [], []
+    how = f"start one with `vgpu mount {root}`, or name another with --mount MOUNT or $VGPU_MOUNT"
     try:
         for index, sysfs in _cards(root):
             device, its_engines = _device(index, sysfs, root)
             devices.append(device)
             engines += its_engines
     except (OSError, ValueError) as e:
+        if getattr(e, "errno", None) in DEAD_MOUNT_ERRNOS:
+            raise SmiError(dead_mount_hint(root)) from None
         raise SmiError(f"{root} is not a live vgpu mount ({os.path.join(root, *DRM_CLASS)}: "
-                       f"{getattr(e, 'strerror', None) or e})") from None
+                       f"{getattr(e, 'strerror', None) or e}); {how}") from None
     if not devices:
-        raise SmiError(f"{root} is not a live vgpu mount (no card in {os.path.join(root, *DRM_CLASS)})")
+        raise SmiError(f"{root} is not a live vgpu mount (no card in {os.path.join(root, *DRM_CLASS)}); {how}")
     gpu_of_slot = {d["pci_slot"]: d["index"] for d in devices}
-    processes, hidden = _processes(os.path.join(root, "proc"), gpu_of_slot)
+    try:
+        processes, hidden = _processes(os.path.join(root, "proc"), gpu_of_slot)
+    except OSError as e:
+        if e.errno not in DEAD_MOUNT_ERRNOS:
+            raise
+        raise SmiError(dead_mount_hint(root)) from None
     return {"device": devices[0], "devices": devices, "engines": engines, "processes": processes,
             "hidden": hidden}
 
@@ -164,13 +174,32 @@ def _usage(used: int, total: int) -> str:
     return f"{_size(used)} / {_size(total)}"
 
 
-def screen(s: dict) -> str:
-    """The nvidia-smi style screen: one block per device, the engines, the process table."""
-    w = 79
+#: The narrowest box (an 80-column terminal's): every fixed column of a row fits in it.
+MIN_WIDTH = 79
+MAX_WIDTH = 159
+
+
+def box_width(columns: int | None = None) -> int:
+    """The box's width for a terminal of ``columns`` (default: this one's, or
+    $COLUMNS): one less, within MIN_WIDTH..MAX_WIDTH (a narrower terminal wraps
+    the lines, as nvidia-smi's do)."""
+    if columns is None:
+        columns = shutil.get_terminal_size((MIN_WIDTH + 1, 24)).columns
+    return max(MIN_WIDTH, min(MAX_WIDTH, columns - 1))
+
+
+def screen(s: dict, columns: int | None = None) -> str:
+    """The nvidia-smi style screen: one block per device, the engines, the process
+    table, in a box as wide as the terminal (:func:`box_width`). Nothing is cut: a
+    text longer than the box goes on over the rows below."""
+    w = box_width(columns)
+    inner = w - 4
     bar = "+" + "-" * (w - 2) + "+"
+    name_w = 15 + min(w - MIN_WIDTH, 17)   # a wider box gives the process name up to 32 characters
 
     def row(text: str) -> str:
-        return f"| {text[:w - 4]:<{w - 4}} |"
+        parts = [text[i:i + inner] for i in range(0, max(len(text), 1), inner)]
+        return "\n".join(f"| {part:<{inner}} |" for part in parts)
 
     out = [time.strftime("%a %b %d %H:%M:%S %Y"), bar,
            row(f"vgpu smi          Driver: amdgpu          Mount: {s['device']['mount']}"),
@@ -190,13 +219,13 @@ def screen(s: dict) -> str:
         out.append(row(f"{e['gpu']:>3}  {e['name']:<10} {e['busy_percent']:3d} % {e['jobs']:>9} "
                        f"{e['busy_ns'] / 1e9:>12.3f} s"))
     out += [bar, "", bar, row("Processes:"),
-            row(f"GPU{'PID':>7}  {'Process name':<16}{'UID':>6}{'VRAM':>9}{'GTT':>9}{'Ctx':>4}{'Jobs':>7}"
-                f"{'Run':>4}{'Flt':>4}{'Hang':>5}"),
+            row(f"GPU{'PID':>7}  {'Process name':<{name_w}}{'UID':>6}{'VRAM':>9}{'GTT':>9}{'Ctx':>4}"
+                f"{'Jobs':>7}{'Run':>4}{'Flt':>4}{'Hang':>5}"),
             "|" + "=" * (w - 2) + "|"]
     if not s["processes"]:
         out.append(row("  No running processes found"))
     for p in s["processes"]:
-        out.append(row(f"{p['gpu']:>3}{p['pid']:>7}  {p['name'][:16]:<16}{p['uid']:>6}{_size(p['vram_bytes']):>9}"
+        out.append(row(f"{p['gpu']:>3}{p['pid']:>7}  {p['name'][:name_w]:<{name_w}}{p['uid']:>6}{_size(p['vram_bytes']):>9}"
                        f"{_size(p['gtt_bytes']):>9}{p['contexts']:>4}{p['jobs_submitted']:>7}"
                        f"{p['jobs_in_flight']:>4}{p['faults']:>4}{p['hangs']:>5}"))
     if s["hidden"]:
@@ -274,6 +303,9 @@ def cmd_smi(args) -> int:
                 return 2
             dmon(args.mount, args.delay, args.count)
             return 0
+        if args.loop is not None and not args.loop > 0:
+            print("vgpu smi: -l must be > 0 seconds", file=sys.stderr)
+            return 2
         if args.what is not None:
             print(f"vgpu smi: unknown subcommand {args.what!r} (only dmon)", file=sys.stderr)
             return 2
@@ -284,9 +316,6 @@ def cmd_smi(args) -> int:
             if not args.loop:
                 return 0
             time.sleep(args.loop)
-    except SmiError as e:
-        print(f"vgpu smi: {e}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 0
 
@@ -298,7 +327,8 @@ def add_parsers(sub, default_mount: str) -> None:
                                    "interval. Non-root users see their own processes only. "
                                    "See docs/observability.md.")
     p.add_argument("what", nargs="?", metavar="dmon", help="dmon: one line per interval")
-    p.add_argument("--mount", default=default_mount)
+    p.add_argument("--mount", default=default_mount,
+                   help="the vgpu mount point, or a device node under it (default $VGPU_MOUNT, then /tmp/vgpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("-l", "--loop", type=float, metavar="SECONDS", help="repeat every SECONDS")
     p.add_argument("-d", "--delay", type=float, default=1.0, metavar="SECONDS",

@@ -30,6 +30,7 @@ import tempfile
 import time
 
 from vgpu import frame as vframe
+from vgpu.errors import DEAD_MOUNT_ERRNOS, UserError, dead_mount_hint
 
 from . import trace_ioctls
 from .timeline_render import GPU_PID, render_svg, render_text
@@ -123,6 +124,7 @@ def record(mount: str, command: list[str], umd_trace: str | None) -> tuple[list[
     reader = RecordingReader(mount)
     try:
         env = dict(os.environ)
+        env["VGPU_MOUNT"] = mount   # the command's device is the one recorded (umd, the samples)
         if umd_trace:
             env["VGPU_TRACE"] = umd_trace
         try:
@@ -346,9 +348,14 @@ def run(mount: str, out: str, command: list[str], everything: bool = False) -> i
                   f"debugfs, which is root's (run as root)", file=sys.stderr)
             return 2
         except FileNotFoundError:
-            print(f"vgpu timeline: {timeline_path(mount)} not found: is a vgpu mounted at {mount}?",
+            print(f"vgpu timeline: {timeline_path(mount)} not found: is a vgpu mounted at {mount}? "
+                  f"(start one with `vgpu mount {mount}`, or name another with --mount MOUNT)",
                   file=sys.stderr)
             return 2
+        except OSError as e:
+            if e.errno not in DEAD_MOUNT_ERRNOS:
+                raise
+            raise UserError(dead_mount_hint(mount)) from None
         except CommandError as e:
             print(f"vgpu timeline: cannot run {e}", file=sys.stderr)
             return 127
@@ -369,14 +376,34 @@ def run(mount: str, out: str, command: list[str], everything: bool = False) -> i
     return status
 
 
+def load_trace(path: str) -> dict:
+    """A trace `vgpu timeline -o` wrote (Chrome trace-event JSON); UserError if the
+    file is not one."""
+    try:
+        with open(path) as f:
+            trace = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not a JSON trace ({e}); give a FILE.json that "
+                        "`vgpu timeline -o FILE.json -- COMMAND` wrote") from None
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise UserError(f"{path} is JSON but not a trace (no traceEvents list); give a FILE.json "
+                        "that `vgpu timeline -o FILE.json -- COMMAND` wrote")
+    return trace
+
+
 def main(args) -> int:
     """`vgpu timeline`: record (`-o`), and/or draw (`--svg`, of the new or a `--from` trace)."""
     command = list(args.cmd)
     if command and command[0] == "--":
         command = command[1:]
     if args.source:
-        with open(args.source) as f:
-            trace = json.load(f)
+        if command or args.output:
+            raise UserError("--from draws a trace already recorded: give it --svg FILE.svg and/or "
+                            "--text, not -o or a command", status=2)
+        if not (args.svg or args.text):
+            raise UserError(f"--from {args.source}: say what to draw: --svg FILE.svg and/or --text",
+                            status=2)
+        trace = load_trace(args.source)
         status = 0
     else:
         if not command or not args.output:

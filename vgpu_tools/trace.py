@@ -628,6 +628,12 @@ def records_path(log: str) -> str:
     return f"{log}.vgpu"
 
 
+def is_strace_log(path: str) -> bool:
+    """True if the file at ``path`` holds at least one system call as strace logs it."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        return next(parse_log(f), None) is not None
+
+
 def decode_file(path: str) -> list[str]:
     """`--decode`: with the records kept beside the log, as the run showed it; else the
     frames from their bytes and the ioctls by name (:func:`decode_lines`)."""
@@ -965,9 +971,15 @@ def main(args) -> int:
             return 2
         try:
             lines = decode_file(args.decode)
+            if not lines and not is_strace_log(args.decode):
+                _say(f"{args.decode} is not an strace log (no system call in it); record one with "
+                     f"`vgpu trace --log {args.decode} -- CMD` or `strace -f -o {args.decode} CMD`")
+                return 1
         except OSError as e:
             _say(f"{args.decode}: {e.strerror}")
             return 1
+        if not lines:
+            _say(f"{args.decode}: no DRM ioctl on a vgpu node in this strace log")
         for line in lines:
             print(line)
         return 0
