@@ -47,7 +47,10 @@ def test_bench_quick_mode_prints_every_section():
                  "SDMA copy 16 MiB, vgpu timeline recording",
                  "(i) preemption: HIGH arrival -> start, cost when nothing preempts",
                  "(j) VRAM oversubscription: 2x VRAM against VRAM to spare",
-                 "oversubscription slowdown (2x VRAM / fits)"):
+                 "oversubscription slowdown (2x VRAM / fits)",
+                 "(k) umd Numba helpers: reduce, vectorize, fixed launch cost", "reduce, umd.reduce",
+                 "reduce, numpy.sum", "vectorize, umd.vectorize", "vectorize, numpy expression",
+                 "one-wave launch + synchronize", "NOP submission, same process"):
         assert line in r.stdout, r.stdout
     if os.getuid() == 0:  # a HIGH context needs root
         assert "HIGH arrival -> start, preemption" in r.stdout and "vs --no-preempt" in r.stdout, r.stdout
@@ -57,5 +60,6 @@ def test_bench_quick_mode_prints_every_section():
 def test_sections_are_picked_by_letter():
     assert selected([]) == SECTIONS
     assert [title for title, _ in selected(["b", "(a)"])] == ["(b) NOP submission", "(a) null ioctl round trip"]
+    assert [title for title, _ in selected(["sdma_bandwidth", "bench.compute"])] == ["(c) SDMA bandwidth", "(f) compute"]
     with pytest.raises(SystemExit, match="no section z"):
         selected(["z"])

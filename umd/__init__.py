@@ -23,24 +23,41 @@ from .errors import (ArgumentTypeError, GPUError, GPUFault, GPUHang, KernelCompi
 from .event import Event, elapsed_time, event
 from .host import MappedArray, mapped_array, pinned, pinned_array
 from .intrinsics import (activemask, all_sync, any_sync, atomic, atomic_add, atomic_cas, atomic_max,
-                         ballot_sync, block_dim, block_idx, blockDim, blockIdx, brev, cbrt, clz, const, ffs,
+                         ballot_sync, block_dim, block_idx, blockDim, blockIdx, brev, cbrt, cg, clz, const, ffs,
                          fma, grid, grid_dim, gridDim, gridsize, laneid, lanemask_lt, local, match_all_sync,
                          match_any_sync, math, popc, selp, shared, shared_array, shfl_down_sync, shfl_sync,
                          shfl_up_sync, shfl_xor_sync, syncthreads, syncthreads_and, syncthreads_count,
                          syncthreads_or, syncwarp, thread_idx, threadfence, threadfence_block,
                          threadfence_system, threadIdx, warpsize)
 from .kernel import DeviceFunction, Kernel, jit, kernel
+from .compiler.linking import declare_device
 from .memcheck import MemcheckError
 from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
 from .profiler import LaunchProfile, Profile, profile
 from .stream import Stream, default_stream, stream
 from .types import Ptr, f32, f64, float32, float64, i32, i64, int32, int64, u32, u64, uint32, uint64
 from .types import b1, boolean, i8, i16, int8, int16, u8, u16, uint8, uint16
+from .guvectorize import guvectorize
+from .jit_module import jit_module
+from .reduce import Reduce
+from .vectorize import vectorize
+
+# An uncaught umd error ends the program with its message, not a traceback (vgpu/errors.py).
+from vgpu.errors import install_excepthook as _install_excepthook
+_install_excepthook()
 
 # Numba's names. `umd.stream` and `umd.event` are these functions, as in Numba, not the
 # modules of the same names (import from umd.stream / umd.event for those).
 close = close_devices
 event_elapsed_time = elapsed_time
+reduce = Reduce                 # Numba's @cuda.reduce (umd.reduce the module: from umd.reduce import ...)
+
+
+def __getattr__(name: str):
+    """A numba.cuda name umd does not have: an AttributeError saying what to use
+    instead (umd/numba_names.py)."""
+    from .numba_names import missing
+    raise missing(name)
 
 
 def memory_stats(device: Device | None = None) -> dict:

@@ -8,7 +8,8 @@ Thread geometry (`thread_idx`, `block_idx`, `block_dim`, `grid_dim`, each with
 `atomic_max`, `atomic_cas`), `fma`, the `math` namespace, the warp intrinsics
 (`shfl_sync`, `shfl_up_sync`, `shfl_down_sync`, `shfl_xor_sync`, `ballot_sync`,
 `any_sync`, `all_sync`, `activemask`, `syncwarp`, `laneid`, `warpsize`) and the bit
-functions (`popc`, `ffs`, `clz`, `brev`). Numba's spellings
+functions (`popc`, `ffs`, `clz`, `brev`), cooperative groups (`cg.this_grid()`).
+Numba's spellings
 (`cuda.X` -> `umd.X`) are the ones given here. They are compile-time markers: the
 compiler recognises them inside a @umd.kernel; touching them from plain Python raises
 `RuntimeError` saying so.
@@ -95,6 +96,8 @@ shared_array = Intrinsic("shared_array", "umd.shared_array")    # shared_array(f
 shared = Namespace("umd.shared", "shared", ("array",))          # shared.array(shape, dtype)
 const = Namespace("umd.const", "const", ("array_like",))        # const.array_like(ndarray)
 local = Namespace("umd.local", "local", ("array",))             # local.array(shape, dtype)
+# Cooperative groups (Numba's cuda.cg): g = cg.this_grid(); g.sync(), g.size, g.thread_rank()
+cg = Namespace("umd.cg", "cg", ("this_grid",))
 syncthreads = Intrinsic("syncthreads", "umd.syncthreads")
 # (pred) -> i32: a barrier that also counts / ands / ors a predicate over the block
 syncthreads_count = Intrinsic("syncthreads_count", "umd.syncthreads_count")
@@ -143,7 +146,7 @@ _bits64 = Intrinsic("bits64", "umd.intrinsics._bits64")         # f64 -> its bit
 _from_bits64 = Intrinsic("from_bits64", "umd.intrinsics._from_bits64")  # u64 bits -> f64
 
 __all__ = ["thread_idx", "block_idx", "block_dim", "grid_dim", "threadIdx", "blockIdx", "blockDim",
-           "gridDim", "grid", "gridsize", "shared_array", "shared", "const", "local", "syncthreads",
+           "gridDim", "grid", "gridsize", "shared_array", "shared", "const", "local", "cg", "syncthreads",
            "syncthreads_count", "syncthreads_and", "syncthreads_or", "threadfence", "threadfence_block",
            "threadfence_system", "fma", "cbrt", "selp",
            "atomic", "atomic_add", "atomic_max", "atomic_cas", "math", "warpsize", "laneid",

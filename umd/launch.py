@@ -30,10 +30,12 @@ import numpy as np
 
 import libvgpu
 from vgpu import isa
+from vgpu import pm4 as P
 
 from . import debug, profiler
 from .attributes import MAX_GRID_DIM
 from .compiler import ArgSpec, CompiledKernel, prints
+from .compiler.frontend import DYNAMIC_SHARED_ARG
 from .debug import DebugFlag
 from .errors import ArgumentTypeError, LaunchError
 from .stream import current_stream
@@ -125,8 +127,117 @@ def _shape_of(compiled, specs, values, name: str) -> int:
     return extent
 
 
+def launch_lds_bytes(compiled, sharedmem: int = 0) -> int:
+    """The LDS a workgroup of the launch gets: the kernel's static shared arrays, then
+    ``sharedmem`` bytes of dynamic shared memory (the fourth element of
+    ``kernel[grid, block, stream, sharedmem]``, where ``umd.shared.array(0, T)``
+    lives). LaunchError when the sum passes MAX_SHARED_MEMORY_PER_BLOCK, as CUDA's
+    launch fails."""
+    if not isinstance(sharedmem, (int, np.integer)) or isinstance(sharedmem, bool) or sharedmem < 0:
+        raise LaunchError(f"{compiled.name}: dynamic shared memory must be a number of bytes >= 0, "
+                          f"not {sharedmem!r}")
+    static = int(compiled.lds_bytes)
+    total = static + int(sharedmem)
+    if total > isa.MAX_LDS_BYTES:
+        raise LaunchError(f"{compiled.name}: {static} bytes of static shared memory + {int(sharedmem)} "
+                          f"bytes of dynamic shared memory = {total} bytes per block; at most "
+                          f"{isa.MAX_LDS_BYTES} (MAX_SHARED_MEMORY_PER_BLOCK)")
+    return total
+
+
+def _dispatch_resources(compiled, lds_bytes: int) -> tuple[int, int, int]:
+    """(sgprs, vgprs, LDS bytes) as the command processor grants them to the compute
+    units: registers in granules (docs/pm4.md), LDS in 512-byte granules."""
+    vgprs, sgprs = P.decode_rsrc1(P.rsrc1(compiled.vgprs, compiled.sgprs))
+    lds = -(-lds_bytes // P.LDS_GRANULE) * P.LDS_GRANULE
+    return min(sgprs, isa.MAX_SGPRS), min(vgprs, isa.MAX_VGPRS), lds
+
+
+def max_cooperative_blocks(compiled, blockdim, dynsmemsize: int = 0, cus: int | None = None,
+                           device=None) -> int:
+    """Numba's ``max_cooperative_grid_blocks(blockdim, dynsmemsize=0)``: how many blocks
+    of ``blockdim`` threads a cooperative launch of ``compiled`` may have, i.e. what
+    the device's compute units (``cus``, default: ``device``'s or the current one's
+    MULTIPROCESSOR_COUNT) hold resident at once (vgpu.isa.max_resident_workgroups,
+    the engines' grid-barrier capacity: docs/isa.md 4.1)."""
+    block = _dims("block", blockdim, MAX_BLOCK_THREADS)
+    if cus is None:
+        from .device import get_device
+        cus = (device or get_device()).MULTIPROCESSOR_COUNT
+    sgprs, vgprs, lds = _dispatch_resources(compiled, launch_lds_bytes(compiled, dynsmemsize))
+    return cus * isa.max_resident_workgroups(math.prod(block), sgprs, vgprs, lds)
+
+
+def check_cooperative(compiled, grid, block, sharedmem: int = 0, cus: int | None = None,
+                      device=None) -> None:
+    """A kernel that syncs its grid (``compiled.cooperative``) must have every block
+    resident at once: a larger launch is a LaunchError, as CUDA's
+    cudaErrorCooperativeLaunchTooLarge."""
+    if not getattr(compiled, "cooperative", False):
+        return
+    limit = max_cooperative_blocks(compiled, block, sharedmem, cus, device)
+    blocks = math.prod(grid)
+    if blocks > limit:
+        raise LaunchError(f"cooperative launch too large (CUDA's cudaErrorCooperativeLaunchTooLarge): "
+                          f"{compiled.name} syncs its grid (umd.cg.this_grid().sync()), so all its "
+                          f"blocks must be resident at once; launched with {blocks} blocks of "
+                          f"{math.prod(block)} threads, at most {limit} fit (see "
+                          "kernel.overloads[sig].max_cooperative_grid_blocks(blockdim)); use fewer "
+                          "blocks and a grid-stride loop")
+
+
+class _WithLds:
+    """A LoadedKernel seen with another LDS size: the launch's static + dynamic shared
+    memory in COMPUTE_PGM_RSRC2 (libvgpu.emit_dispatch reads it from rsrc2)."""
+
+    def __init__(self, loaded, lds_bytes: int) -> None:
+        self._loaded, self._lds = loaded, lds_bytes
+
+    def __getattr__(self, name):
+        return getattr(self._loaded, name)
+
+    @property
+    def lds_bytes(self) -> int:
+        return self._lds
+
+    def rsrc2(self, user_sgprs: int) -> int:
+        return P.rsrc2(user_sgprs, self._lds)
+
+
+def captured_arrays(compiled, fn=None, env: dict | None = None) -> dict:
+    """The device arrays a kernel names as globals (``compiled.captured``), looked up
+    now: in the kernel function's names (its globals, the decorating frame's names
+    ``env``, its closure) when it captured them itself, else in the module of the
+    device function that did. The hidden argument __global_<k> of each."""
+    if not compiled.captured:
+        return {}
+    import builtins
+    import sys
+    out = {}
+    for name, (module, function, expr) in compiled.captured.items():
+        if fn is not None and module == fn.__module__ and function == fn.__name__:
+            scope = dict(fn.__globals__)
+            scope.update(env or {})
+            for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+                try:
+                    scope[var] = cell.cell_contents
+                except ValueError:
+                    pass
+        else:
+            scope = dict(vars(sys.modules.get(module, builtins)))
+        head, *attrs = expr.split(".")
+        value = scope.get(head)
+        for attr in attrs:
+            value = getattr(value, attr, None)
+        if value is None:
+            raise LaunchError(f"{compiled.name}: the device array {expr} it names as a global "
+                              "is no longer defined")
+        out[name] = value
+    return out
+
+
 def pack_args(compiled, grid, block, args, consts: dict | None = None,
-              print_buffer=None) -> tuple[bytes, list]:
+              print_buffer=None, sharedmem: int = 0, captured: dict | None = None) -> tuple[bytes, list]:
     """The kernarg bytes and the BOs the pointer arguments point into; ``consts`` gives
     the DeviceArray of each constant array (hidden __const_<k>, see const_arrays),
     ``print_buffer`` the launch's print buffer (hidden __print_buf, umd/kernel_print.py)."""
@@ -144,19 +255,31 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
             raise LaunchError(f"{compiled.name} takes {len(user)} arguments "
                               f"({', '.join(a.name for a in user)}), got {len(values)}")
     by_name = {spec.name: v for spec, v in zip(user, values)}
+    by_name.update(captured or {})
     size = max([compiled.kernarg_size] + [a.offset + a.size for a in specs])
     out = bytearray(size)
     bos = []
     dims = {"grid": grid, "block": block}
     for spec in specs:
         if spec.name.startswith("__shape_"):
-            value = _shape_of(compiled, user, by_name, spec.name)
+            value = _shape_of(compiled, specs, by_name, spec.name)
         elif spec.name.startswith("__const_"):
             if not consts or spec.name not in consts:
                 raise LaunchError(f"{compiled.name}: its constant array {spec.name} is not on the "
                                   "device (launch through umd.launch_kernel)")
             bos.append(consts[spec.name].bo)
             value = consts[spec.name].ptr
+        elif spec.name == DYNAMIC_SHARED_ARG:
+            value = sharedmem
+        elif spec.name.startswith("__global_"):
+            if spec.name not in by_name:
+                raise LaunchError(f"{compiled.name} uses a device array it names as a global: launch "
+                                  "it as kernel[grid, block](...), which looks the array up")
+            value = by_name[spec.name]
+            check_array(compiled, spec, value)
+            if getattr(value, "bo", None) is not None:
+                bos.append(value.bo)
+            value = value.ptr
         elif spec.name == prints.ARG_NAME:
             if print_buffer is None:
                 raise LaunchError(f"{compiled.name} calls print(): launch it through "
@@ -272,20 +395,30 @@ def load_kernel(device, compiled):
 
 
 @traced("kernel", lambda compiled, *a, **k: compiled.name,
-        lambda compiled, grid, block, args=(), stream=None: {"grid": list(_dims("grid", grid, MAX_GRID_DIM)),
+        lambda compiled, grid, block, args=(), stream=None, sharedmem=0, captured=None: {"grid": list(_dims("grid", grid, MAX_GRID_DIM)),
                                                             "block": list(_dims("block", block, MAX_BLOCK_THREADS))})
-def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
+def launch_kernel(compiled, grid, block, args=(), stream=None, sharedmem: int = 0,
+                  captured: dict | None = None) -> None:
     """Queue ``compiled`` on ``stream`` (default stream) over ``grid`` workgroups of
-    ``block`` threads. Raises LaunchError for a bad grid, block or argument
+    ``block`` threads, with ``sharedmem`` bytes of dynamic shared memory per block
+    (launch_lds_bytes; a cooperative kernel is also limited to the blocks that can be
+    resident, check_cooperative). Raises LaunchError for a bad grid, block or argument
     (ArgumentTypeError, also a TypeError, for an array of the wrong dtype or
     dimensions); numpy arrays are copied in and, after the kernel, back (the call then
-    waits); with VGPU_LAUNCH_BLOCKING=1 waits and raises GPUFault/GPUHang here."""
+    waits); with VGPU_LAUNCH_BLOCKING=1 waits and raises GPUFault/GPUHang here.
+    ``compiled`` may also be a `@umd.kernel`, compiled (or loaded from the cache) here."""
+    if not isinstance(compiled, CompiledKernel) and callable(getattr(compiled, "compile", None)):
+        compiled = compiled.compile()      # a umd.kernel.Kernel (kernel.py imports this module)
     grid = _dims("grid", grid, MAX_GRID_DIM)
     block = _dims("block", block, MAX_BLOCK_THREADS)
     if math.prod(block) > MAX_BLOCK_THREADS:
         raise LaunchError(f"block {block} has {math.prod(block)} threads; at most {MAX_BLOCK_THREADS}")
+    lds = launch_lds_bytes(compiled, sharedmem)
     s = current_stream(stream)
+    check_cooperative(compiled, grid, block, sharedmem, device=s.device)
     loaded = load_kernel(s.device, compiled)
+    if lds != loaded.lds_bytes:         # dynamic shared memory: the launch's LDS size
+        loaded = _WithLds(loaded, lds)
     required = tuple(loaded.obj.block)
     if any(required) and required != block:
         raise LaunchError(f"{compiled.name} requires block {required}, launched with {block}")
@@ -298,7 +431,8 @@ def launch_kernel(compiled, grid, block, args=(), stream=None) -> None:
         def on_retire():
             printer.report(buf, compiled)
     try:
-        kernarg, bos = pack_args(compiled, grid, block, args, const_arrays(s.device, compiled), buf)
+        kernarg, bos = pack_args(compiled, grid, block, args, const_arrays(s.device, compiled), buf,
+                                 sharedmem, captured)
     except BaseException:
         if buf is not None:
             printer.release(buf)

@@ -82,7 +82,9 @@ class ScalarType:
         v = int(value) & ((1 << bits) - 1)
         return v - (1 << bits) if self.signed and v >> (bits - 1) else v
 
-    def __call__(self, value=None):
+    def __call__(self, *args):
+        if args and all(isinstance(a, (ScalarType, PtrType)) for a in args):
+            return Signature(self, args)        # Numba's float32(float32, float32)
         raise TypeError(f"umd.{self.kind}(...) converts values inside a @umd.kernel only; "
                         "use numpy (np.float32, np.int32, np.uint32) in host code")
 
@@ -135,6 +137,19 @@ class PtrType:
         return f"Ptr[{self.elem!r}]"
 
 
+class Signature:
+    """A function signature written as Numba writes one with its types, ``f32(f32, f32)``
+    (umd.vectorize, umd.guvectorize take it): ``return_type`` and the ``args`` types."""
+
+    __slots__ = ("return_type", "args")
+
+    def __init__(self, return_type, args) -> None:
+        self.return_type, self.args = return_type, tuple(args)
+
+    def __repr__(self) -> str:
+        return f"{self.return_type!r}({', '.join(map(repr, self.args))})"
+
+
 class _PtrFactory:
     def __getitem__(self, elem) -> PtrType:
         if not isinstance(elem, ScalarType) or elem.kind == "bool":
@@ -165,4 +180,22 @@ uint8, int8, uint16, int16, boolean = u8, i8, u16, i16, b1
 
 __all__ = ["f32", "i32", "u32", "f64", "i64", "u64", "float32", "int32", "uint32", "float64",
            "int64", "uint64", "u8", "i8", "u16", "i16", "b1", "uint8", "int8", "uint16", "int16", "boolean",
-           "Ptr", "ScalarType", "PtrType"]
+           "Ptr", "ScalarType", "PtrType", "Signature"]
+
+
+def split_type_list(text: str) -> list[str]:
+    """The types of a signature's argument list, 'float32[:, :], int32' ->
+    ['float32[:, :]', ' int32']: split at the commas outside brackets (Numba's
+    signature strings, umd.vectorize and umd.declare_device)."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur)
+    return out

@@ -27,6 +27,17 @@ MAX_SGPRS = 104                 # s0..s103
 MAX_VGPRS = 128                 # v0..v127 (per lane)
 MAX_LDS_BYTES = 64 * 1024       # per workgroup
 MAX_BLOCK_THREADS = 1024        # threads per workgroup (32 waves)
+# What one compute unit holds at once, GCN's resources per CU (the AMD GCN3 ISA guide,
+# "Compute unit" chapter; ROCm's occupancy calculator): 4 SIMDs of 10 wave slots, a
+# register file per SIMD of 64 KiB of VGPRs (512 registers of our 32-lane waves) and
+# 800 SGPRs, 64 KiB of LDS, 16 workgroups. It bounds a cooperative dispatch: every
+# workgroup waiting at s_barrier_grid is held (max_resident_workgroups).
+SIMDS_PER_CU = 4
+WAVE_SLOTS_PER_SIMD = 10
+VGPRS_PER_SIMD = 512
+SGPRS_PER_SIMD = 800
+LDS_BYTES_PER_CU = 64 * 1024
+MAX_WORKGROUPS_PER_CU = 16
 LANE_MASK = (1 << WAVE_SIZE) - 1
 
 # -- register conventions at wave start ------------------------------------------------
@@ -119,6 +130,7 @@ def _ops() -> list[OpInfo]:
     op(0x09, "s_cbranch_execnz", FMT_SOPP, (I, K_BRANCH))
     op(0x0A, "s_barrier", FMT_SOPP)
     op(0x0B, "s_trap", FMT_SOPP, (I, K_IMM))
+    op(0x0C, "s_barrier_grid", FMT_SOPP)     # every workgroup of the dispatch (docs/isa.md 4.1)
     # SOP1: scalar, one source.
     op(0x10, "s_mov_b32", FMT_ALU, (D, K_SDST), (S0, K_SSRC))
     op(0x11, "s_mov_b64", FMT_ALU, (D, K_SDST2), (S0, K_SSRC2))
@@ -528,3 +540,16 @@ class VcoHeader:
         block = struct.unpack_from("<III", tail)
         return cls(sgprs, vgprs, lds, entry, code_off, code_size, meta_off, meta_size, kernarg,
                    version, header_size, flags, block)
+
+
+def max_resident_workgroups(threads: int, sgprs: int, vgprs: int, lds_bytes: int) -> int:
+    """Workgroups of `threads` threads, each wave using `sgprs`/`vgprs` and the
+    workgroup `lds_bytes` of LDS, that one compute unit holds at once (the occupancy
+    model of the constants above): the cooperative limit per CU (docs/isa.md 4.1)."""
+    waves = -(-max(threads, 1) // WAVE_SIZE)
+    per_simd = min(WAVE_SLOTS_PER_SIMD, VGPRS_PER_SIMD // max(vgprs, 1),
+                   SGPRS_PER_SIMD // max(sgprs, 1))
+    fit = (SIMDS_PER_CU * per_simd) // waves
+    if lds_bytes:
+        fit = min(fit, LDS_BYTES_PER_CU // lds_bytes)
+    return max(0, min(fit, MAX_WORKGROUPS_PER_CU))

@@ -155,6 +155,8 @@ cdef enum CuCode:
     CU_BARRIER          # run_wave: the wave waits at s_barrier
     CU_DONE             # run_wave: the wave ended
     CU_PREEMPTED        # the preempt flag or the test trigger was seen before an instruction
+    CU_GRID             # run_wave: the wave waits at s_barrier_grid
+    CU_PARKED           # run_workgroup: the workgroup is held at the grid barrier
 
 # CuShared.stop: what preempt() / abort() ask of the workers (one int, read before
 # every instruction). An abort overrides a preemption, never the reverse. STOP_COUNT:
@@ -172,6 +174,7 @@ cdef enum WaveState:
     W_RUN = 0
     W_BARRIER
     W_DONE
+    W_GRID              # at s_barrier_grid (never saved: held workgroups are saved running)
 
 cdef struct OpDesc:
     uint8_t fmt
@@ -272,6 +275,12 @@ cdef struct CuShared:
     int csa_slots
     atomic[uint32_t]* csa_used  # slots holding a workgroup
     uint64_t wave_rec       # bytes of a wave's record in a slot
+    bint cooperative        # the code has s_barrier_grid (docs/isa.md 4.1)
+    uint8_t* gsa            # the workgroups held at the grid barrier, CSA slot format,
+    uint64_t gsa_slot       #   slots of gsa_slot bytes; a workgroup of the first phase
+    uint64_t gsa_cap        #   takes the slot of its index, later phases keep theirs
+    atomic[uint64_t]* nparked   # workgroups held in this phase; their slots in parked[]
+    uint64_t* parked
     uint32_t user_data[16]
     uint32_t* wave_exec     # [nwaves]
     uint32_t* lid           # [nwaves][3][32]
@@ -319,6 +328,7 @@ cdef struct CuThread:
     int64_t last_pc
     DInst scratch           # decode of an instruction outside the window
     int vzero_from          # a fresh wave zeroes its VGPRs from here (see run_workgroup)
+    int64_t gslot           # the grid-barrier slot the running workgroup came from, or -1
     uint8_t pad[64]         # the next thread's record starts a cache line later
 
 
@@ -1812,6 +1822,11 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
                 w.pc += 8
                 issue(T, op, active, &n_inst, &n_lane)
                 return stopped(T, n_inst, n_lane, CU_BARRIER)
+            if op == OP_S_BARRIER_GRID:
+                w.state = W_GRID
+                w.pc += 8
+                issue(T, op, active, &n_inst, &n_lane)
+                return stopped(T, n_inst, n_lane, CU_GRID)
             if op == OP_S_TRAP:
                 f.code, f.access, f.trap_code = CU_TRAP, -1, d.imm
                 return stopped(T, n_inst, n_lane, CU_TRAP)
@@ -1848,8 +1863,12 @@ cdef int run_wave(CuThread* T, int wi, CuFault* f) noexcept nogil:
 # -- context save area (docs/preemption.md; kmd/hw/compute.py CSA_*) -------------------------
 cdef void csa_save(CuThread* T, uint64_t index, uint32_t* xyz, int slot) noexcept nogil:
     """The workgroup running on T (its waves, LDS and barrier states) into CSA `slot`."""
+    wg_save(T, T.sh.csa + <uint64_t>slot * CU_CSA_SLOT_BYTES, index, xyz)
+
+
+cdef void wg_save(CuThread* T, uint8_t* p, uint64_t index, uint32_t* xyz) noexcept nogil:
+    """The workgroup running on T into the slot at p (a CSA's or the grid barrier's)."""
     cdef CuShared* sh = T.sh
-    cdef uint8_t* p = sh.csa + <uint64_t>slot * CU_CSA_SLOT_BYTES
     cdef uint32_t head[6]
     cdef uint32_t wave[4]
     cdef int wi
@@ -1874,10 +1893,16 @@ cdef void csa_save(CuThread* T, uint64_t index, uint32_t* xyz, int slot) noexcep
 
 cdef void csa_restore(CuThread* T, int slot) noexcept nogil:
     """The inverse of csa_save; the slot is free again afterwards."""
+    wg_restore(T, T.sh.csa + <uint64_t>slot * CU_CSA_SLOT_BYTES)
+    T.sh.csa_used.fetch_and(~(<uint32_t>1 << slot))
+
+
+cdef void wg_restore(CuThread* T, const uint8_t* p) noexcept nogil:
+    """The inverse of wg_save."""
     cdef CuShared* sh = T.sh
-    cdef const uint8_t* p = sh.csa + <uint64_t>slot * CU_CSA_SLOT_BYTES + CU_CSA_SLOT_HEADER
     cdef uint32_t wave[4]
     cdef int wi
+    p += CU_CSA_SLOT_HEADER
     for wi in range(sh.nwaves):
         memcpy(&T.waves[wi].pc, p, 8)
         memcpy(wave, p + 8, 16)
@@ -1889,7 +1914,6 @@ cdef void csa_restore(CuThread* T, int slot) noexcept nogil:
         p += sh.wave_rec
     T.vzero_from = 0        # the saved rows need not be zero: later waves zero them all
     memcpy(T.lds, p, sh.lds_bytes)
-    sh.csa_used.fetch_and(~(<uint32_t>1 << slot))
 
 
 cdef int csa_claim(CuShared* sh) noexcept nogil:
@@ -1923,12 +1947,14 @@ cdef inline uint64_t plan_wg(CuShared* sh, uint64_t pos, int* slot) noexcept nog
 
 @cython.cdivision(True)
 cdef int run_workgroup(CuThread* T, uint64_t index, int slot, CuFault* f) noexcept nogil:
-    """One workgroup (docs/isa.md 1.2 order), fresh or (slot >= 0) restored from the CSA:
-    CU_OK, or the code that stopped it (CU_PREEMPTED: saved, T.saved_slot)."""
+    """One workgroup (docs/isa.md 1.2 order), fresh or (slot >= 0) restored from the CSA,
+    (slot <= -2) from grid-barrier slot -2 - slot: CU_OK, CU_PARKED (held at the grid
+    barrier), or the code that stopped it (CU_PREEMPTED: saved, T.saved_slot)."""
     cdef CuShared* sh = T.sh
     cdef uint32_t xyz[3]
-    cdef int wi, d, code
-    cdef bint live
+    cdef int wi, d, code, first
+    cdef bint live, opened, grid
+    cdef uint64_t gslot
     cdef uint32_t* s
     cdef uint32_t* v
     cdef const uint32_t* lid
@@ -1937,8 +1963,12 @@ cdef int run_workgroup(CuThread* T, uint64_t index, int slot, CuFault* f) noexce
     xyz[1] = (index // sh.gx) % sh.gy
     xyz[2] = index // (<uint64_t>sh.gx * sh.gy)
     T.cur_wg = index
+    T.gslot = -1
     if slot >= 0:
         csa_restore(T, slot)
+    elif slot <= -2:
+        T.gslot = -2 - slot
+        wg_restore(T, sh.gsa + <uint64_t>T.gslot * sh.gsa_slot)
     else:
         T.waves_run += sh.nwaves
         if sh.lds_bytes:
@@ -1976,19 +2006,42 @@ cdef int run_workgroup(CuThread* T, uint64_t index, int slot, CuFault* f) noexce
             if code == CU_DONE:
                 T.last_wave = wi
                 T.last_pc = T.waves[wi].pc
-            elif code != CU_BARRIER:
+            elif code != CU_BARRIER and code != CU_GRID:
                 T.stop_wave = wi
                 if code == CU_PREEMPTED:
                     T.saved_slot = csa_claim(sh)
                     csa_save(T, index, xyz, T.saved_slot)
                 return code
-        live = False
+        # Every live wave waits: the workgroup barrier opens for those at s_barrier;
+        # when all wait at s_barrier_grid the workgroup is held at the grid barrier.
+        opened = grid = False
         for wi in range(sh.nwaves):
-            if T.waves[wi].state != W_DONE:
-                live = True
-                T.waves[wi].state = W_RUN      # every live wave waits: open the barrier
-        if not live:
+            if T.waves[wi].state == W_BARRIER:
+                T.waves[wi].state = W_RUN
+                opened = True
+            elif T.waves[wi].state == W_GRID:
+                grid = True
+        if opened:
+            continue
+        if not grid:
             return CU_OK
+        first = -1
+        for wi in range(sh.nwaves):
+            if T.waves[wi].state == W_GRID:
+                T.waves[wi].state = W_RUN      # they continue when the grid barrier opens
+                if first < 0:
+                    first = wi
+        gslot = <uint64_t>T.gslot if T.gslot >= 0 else index
+        if gslot >= sh.gsa_cap:
+            # Past what the compute units hold (compute.grid_barrier_capacity): the
+            # barrier could never open, so the dispatch faults there instead of hanging.
+            T.waves[first].pc -= 8
+            T.stop_wave = first
+            f.code, f.access = CU_ILLEGAL, -1
+            return CU_ILLEGAL
+        wg_save(T, sh.gsa + gslot * sh.gsa_slot, index, xyz)
+        sh.parked[sh.nparked.fetch_add(1)] = gslot
+        return CU_PARKED
 
 
 cdef inline void atomic_min(atomic[uint64_t]* a, uint64_t value) noexcept nogil:
@@ -2038,11 +2091,13 @@ cdef void* cu_worker(void* arg) noexcept nogil:
                 T.saved_slot = -1
                 break
             code = run_workgroup(T, index, slot, &T.fault)
-            if code != CU_OK:
+            if code == CU_PARKED:
+                code = CU_OK
+            elif code != CU_OK:
                 break
-            if index == sh.total - 1:
+            elif index == sh.total - 1:
                 T.has_last = True
-                if sh.plan != NULL:     # more workgroups may run here: keep its last wave
+                if sh.plan != NULL or sh.cooperative:   # more may run here: keep its last wave
                     T.last_w = T.waves[T.last_wave]
                     memcpy(T.last_s, T.s + T.last_wave * CU_MAX_SGPRS, sh.sgprs * 4)
                     memcpy(T.last_v, T.v + T.last_wave * sh.vgprs * CU_WAVE,
@@ -2084,7 +2139,9 @@ cdef class ComputeEngine:
     cdef atomic[uint64_t] _next_saved
     cdef atomic[uint64_t] _fault_wg
     cdef atomic[uint32_t] _csa_used
+    cdef atomic[uint64_t] _nparked
     cdef bint _running
+    cdef bint _cooperative
     cdef object _trigger
 
     def __init__(self, str name, ih, int threads=2, L2Cache l2=None):
@@ -2097,6 +2154,7 @@ cdef class ComputeEngine:
         self.threads = threads
         self._stop.store(0)
         self._running = False
+        self._cooperative = False
         self._trigger = None
 
     def abort(self):
@@ -2113,14 +2171,20 @@ cdef class ComputeEngine:
         """Preempt the dispatch in progress before each running wave's next instruction
         (from another thread): the workgroups running are saved to the CSA, those not
         started stay so, and the result is 'preempted' with its resume. Returns False
-        (and does nothing) when no dispatch is running."""
+        (and does nothing) when no dispatch is running, or when it is cooperative (its
+        code has s_barrier_grid: the workgroups held there are not in the CSA)."""
         cdef int cur = self._stop.load()
-        if not self._running:
+        if not self._running or self._cooperative:
             return False
         while cur != STOP_ABORT and cur != STOP_PREEMPT:    # 0 or STOP_COUNT
             if self._stop.compare_exchange_weak(cur, STOP_PREEMPT):
                 break
         return True
+
+    @property
+    def cooperative(self):
+        """True while a cooperative dispatch (s_barrier_grid) runs: preempt() refuses it."""
+        return self._cooperative
 
     def preempt_after(self, n):
         """Test trigger: the next dispatch in which a worker thread reaches `n`
@@ -2144,6 +2208,7 @@ cdef class ComputeEngine:
                                     user_data, resume, area)
         finally:
             self._running = False
+            self._cooperative = False
             self._stop.store(0)
             pin.release()
         if result.status == "preempted":
@@ -2165,6 +2230,9 @@ cdef class ComputeEngine:
         cdef int i, nthreads, wi, lane
         cdef bint ok = True
         cdef uint8_t[::1] csa_view = area
+        cdef PlanItem* coop_plan = NULL
+        cdef uint64_t n, a, b, wg_a, wg_b, cap
+        cdef int expect
         memset(&sh, 0, sizeof(sh))
         total = min(grid[0] * grid[1] * grid[2], (1 << 64) - 1)
         if total == 0:
@@ -2184,6 +2252,10 @@ cdef class ComputeEngine:
         sh.csa_slots = min(csa_view.shape[0] // _cu_py.CSA_SLOT_BYTES, _cu_py.CSA_MAX_SLOTS)
         sh.csa_used = &self._csa_used
         sh.wave_rec = _cu_py.csa_wave_bytes(sgprs, vgprs)
+        sh.nparked = &self._nparked
+        self._nparked.store(0)
+        cap = min(_cu_py.grid_barrier_capacity(block, sgprs, vgprs, lds_bytes, self.threads), total)
+        sh.gsa_slot = (_cu_py.CSA_SLOT_HEADER.size + sh.nwaves * sh.wave_rec + lds_bytes + 7) // 8 * 8
         used = 0
         for _, slot in (resume.saved if resume is not None else ()):
             used |= 1 << slot
@@ -2235,7 +2307,8 @@ cdef class ComputeEngine:
                 if threads[i].s == NULL or threads[i].v == NULL or threads[i].lds == NULL \
                         or threads[i].waves == NULL:
                     raise MemoryError
-                if resume is not None:
+                threads[i].gslot = -1
+                if resume is not None or cap:
                     threads[i].last_s = <uint32_t*>cu_zalloc(sgprs * 4)
                     threads[i].last_v = <uint32_t*>cu_zalloc(vgprs * CU_WAVE * 4)
                     if threads[i].last_s == NULL or threads[i].last_v == NULL:
@@ -2268,6 +2341,27 @@ cdef class ComputeEngine:
                         sh.vzero_from = sh.win[i].dst - OPR_VGPR
                 for i in range(nthreads):
                     threads[i].vzero_from = sh.vzero_from
+                # A cooperative dispatch (docs/isa.md 4.1): room for the workgroups held
+                # at the grid barrier, and no preemption (preempt() refuses it).
+                for i in range(nwin >> 3):
+                    if sh.win[i].status == CU_OK and sh.win[i].op == OP_S_BARRIER_GRID:
+                        sh.cooperative = True
+                        break
+                if sh.cooperative and cap:
+                    sh.gsa = <uint8_t*>malloc(cap * sh.gsa_slot)
+                    sh.parked = <uint64_t*>malloc(cap * 8)
+                    coop_plan = <PlanItem*>malloc(cap * sizeof(PlanItem))
+                    if sh.gsa != NULL and sh.parked != NULL and coop_plan != NULL:
+                        sh.gsa_cap = cap
+                if sh.cooperative:
+                    with gil:
+                        self._cooperative = True
+                        expect = STOP_PREEMPT      # a request that came before this: refused
+                        self._stop.compare_exchange_strong(expect, 0)
+                        expect = STOP_COUNT        # nor is the test trigger armed for it
+                        self._stop.compare_exchange_strong(expect, 0)
+                    for i in range(nthreads):
+                        threads[i].trigger_left = CU_NO_LIMIT
                 for i in range(1, nthreads):
                     if pthread_create(&tids[i], NULL, cu_worker, &threads[i]) != 0:
                         nthreads = i        # run with the threads we have
@@ -2275,6 +2369,35 @@ cdef class ComputeEngine:
                 cu_worker(&threads[0])
                 for i in range(1, nthreads):
                     pthread_join(tids[i], NULL)
+                # The grid barrier opens when every workgroup has ended or waits at it:
+                # the held ones run again, in ascending order, up to the next one.
+                while sh.nparked.load() and sh.fault_wg.load() == 0xFFFFFFFFFFFFFFFFULL \
+                        and sh.stop.load() != STOP_ABORT:
+                    n = sh.nparked.load()
+                    for a in range(1, n):           # insertion sort by workgroup index
+                        b = a
+                        while b > 0:
+                            memcpy(&wg_a, sh.gsa + sh.parked[b - 1] * sh.gsa_slot + 24, 8)
+                            memcpy(&wg_b, sh.gsa + sh.parked[b] * sh.gsa_slot + 24, 8)
+                            if wg_a <= wg_b:
+                                break
+                            sh.parked[b - 1], sh.parked[b] = sh.parked[b], sh.parked[b - 1]
+                            b -= 1
+                    for a in range(n):
+                        memcpy(&wg_a, sh.gsa + sh.parked[a] * sh.gsa_slot + 24, 8)
+                        coop_plan[a].pos, coop_plan[a].wg, coop_plan[a].count = a, wg_a, 1
+                        coop_plan[a].slot = -2 - <int>sh.parked[a]
+                    sh.plan, sh.nplan, sh.nwork, sh.nsaved, sh.chunk = coop_plan, n, n, 0, 1
+                    sh.next_wg.store(0)
+                    sh.next_saved.store(0)
+                    sh.nparked.store(0)
+                    for i in range(1, nthreads):
+                        if pthread_create(&tids[i], NULL, cu_worker, &threads[i]) != 0:
+                            nthreads = i
+                            break
+                    cu_worker(&threads[0])
+                    for i in range(1, nthreads):
+                        pthread_join(tids[i], NULL)
             for i in range(nthreads):
                 if threads[i].fired:
                     self._trigger = None
@@ -2287,7 +2410,11 @@ cdef class ComputeEngine:
                 free(threads[i].waves)
                 free(threads[i].last_s)
                 free(threads[i].last_v)
-            free(sh.plan)
+            if sh.plan != coop_plan:
+                free(sh.plan)
+            free(coop_plan)
+            free(sh.gsa)
+            free(sh.parked)
             free(sh.wave_exec)
             free(sh.lid)
             free(sh.win)
@@ -2339,7 +2466,7 @@ cdef class ComputeEngine:
         for i in range(threads.size()):
             if threads[i].has_last:
                 T = &threads[i]
-                if sh.plan != NULL:
+                if sh.plan != NULL or sh.cooperative:
                     last = self._wave_state({"pc": T.last_w.pc}, sh, &T.last_w, T.last_s,
                                             T.last_v, sh.total - 1, T.last_wave)
                 else:

@@ -5,6 +5,7 @@ The executors themselves are kmd/hw/cu_ref.py (pure Python) and the Cython core.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import math
 import struct
@@ -134,7 +135,7 @@ def dispatch_counters(ops: dict[int, tuple[int, int]], *, waves: int, lane_instr
         c["bytes_loaded"] += loaded * per
         c["bytes_stored"] += stored * per
         c["atomics"] += lanes if atomic else 0
-        c["barriers"] += inst if op == I.OP_S_BARRIER else 0
+        c["barriers"] += inst if op in (I.OP_S_BARRIER, I.OP_S_BARRIER_GRID) else 0
     if l2 is not None:
         c.update(l2)
     return c
@@ -308,6 +309,37 @@ def wave_layout(block: tuple[int, int, int]) -> list[tuple[int, list[tuple[int, 
         ids = [(t % bx, t // bx % by, t // (bx * by)) for t in range(first, first + count)]
         waves.append(((1 << count) - 1, ids))
     return waves
+
+
+GRID_WINDOW_BYTES = 65536       # the code a dispatch decodes up front (docs/hw.md)
+
+
+def grid_barrier_capacity(block: tuple[int, int, int], sgprs: int, vgprs: int, lds_bytes: int,
+                          cus: int) -> int:
+    """How many workgroups of a cooperative dispatch (one whose code has s_barrier_grid)
+    the engine holds at a grid barrier: what `cus` compute units hold resident at once
+    (vgpu.isa.max_resident_workgroups; docs/isa.md 4.1). A workgroup of index this or
+    above that reaches the barrier faults (illegal_instruction) instead of deadlocking."""
+    return cus * I.max_resident_workgroups(block[0] * block[1] * block[2], sgprs, vgprs, lds_bytes)
+
+
+def window_has_grid_barrier(pt, code_va: int) -> bool:
+    """Whether the exec-mapped code from `code_va` (the decode window) holds an
+    s_barrier_grid word: the dispatch is cooperative and is not preempted."""
+    if code_va % I.INST_BYTES:
+        return False
+    off = 0
+    while off < GRID_WINDOW_BYTES:
+        host, flags = pt.translate(code_va + off)
+        if host is None or not flags & 8:               # PTE_EXEC
+            return False
+        page_left = 4096 - ((code_va + off) & 4095)
+        n = min(page_left, GRID_WINDOW_BYTES - off)
+        words = np.frombuffer(ctypes.string_at(host, n), np.uint64)
+        if np.any(words == I.OP_S_BARRIER_GRID):       # the only valid spelling
+            return True
+        off += n
+    return False
 
 
 # -- decode-time validation (docs/isa.md 2.3) ---------------------------------------------

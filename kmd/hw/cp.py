@@ -173,7 +173,9 @@ class CommandProcessor:
             return False
         self._preempt = True
         deadline = time.monotonic() + 1.0       # as abort(): a dispatch about to start
+        # A cooperative dispatch refuses preemption (docs/isa.md 4.1): stop after it.
         while (self._dispatching and not self._abort and not self._compute.preempt()
+               and not getattr(self._compute, "cooperative", False)
                and time.monotonic() < deadline):
             time.sleep(0.0005)
         return True

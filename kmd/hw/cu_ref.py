@@ -33,6 +33,9 @@ class _Preempted(Exception):
     pass
 
 
+_PARKED = object()      # run_workgroup: every live wave waits at s_barrier_grid
+
+
 class _Wave:
     __slots__ = ("wg", "index", "s", "v", "exec", "vcc", "scc", "pc", "state")
 
@@ -46,7 +49,7 @@ class _Wave:
             for d in range(3):
                 self.v[I.VGPR_LOCAL_ID + d][lane] = xyz[d]
         self.exec, self.vcc, self.scc, self.pc = exec_mask, 0, 0, 0
-        self.state = "run"          # run | barrier | done
+        self.state = "run"          # run | barrier | grid | done
 
 
 def _final_wave(w: _Wave | None, pc: int) -> dict | None:
@@ -73,6 +76,17 @@ class ComputeEngine(RunControl):
         self.threads = threads          # the reference always runs on one thread
         self.l2 = l2
         self.l2_port = l2.port() if l2 is not None else None
+        self._cooperative = False
+
+    @property
+    def cooperative(self) -> bool:
+        """True while a cooperative dispatch (s_barrier_grid) runs: preempt() refuses it."""
+        return self._cooperative
+
+    def preempt(self) -> bool:
+        """RunControl's, refused (False) during a cooperative dispatch: the workgroups
+        held at its grid barrier are not in the CSA (docs/preemption.md)."""
+        return False if self._cooperative else super().preempt()
 
     def dispatch(self, pt, code_va: int, *, sgprs: int, vgprs: int, lds_bytes: int,
                  grid: tuple[int, int, int], block: tuple[int, int, int],
@@ -83,6 +97,7 @@ class ComputeEngine(RunControl):
         key = (code_va, sgprs, vgprs, lds_bytes, grid, block, tuple(user_data))
         area = C.check_resume(resume, key, csa, 1)
         self._stop = None
+        self._cooperative = C.window_has_grid_barrier(pt, code_va)
         self._running = True
         pin = pt.pin()
         try:
@@ -90,6 +105,7 @@ class ComputeEngine(RunControl):
             result = run.run(grid, resume, area, key, own=csa is None)
         finally:
             self._running = False
+            self._cooperative = False
             self._stop = None
             pin.release()
         if result.status == "fault":
@@ -115,6 +131,9 @@ class _Dispatch(wide_ref.WideOps):
         self.dispatches = 1
         self.final: dict | None = None      # the ok result's wave: the final workgroup's last
         self.limit = engine._trigger if engine._trigger is not None else 1 << 64
+        if engine._cooperative:             # not preempted, by the trigger either
+            self.limit = 1 << 64
+        self.capacity = C.grid_barrier_capacity(block, sgprs, vgprs, lds_bytes, engine.threads)
 
     def result(self, status, wave, pc, reason=None, fault=None, trap_code=0):
         l2 = self.l2.take_tally() if self.l2 is not None else None
@@ -143,6 +162,7 @@ class _Dispatch(wide_ref.WideOps):
             self.dispatches = 0
             self.final = resume.last
         pos = 0
+        parked = []         # [(index, waves, lds)] held at the grid barrier, ascending
         for first, count, slot in plan:
             for index in range(first, first + count):
                 if self.engine._stop == "preempt":
@@ -158,12 +178,36 @@ class _Dispatch(wide_ref.WideOps):
                 stop = self.run_workgroup(waves)
                 if stop is _Preempted:
                     return self.preempted(plan, pos + 1, (index, waves), csa, key, own)
-                if stop is not None:
+                if stop is _PARKED:
+                    if index >= self.capacity:
+                        return self.too_many_at_grid_barrier(waves)
+                    parked.append((index, waves, self.lds))
+                elif stop is not None:
                     return stop
                 pos += 1
-                if index == total - 1:
+                if index == total - 1 and stop is None:
+                    self.final = _final_wave(self.last, self.last_pc)
+        # The grid barrier (docs/isa.md 4.1): every workgroup has ended or waits at it;
+        # the waiting ones continue, in ascending order, until the next one.
+        while parked:
+            phase, parked = parked, []
+            for index, waves, lds in phase:
+                self.lds = lds
+                stop = self.run_workgroup(waves)
+                if stop is _PARKED:
+                    parked.append((index, waves, self.lds))
+                elif stop is not None:
+                    return stop
+                elif index == total - 1:
                     self.final = _final_wave(self.last, self.last_pc)
         return self.result("ok", self.final, 0)
+
+    def too_many_at_grid_barrier(self, waves) -> C.ComputeResult:
+        """A workgroup past the engine's capacity reached s_barrier_grid: the dispatch
+        could never pass it (hardware would hang), so it faults there."""
+        w = next(w for w in waves if w.state == "run")     # the first one held there
+        w.pc -= I.INST_BYTES
+        return self.result("fault", w, w.pc, C.REASON_ILLEGAL)
 
     # -- preemption (docs/preemption.md) ------------------------------------------------------
     def preempted(self, plan, pos, running, csa, key, own) -> C.ComputeResult:
@@ -229,11 +273,19 @@ class _Dispatch(wide_ref.WideOps):
                     return self.result("aborted", w, w.pc)
                 except _Preempted:
                     return _Preempted
-            live = [w for w in waves if w.state != "done"]
-            if not live:
-                return None
-            for w in live:          # every live wave is at the barrier: open it
+            # Every live wave waits: the workgroup barrier opens for those at s_barrier;
+            # when all wait at s_barrier_grid the workgroup is held at the grid barrier.
+            local = [w for w in waves if w.state == "barrier"]
+            for w in local:
                 w.state = "run"
+            if local:
+                continue
+            grid = [w for w in waves if w.state == "grid"]
+            if not grid:
+                return None
+            for w in grid:          # they continue when the grid barrier opens
+                w.state = "run"
+            return _PARKED
 
     # -- one wave until barrier / end ---------------------------------------------------
     def fetch(self, pc: int):
@@ -278,7 +330,7 @@ class _Dispatch(wide_ref.WideOps):
                 self.last, self.last_pc = w, w.pc
                 return
             w.pc = next_pc if new_pc is None else new_pc
-            if w.state == "barrier":
+            if w.state in ("barrier", "grid"):
                 return
 
     # -- operands ---------------------------------------------------------------------------
@@ -318,6 +370,9 @@ class _Dispatch(wide_ref.WideOps):
 
     def op_s_barrier(self, w, inst):
         w.state = "barrier"
+
+    def op_s_barrier_grid(self, w, inst):
+        w.state = "grid"
 
     def op_s_trap(self, w, inst):
         raise C.WaveFault(C.REASON_TRAP, trap_code=inst.imm)

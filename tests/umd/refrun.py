@@ -26,10 +26,15 @@ def _dim3(v):
 
 
 def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "reference",
-        print_bytes: int = 64 << 10, printed: dict | None = None):
+        print_bytes: int = 64 << 10, printed: dict | None = None, shared_bytes: int = 0,
+        status: str = "ok", captured: dict | None = None):
     """`engine`: "reference" (kmd.hw.cu_ref) or "cython" (kmd.hw._core, two workers).
     A kernel that prints gets a print buffer of `print_bytes` record bytes; `printed`
-    (a dict) receives its "lines" and the number "dropped" (umd.compiler.prints)."""
+    (a dict) receives its "lines" and the number "dropped" (umd.compiler.prints).
+    `shared_bytes`: the launch's dynamic shared memory (`k[grid, block, 0, bytes]`),
+    after the kernel's static LDS as umd.launch places it; `status`: the result's;
+    `captured`: the numpy arrays standing for the device arrays the kernel names as
+    globals (hidden __global_<k>, copied back as arguments are)."""
     grid, block = _dim3(grid), _dim3(block)
     if engine == "cython":
         rig = Rig(_core.ComputeEngine, _core.PageTable, mem_size=mem_size)
@@ -43,12 +48,14 @@ def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "re
     for d, k in zip("xyz", range(3)):
         values[f"__grid_dim_{d}"] = grid[k]
         values[f"__block_dim_{d}"] = block[k]
-    for spec in user:
+    values.update(captured or {})
+    for spec in user + [a for a in compiled.args if a.name.startswith("__global_")]:
         arr = values[spec.name]
         if spec.kind == "ptr":
             shape = arr.shape if getattr(spec, "ndim", 0) else (arr.size,)
             for k, extent in enumerate(shape):
                 values[f"__shape_{spec.name}_{k}"] = extent
+    values["__dynamic_shared_bytes"] = shared_bytes
     values.update({k: v.copy() for k, v in compiled.const_arrays().items()})   # umd.const arrays
     if compiled.prints:
         buf = np.zeros(prints.HEADER_WORDS + print_bytes // 4, np.uint32)
@@ -75,9 +82,9 @@ def run(compiled, grid, block, *args, mem_size: int = 4 << 20, engine: str = "re
             raw = struct.pack("<I", int(v) & 0xFFFFFFFF)
         rig.karg[spec.offset:spec.offset + spec.size] = np.frombuffer(raw, np.uint8)
     result = rig.engine.dispatch(rig.pt, CODE_VA + obj.entry, sgprs=obj.sgprs,
-                                 vgprs=obj.vgprs, lds_bytes=obj.lds_bytes, grid=grid,
+                                 vgprs=obj.vgprs, lds_bytes=obj.lds_bytes + shared_bytes, grid=grid,
                                  block=block, user_data=[KARG_VA & 0xFFFFFFFF, KARG_VA >> 32])
-    assert result.status == "ok", (result, compiled.asm_text)
+    assert result.status == status, (result, compiled.asm_text)
     for arr, o in placed:
         arr[...] = rig.mem[o:o + arr.nbytes].view(arr.dtype).reshape(arr.shape)
     if compiled.prints and printed is not None:

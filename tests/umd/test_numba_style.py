@@ -251,8 +251,8 @@ def test_device_functions_inline():
 
 def test_device_function_option_and_host_call():
     assert isinstance(K.clamp, umd.DeviceFunction)
-    with pytest.raises(TypeError, match="device function.*called from a kernel"):
-        K.clamp(1.0, 0.0, 2.0)
+    # called from the host, a device function runs as Python (issue 25; it was a TypeError)
+    assert K.clamp(1.0, 0.0, 2.0) == 1.0 and K.clamp(3.0, 0.0, 2.0) == 2.0
     with pytest.raises(TypeError, match="device function"):
         K.clamp[1, 32]
     with pytest.raises(TypeError, match="unknown option.*optimise"):

@@ -74,7 +74,7 @@ def build(pyfn, options: dict | None = None, env: dict | None = None, *,
     ``env`` the names of the frame that defined it (umd.kernel passes them); ``level``
     that of :func:`optimize`."""
     pyfn, env = _unwrap(pyfn, env)
-    fn = frontend.lower(pyfn, env)
+    fn = frontend.lower(pyfn, env, tuple((options or {}).get("link") or ()))
     optimize(fn, level, fastmath=bool((options or {}).get("fastmath")))
     stop, _ = regalloc.allocate(fn)
     gen = codegen.CodeGen(fn, stop)
@@ -102,7 +102,9 @@ def build(pyfn, options: dict | None = None, env: dict | None = None, *,
                           dict(getattr(fn, "traps", {})),
                           {k: (dt, list(shape), raw.hex())
                            for k, (dt, shape, raw) in getattr(fn, "consts", {}).items()},
-                          list(getattr(fn, "prints", [])))
+                          list(getattr(fn, "prints", [])), bool(getattr(fn, "cooperative", False)),
+                          bool(getattr(fn, "dynamic_shared", False)),
+                          {k: list(v) for k, v in getattr(fn, "captured", {}).items()})
 
 
 def compile_kernel(pyfn, options: dict | None = None, env: dict | None = None) -> CompiledKernel:

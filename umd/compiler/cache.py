@@ -55,7 +55,8 @@ def _names(pyfn, env: dict | None) -> dict:
 
 def _constants(pyfn, env: dict | None = None) -> dict:
     """Module-level numbers the kernel names: they are compiled in as constants; so are
-    the numpy arrays it may freeze with umd.const.array_like (by content)."""
+    the numpy arrays it may freeze with umd.const.array_like (by content); device arrays
+    it captures, by dtype and dimensions."""
     out = {}
     for n, v in _names(pyfn, env).items():
         if isinstance(v, (bool, int, float, tuple)):
@@ -63,6 +64,9 @@ def _constants(pyfn, env: dict | None = None) -> dict:
         elif isinstance(v, np.ndarray):
             data = np.ascontiguousarray(v)
             out[n] = f"ndarray {data.dtype} {data.shape} {hashlib.sha256(data.tobytes()).hexdigest()}"
+        elif hasattr(v, "__cuda_array_interface__") and hasattr(v, "dtype"):
+            # a captured device array: its type is compiled in, its memory is the launch's
+            out[n] = f"device array {np.dtype(v.dtype)} {len(getattr(v, 'shape', ()))}-D"
     return out
 
 
@@ -116,7 +120,9 @@ def cache_key(pyfn, options: dict, compiler_version: int, env: dict | None = Non
     from . import libdevice
     device: dict = {}
     _device_functions(pyfn, env, device)
-    blob = json.dumps({"source": _source(pyfn), "constants": _constants(pyfn, env),
+    from . import linking
+    links = linking.link_digests(options, _names(pyfn, env), getattr(pyfn.__code__, "co_filename", ""))
+    blob = json.dumps({"source": _source(pyfn), "constants": _constants(pyfn, env), "links": links,
                        "device_functions": device, "library": inspect.getsource(libdevice),
                        "options": {k: repr(v) for k, v in sorted(options.items())},
                        "isa": isa.ISA_VERSION, "compiler": compiler_version,

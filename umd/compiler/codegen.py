@@ -493,6 +493,8 @@ class CodeGen(WideCodeGen):
             return self.memory(st)
         if op == "barrier":
             return self.ins("s_barrier")
+        if op == "grid_barrier":            # umd.cg.this_grid().sync() (docs/isa.md 4.1)
+            return self.ins("s_barrier_grid")
         if op == "trap":
             return self.ins(f"s_trap {int(a[0].value)}")
         if op == "select":

@@ -28,6 +28,14 @@ class CompiledKernel:
     consts: dict[str, tuple] = dataclasses.field(default_factory=dict)
     # print() sites, in order: format id k + 1 is prints[k] (compiler/prints.py)
     prints: list[list] = dataclasses.field(default_factory=list)
+    # the kernel syncs its grid (umd.cg.this_grid().sync()): a cooperative launch, at
+    # most max_cooperative_blocks workgroups (docs/umd.md, "Cooperative launches")
+    cooperative: bool = False
+    # it declares umd.shared.array(0, T): its dynamic shared memory starts at lds_bytes
+    dynamic_shared: bool = False
+    # device arrays named as globals: hidden argument __global_<k> -> [module, function,
+    # expression], looked up at each launch (umd.launch.captured_arrays)
+    captured: dict[str, list] = dataclasses.field(default_factory=dict)
 
     def const_arrays(self) -> dict:
         """{hidden argument: numpy array} of the kernel's constant arrays."""

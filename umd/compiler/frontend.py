@@ -42,7 +42,7 @@ import numpy as np
 from umd import intrinsics as K
 from umd.types import PtrType, ScalarType, b1, bool_, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 
-from . import ir, iteration, prints, wraparound
+from . import ir, iteration, linking, prints, wraparound
 from .errors import KernelCompileError
 from .functions import DeviceFunction, JitFunction
 from .ir import const
@@ -76,6 +76,10 @@ _NP_MATH = {getattr(np, n): r for n, r in (
     ("isnan", "isnan"), ("isinf", "isinf"), ("isfinite", "isfinite"), ("fmin", "fmin"),
     ("fmax", "fmax"), ("radians", "radians"), ("degrees", "degrees"), ("deg2rad", "radians"),
     ("rad2deg", "degrees"))}
+# NumPy's arithmetic ufuncs, on scalars and (with an output array) on whole arrays
+_NP_ARITH = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.divide: "div",
+             np.true_divide: "div"}
+_UFUNC_BINARY = ("fmin", "fmax", "pow", "copysign", "atan2", "hypot", "fmod", "ldexp")
 _NUMPY_CASTS = {np.float32: f32, np.int32: i32, np.uint32: u32, np.float64: f64, np.int64: i64,
                 np.uint64: u64, np.uint8: u8, np.int8: i8, np.uint16: u16, np.int16: i16,
                 np.bool_: b1}
@@ -106,6 +110,7 @@ ATOMIC_TYPES = {"add": _ALL, "sub": _ALL, "min": _ALL, "max": _ALL, "nanmin": _A
 # as CUDA compilers build the ones their hardware lacks.
 _CAS_LOOP_ATOMICS = {"and_": 0, "or_": 1, "xor": 2, "inc": 3, "dec": 4}   # libdevice.atomic_update
 WAVE_SIZE = K.warpsize            # lanes per wave (vgpu.isa.WAVE_SIZE)
+DYNAMIC_SHARED_ARG = "__dynamic_shared_bytes"   # hidden u32: the launch's dynamic LDS bytes
 _ISA_ATOMIC = {"add": "add", "sub": "add", "min": "min", "max": "max", "nanmin": "min",
                "nanmax": "max", "exch": "xchg", "cas": "cas", "compare_and_swap": "cas"}
 
@@ -188,6 +193,44 @@ class _View:
         return _elem(self.arr)
 
 
+class _GridGroup:
+    """`umd.cg.this_grid()` (Numba's cuda.cg.this_grid()), known at compile time: the
+    whole grid; `.sync()` is the grid barrier, `.size` its threads, `.thread_rank()`
+    this thread's rank in it."""
+
+    type = None
+
+
+class _Choice:
+    """An array name bound to different arrays at run time (`src = x` in one branch,
+    `src = y` in the other; `a, b = b, a` in a loop): the arrays it may name (`keys`,
+    see _array_key, in a fixed order) and a local i32 `sel`, the position of the one
+    it names now. Every candidate has the same element type and dimensions (Numba
+    unifies an array variable's types, and refuses different ones); an access
+    branches on `sel` to the candidate's own load or store."""
+
+    def __init__(self, name: str, keys: list, sel, elem, storage, ndim: int, flat: bool) -> None:
+        self.name, self.keys, self.sel = name, keys, sel
+        self.elem, self.storage, self.ndim, self.flat = elem, storage, ndim, flat
+        self.type = None
+
+
+class _Rebind(Exception):
+    """An array name is bound to another array: restart with it a _Choice over `keys`."""
+
+    def __init__(self, name: str, keys: list) -> None:
+        self.name, self.keys = name, keys
+
+
+def _array_key(arr) -> str:
+    """What names an array across restarts of the lowering (a _Choice's candidates)."""
+    if isinstance(arr, ir.Var):
+        return f"var:{arr.name}"
+    if isinstance(arr, ir.SharedArray):
+        return f"lds:{arr.name}"
+    return f"local:{arr.name}"
+
+
 class _Missing:
     pass
 
@@ -212,7 +255,7 @@ def _hashable(obj) -> bool:
 
 
 def _is_array(v) -> bool:
-    return isinstance(v, (ir.SharedArray, LocalArray, _View)) or (
+    return isinstance(v, (ir.SharedArray, LocalArray, _View, _Choice)) or (
         isinstance(v, ir.Var) and isinstance(v.type, PtrType))
 
 
@@ -223,6 +266,8 @@ def _elem(arr) -> ScalarType:
 def _storage(arr) -> ScalarType:
     """The element type an array holds: a shared or local array of a small type keeps
     its elements widened (elem is then i32 or bool), `storage` names the small type."""
+    if isinstance(arr, _View):
+        return _storage(arr.arr)
     return arr.type.elem if isinstance(arr, ir.Var) else arr.storage or arr.elem
 
 
@@ -336,9 +381,12 @@ class Scope:
 
 class FunctionLowering:
     def __init__(self, pyfn, declared: dict[str, ScalarType], extra_env: dict | None = None,
-                 unbounded: set | None = None) -> None:
+                 unbounded: set | None = None, rebound: dict | None = None,
+                 links: tuple = ()) -> None:
         self.pyfn = pyfn
+        self.links = tuple(links)               # the kernel's link= (umd.declare_device)
         self.declared = dict(declared)
+        self.rebound = dict(rebound or {})      # array names bound to several arrays -> keys
         self.unbounded = set(unbounded or ())   # variables that may be negative (wraparound)
         self.extra_env = extra_env
         src = _source_of(pyfn)
@@ -351,14 +399,18 @@ class FunctionLowering:
         self.counter = 0
         self.shared: list[ir.SharedArray] = []
         self.lds = 0
+        self.dynamic: list[ir.SharedArray] = []  # shared.array(0, T): the launch's dynamic LDS
+        self.cooperative = False                # the kernel syncs its grid (umd.cg)
         self.block: list = []
         self.args: list[ir.Var] = []
         self.hidden: dict[str, ir.Var] = {}
         self.consts: dict[str, tuple] = {}     # __const_<k> -> (dtype name, shape, bytes)
+        self.captured: dict[str, list] = {}    # __global_<k> -> [module, function, expression]
         self.karg_offset = 0
         self.inline_stack: list = []
         self.inlines = 0
         self.locals_made = 0
+        self.local_arrays: dict[str, LocalArray] = {}
         self.traps: dict[int, str] = {}
         self.prints: list[prints.Format] = []   # the print() sites (compiler/prints.py)
         self.bounds: dict[int, int] = {}       # Var.id -> a lower bound (wraparound.py)
@@ -486,10 +538,19 @@ class FunctionLowering:
             if v.arg.kind == "b1":          # a bool argument: its 0/1 slot tested != 0
                 self.locals[p.arg] = self.op("ne", bool_, [v, ir.Const(0, i32)], p)
         self.statements(self.body_of(fn))
+        if self.dynamic:
+            # The dynamic region starts after the static arrays (CUDA's extern
+            # __shared__ layout), 16-byte aligned; every shared.array(0, T) is it.
+            self.lds = -(-self.lds // 16) * 16
+            for sa in self.dynamic:
+                sa.offset = self.lds
         func = ir.Function(fn.name, self.args, self.block, self.shared, self.source_file,
                            self.first_line, lds_bytes=self.lds)
+        func.cooperative = self.cooperative
+        func.dynamic_shared = bool(self.dynamic)
         func.traps = dict(self.traps)
         func.consts = dict(self.consts)
+        func.captured = dict(self.captured)
         func.prints = list(self.prints)
         return func
 
@@ -792,13 +853,17 @@ class FunctionLowering:
 
     def snapshot(self, value, node):
         """A value that later assignments to a local variable do not change."""
-        if isinstance(value, ir.Var) and value.local:
+        if isinstance(value, ir.Var) and value.local and not isinstance(value.type, PtrType):
             copy = self.emit("mov", self.temp(value.type), [value], node)
             if value.id in self.bounds:
                 self.bounds[copy.id] = self.bounds[value.id]
             return copy
         if isinstance(value, _Tuple):
             return _Tuple([self.snapshot(v, node) for v in value.items])
+        if isinstance(value, _Choice):
+            sel = self.emit("mov", self.temp(i32), [value.sel], node)
+            return _Choice(value.name, value.keys, sel, value.elem, value.storage, value.ndim,
+                           value.flat)
         return value
 
     def assign(self, target, value, node) -> None:
@@ -814,11 +879,11 @@ class FunctionLowering:
         elif isinstance(target, ast.Name):
             name = target.id
             old = self.locals.get(name)
-            if _is_array(value):
-                if old is not None and old is not value:
-                    raise self.error(node, f"{name!r} is already defined (an array name is "
-                                     "bound once)")
+            if isinstance(value, _GridGroup):
                 self.locals[name] = value
+                return
+            if _is_array(value):
+                self.bind_array(name, old, value, node)
                 return
             if isinstance(value, _Tuple):
                 if old is not None and not (isinstance(old, _Tuple) and len(old.items) == len(value.items)):
@@ -849,6 +914,101 @@ class FunctionLowering:
         else:
             raise self.error(node, f"unsupported assignment target: {self.describe(target)}")
 
+    # -- array names bound to several arrays (_Choice) --------------------------------
+    def bind_array(self, name: str, old, value, node) -> None:
+        """name = value, an array: bound by name when it is the name's only array; a
+        name given several arrays is a _Choice over them (a restart makes it one from
+        its first binding on), every one of the same type."""
+        if isinstance(value, _View):
+            if old is not None and old is not value:
+                raise self.error(node, f"{name!r} is already defined (a row view is bound once)")
+            self.locals[name] = value
+            return
+        key = self.scope.prefix + name
+        if old is not None and _is_array(old) and old is not value:
+            self.same_array_type(name, old, value, node)
+        if key not in self.rebound:
+            if old is None or old is value:
+                self.locals[name] = self.snapshot(value, node) if isinstance(value, _Choice) else value
+                return
+            if not _is_array(old):
+                raise self.error(node, f"{name!r} is already defined as {self.what(old)}; an "
+                                 "array cannot be assigned to it")
+            raise _Rebind(key, self.candidate_keys(old, node) + [
+                k for k in self.candidate_keys(value, node) if k not in self.candidate_keys(old, node)])
+        keys = self.rebound[key]
+        new = [k for k in self.candidate_keys(value, node) if k not in keys]
+        if new:
+            raise _Rebind(key, keys + new)
+        ch = old if isinstance(old, _Choice) else None
+        if ch is None:
+            if old is not None:
+                raise self.error(node, f"{name!r} is already defined as {self.what(old)}")
+            flat = isinstance(value, _Choice) and value.flat or \
+                isinstance(value, ir.Var) and not value.type.ndim
+            ch = _Choice(name, keys, self.new_local(f"{key}.array", i32), _elem(value),
+                         _storage(value), self.ndim_of(value), flat)
+            self.locals[name] = ch
+        self.assign_var(ch.sel, self.position_in(keys, value, node), node)
+
+    def candidate_keys(self, arr, node) -> list:
+        if isinstance(arr, _Choice):
+            return list(arr.keys)
+        if isinstance(arr, _View):
+            raise self.error(node, "a row view cannot be rebound; index the array instead")
+        return [_array_key(arr)]
+
+    def position_in(self, keys: list, value, node):
+        """The position in `keys` of the array `value` names (a select over a choice's)."""
+        if not isinstance(value, _Choice):
+            return ir.Const(keys.index(_array_key(value)), i32)
+        res = ir.Const(keys.index(value.keys[0]), i32)
+        for j, k in enumerate(value.keys[1:], 1):
+            hit = self.op("eq", bool_, [value.sel, ir.Const(j, i32)], node)
+            res = self.op("select", i32, [hit, ir.Const(keys.index(k), i32), res], node)
+        return res
+
+    def same_array_type(self, name: str, old, value, node) -> None:
+        def describe(a):
+            kind = ("a shared array" if isinstance(a, ir.SharedArray) else
+                    "a local array" if isinstance(a, LocalArray) else "an array")
+            flat = isinstance(a, _Choice) and a.flat or isinstance(a, ir.Var) and not a.type.ndim
+            dims = f"Ptr[{_storage(a)!r}]" if flat else f"{_storage(a)!r}[{', '.join([':'] * self.ndim_of(a))}]"
+            return f"{kind} {dims}"
+        if describe(old).split()[-1] != describe(value).split()[-1]:
+            raise self.error(node, f"{name!r} is bound to {describe(old)} and to {describe(value)}: "
+                             "every binding of an array name must have the same type (element type "
+                             "and dimensions), as in Numba")
+
+    def candidate(self, key: str, node):
+        """The array of a _Choice's key, in this lowering."""
+        kind, _, name = key.partition(":")
+        found = (next((a for a in self.args if a.name == name), None) if kind == "var" else
+                 next((a for a in self.shared if a.name == name), None) if kind == "lds" else
+                 self.local_arrays.get(name))
+        if found is None:
+            raise self.error(node, f"an array this name may be bound to ({name}) is declared after "
+                             "this use; declare it before")
+        return found
+
+    def choose(self, ch: _Choice, node, each) -> None:
+        """each(candidate) lowered under `ch.sel == k` for every candidate k."""
+        saved = self.block
+        chain = None
+        for k in reversed(range(len(ch.keys))):
+            self.block = []
+            each(self.candidate(ch.keys[k], node))
+            body = self.block
+            if chain is None:
+                chain = body
+            else:
+                self.block = []
+                hit = self.op("eq", bool_, [ch.sel, ir.Const(k, i32)], node)
+                self.block.append(ir.If(hit, body, chain, self.line(node)))
+                chain = self.block
+        self.block = saved
+        self.block.extend(chain)
+
     def not_assignable(self, node, item) -> KernelCompileError:
         if isinstance(item, _View):
             n, nd = len(item.prefix), self.ndim_of(item.arr)
@@ -878,6 +1038,8 @@ class FunctionLowering:
     def ndim_of(self, arr) -> int:
         if isinstance(arr, _View):
             return self.ndim_of(arr.arr) - len(arr.prefix)
+        if isinstance(arr, _Choice):
+            return arr.ndim
         if isinstance(arr, ir.Var):
             return arr.type.ndim or 1
         return len(arr.shape)
@@ -885,19 +1047,42 @@ class FunctionLowering:
     def shape_of(self, arr, k: int):
         if isinstance(arr, _View):
             return self.shape_of(arr.arr, len(arr.prefix) + k)
+        if isinstance(arr, _Choice):        # the extent of the array it names now
+            node = ast.Constant(0)
+            res = self.shape_of(self.candidate(arr.keys[0], node), k)
+            for j, key in enumerate(arr.keys[1:], 1):
+                hit = self.op("eq", bool_, [arr.sel, ir.Const(j, i32)], None)
+                res = self.op("select", i32, [hit, self.shape_of(self.candidate(key, node), k), res],
+                              None)
+            return res
         if isinstance(arr, ir.Var) and arr.name in self.consts:    # a constant array's own
             return ir.Const(self.consts[arr.name][1][k], i32)
         if isinstance(arr, ir.Var):
             return self.shape_arg(arr, k)
+        if getattr(arr, "dynamic", False):
+            return arr.extent
         return ir.Const(arr.shape[k], i32)
 
+    def dynamic_extent(self, t, node):
+        """Elements of a dynamic shared array of t: the launch's dynamic shared bytes
+        (hidden argument __dynamic_shared_bytes) over the element size, as Numba's."""
+        v = self.hidden.get(DYNAMIC_SHARED_ARG)
+        if v is None:
+            spec = ir.ArgSpec(DYNAMIC_SHARED_ARG, "u32", self.karg_offset, 4)
+            self.karg_offset += 4
+            v = ir.Var(DYNAMIC_SHARED_ARG, i32, -len(self.args) - 1, arg=spec)
+            self.args.append(v)
+            self.hidden[DYNAMIC_SHARED_ARG] = v
+        return self.binop("floordiv", v, ir.Const(t.itemsize, i32), node)
+
     def array_name(self, arr) -> str:
-        return arr.name if isinstance(arr, (ir.Var, LocalArray, _View)) else "a shared array"
+        return arr.name if isinstance(arr, (ir.Var, LocalArray, _View, _Choice)) else "a shared array"
 
     def flat_index(self, arr, indices: list, node):
         """The element number of arr[indices] (row-major)."""
         nd = self.ndim_of(arr)
-        if isinstance(arr, ir.Var) and not arr.type.ndim and len(indices) > 1:
+        if (isinstance(arr, ir.Var) and not arr.type.ndim or isinstance(arr, _Choice) and arr.flat) \
+                and len(indices) > 1:
             raise self.error(node, f"{arr.name!r} is {arr.type!r}, a flat pointer: declare it "
                              f"{arr.type.elem!r}[{', '.join([':'] * len(indices))}] to index it with "
                              f"{len(indices)} indices")
@@ -926,7 +1111,8 @@ class FunctionLowering:
         (wraparound.py); nothing to do for one that cannot be negative, nor on a
         `Ptr[T]` (umd's C pointer, which may be a bare device address of no known size)."""
         lb = self.lower_bound(part)
-        if lb is not None and lb >= 0 or isinstance(arr, ir.Var) and not arr.type.ndim:
+        if lb is not None and lb >= 0 or isinstance(arr, ir.Var) and not arr.type.ndim \
+                or isinstance(arr, _Choice) and arr.flat:
             return part
         extent = self.shape_of(arr, k)
         if isinstance(part, ir.Const):
@@ -970,7 +1156,8 @@ class FunctionLowering:
         if isinstance(base, _View):
             base, parts = base.arr, base.prefix + parts
         nd = self.ndim_of(base)
-        if len(parts) < nd and not (isinstance(base, ir.Var) and not base.type.ndim):
+        if len(parts) < nd and not (isinstance(base, ir.Var) and not base.type.ndim
+                                    or isinstance(base, _Choice) and base.flat):
             for part in parts:                      # a row view: a[i] of a 2-D array
                 self.check_value(part, node)
                 if not part.type.is_int:
@@ -979,6 +1166,11 @@ class FunctionLowering:
         return base, self.flat_index(base, parts, node)
 
     def load(self, arr, idx, node):
+        if isinstance(arr, _Choice):
+            res = self.new_local(f"{arr.name}.elem{self.counter}",
+                                 bool_ if _storage(arr) == b1 else _elem(arr).register)
+            self.choose(arr, node, lambda a: self.emit("mov", res, [self.load(a, idx, node)], node))
+            return res
         if isinstance(arr, LocalArray):
             if isinstance(idx, ir.Const):
                 return self.emit("mov", self.temp(arr.elem), [self.local_element(arr, idx, node)], node)
@@ -994,8 +1186,15 @@ class FunctionLowering:
         return self.op("load", elem.register, [idx], node, array=arr)
 
     def store(self, arr, idx, value, node) -> None:
+        if isinstance(arr, _Choice):
+            self.check_value(value, node)
+            self.choose(arr, node, lambda a: self.store(a, idx, value, node))
+            return
         if isinstance(arr, ir.Var) and arr.name in self.consts:
-            raise self.error(node, "a constant array (umd.const.array_like) is read-only")
+            raise self.error(node, "a constant array (umd.const.array_like, or a global numpy "
+                             "array, which kernels capture as a constant as Numba does) is read-only: "
+                             "pass the array as an argument, or make it a device array "
+                             "(umd.to_device) to write to it")
         self.check_value(value, node)
         if _storage(arr).small:     # memory truncates a global store; registers need the wrap
             value = self.narrow(value, _storage(arr), node, wrap=not isinstance(arr, ir.Var))
@@ -1124,6 +1323,8 @@ class FunctionLowering:
             value = self.expr(node.value)
             if _is_array(value):
                 return self.array_attribute(value, node.attr, node)
+            if isinstance(value, _GridGroup):
+                return self.grid_group(node.attr, node, call=False)
             raise self.error(node, f"unsupported attribute {ast.unparse(node)!r}")
         if isinstance(node, ast.BinOp):
             op = _BINOPS.get(type(node.op))
@@ -1209,7 +1410,36 @@ class FunctionLowering:
             return _Tuple([self.python_value(v, node) for v in obj])
         if isinstance(obj, np.ndarray):     # Numba freezes a global array as a constant
             return self.frozen_array(obj, node, f"the global array {ast.unparse(node)}")
+        if hasattr(obj, "__cuda_array_interface__") and hasattr(obj, "dtype"):
+            return self.captured_array(obj, node)
         return _PyObject(obj)
+
+    def captured_array(self, obj, node):
+        """A device array named as a global (or closure variable): used in place, as
+        Numba captures device arrays by reference. It becomes a hidden pointer argument
+        __global_<k> that the launch fills with the array the name holds then (its
+        shapes as any argument's); reads and writes go to its memory."""
+        expr = ast.unparse(node)
+        t = _dtype_of(np.dtype(obj.dtype))
+        shape = tuple(obj.shape)
+        contiguous = getattr(obj, "is_c_contiguous", lambda: True)()
+        if t in (None, _MISSING) or not 1 <= len(shape) <= 3 or not contiguous:
+            raise self.error(node, f"the device array {expr}: a C-contiguous 1-3 dimensional array "
+                             "of a kernel type (f32, i32, u32, f64, i64, u64, u8, i8, u16, i16, b1), "
+                             f"not {np.dtype(obj.dtype)} {shape}")
+        where = [getattr(self.scope.pyfn, "__module__", ""), self.scope.pyfn.__name__, expr]
+        for name, known in self.captured.items():
+            if known == where:
+                return self.hidden[name]
+        name = f"__global_{len(self.captured)}"
+        self.karg_offset = -(-self.karg_offset // 8) * 8
+        spec = ir.ArgSpec(name, "ptr", self.karg_offset, 8, t.kind, len(shape))
+        self.karg_offset += 8
+        v = ir.Var(name, PtrType(t, len(shape)), -len(self.args) - 1, arg=spec)
+        self.args.append(v)
+        self.hidden[name] = v
+        self.captured[name] = where
+        return v
 
     def truth(self, x, node):
         """x as a bool (numbers: x != 0)."""
@@ -1456,6 +1686,10 @@ class FunctionLowering:
 
     # -- calls -----------------------------------------------------------------------
     def call(self, node, discard):
+        if isinstance(node.func, ast.Attribute) and self.is_grid_group(node.func.value):
+            if node.args or node.keywords:
+                raise self.error(node, f"{ast.unparse(node.func)}() takes no arguments")
+            return self.grid_group(node.func.attr, node, call=True)
         fn = self.resolve(node.func)
         name = ast.unparse(node.func)
         if fn is _MISSING and isinstance(node.func, ast.Name):
@@ -1472,6 +1706,8 @@ class FunctionLowering:
             return self.const_array(node)
         if any(isinstance(a, ast.Starred) for a in node.args):
             raise self.error(node, "unsupported construct: *unpacking")
+        if isinstance(fn, linking.DeclaredDevice):
+            return self.declared_call(fn, node)
         if isinstance(fn, DeviceFunction):
             args = [self.expr(a) for a in node.args]
             kwargs = {k.arg: self.expr(k.value) for k in node.keywords}
@@ -1565,8 +1801,13 @@ class FunctionLowering:
             return acc
         if _hashable(fn) and fn in _PY_MATH:
             return self.math(_PY_MATH[fn], name, node, args, nargs, values)
+        if _hashable(fn) and (fn in _NP_MATH or fn in _NP_ARITH) and any(_is_array(a) for a in args):
+            return self.array_ufunc(fn, name, node, args)
         if _hashable(fn) and fn in _NP_MATH:
             return self.math(_NP_MATH[fn], name, node, args, nargs, values)
+        if _hashable(fn) and fn in _NP_ARITH:
+            nargs(2)
+            return self.binop(_NP_ARITH[fn], args[0], args[1], node)
         if fn is range:
             raise self.error(node, "range() is only for 'for NAME in range(...)' loops")
         if inspect.isfunction(fn) and fn.__module__ == f"{__package__}.libdevice":
@@ -1575,6 +1816,126 @@ class FunctionLowering:
             raise self.error(node, f"call to plain Python function {name!r}: decorate it with "
                              "@umd.jit(device=True) to call it from a kernel")
         raise self.error(node, f"call to unsupported function {name!r}")
+
+    def declared_call(self, decl, node):
+        """A call of a umd.declare_device function: its implementation from the link
+        files (linking.py) inlined, the arguments converted to the declared types."""
+        if node.keywords:
+            raise self.error(node, f"{decl.name}(): a declared device function takes positional "
+                             "arguments")
+        try:
+            impl = linking.implementation(decl, self.links, self.source_file)
+        except linking.LinkError as e:
+            raise self.error(node, str(e)) from None
+        if impl is None:
+            links = list(decl.link + self.links)
+            raise self.error(node, f"{decl.name} is declared with umd.declare_device({decl.name!r}, "
+                             f"{decl.sig!r}) but no implementation is linked: "
+                             + (f"none of link={links} defines it" if links else
+                                "the kernel has no link= files (@umd.jit(link=['file.py']))")
+                             + f"; define @umd.jit(device=True) def {decl.name}(...) in a linked "
+                             ".py file")
+        if len(node.args) != len(decl.args):
+            raise self.error(node, f"{decl.name}() takes {len(decl.args)} arguments ({decl.sig}), "
+                             f"got {len(node.args)}")
+        args = []
+        for k, (a, t) in enumerate(zip(node.args, decl.args)):
+            v = self.expr(a)
+            if isinstance(t, PtrType):
+                if not _is_array(v) or _storage(v) != t.elem or self.ndim_of(v) != t.ndim:
+                    raise self.error(a, f"{decl.name}(): argument {k + 1} is {t!r} ({decl.sig}), "
+                                     f"given {self.what(v)}")
+            else:
+                self.check_value(v, a)
+                v = self.convert(v, t, a) if not t.small else self.narrow(v, t, a)
+            args.append(v)
+        res = self.inline(impl.fn, node, args, {}, impl.env, decl.name)
+        if decl.ret is None:
+            return None
+        if res is None:
+            raise self.error(node, f"{decl.name} is declared to return {decl.ret!r} ({decl.sig}); "
+                             "its implementation returns nothing")
+        self.check_value(res, node)
+        return self.convert(res, decl.ret, node)
+
+    def is_grid_group(self, node) -> bool:
+        """Whether `node` is a grid group: a name bound to one, or cg.this_grid()."""
+        if isinstance(node, ast.Name):
+            return isinstance(self.locals.get(node.id), _GridGroup)
+        return isinstance(node, ast.Call) and self.resolve(node.func) is K.cg.this_grid
+
+    def grid_group(self, attr: str, node, call: bool):
+        """g.sync(), g.size (or g.size(), g.num_threads()), g.thread_rank() of the grid
+        group (CUDA's grid_group; Numba's GridGroup has sync())."""
+        if attr == "sync" and call:
+            self.cooperative = True
+            self.emit("grid_barrier", None, [], node)
+            return None
+        if attr in ("size", "num_threads") and (call or attr == "size"):
+            size = None
+            for d in DIMS:
+                v = self.binop("mul", self.dim_args[f"__block_dim_{d}"],
+                               self.dim_args[f"__grid_dim_{d}"], node)
+                size = v if size is None else self.binop("mul", size, v, node)
+            return size
+        if attr == "thread_rank" and call:
+            block = self.binop("add", ir.Special("block_idx.x", i32), self.binop(
+                "mul", self.dim_args["__grid_dim_x"], self.binop(
+                    "add", ir.Special("block_idx.y", i32), self.binop(
+                        "mul", self.dim_args["__grid_dim_y"], ir.Special("block_idx.z", i32), node),
+                    node), node), node)
+            bx, by = self.dim_args["__block_dim_x"], self.dim_args["__block_dim_y"]
+            t = self.binop("add", ir.Special("thread_idx.x", i32), self.binop(
+                "mul", bx, self.binop("add", ir.Special("thread_idx.y", i32), self.binop(
+                    "mul", by, ir.Special("thread_idx.z", i32), node), node), node), node)
+            per_block = self.binop("mul", self.binop("mul", bx, by, node),
+                                   self.dim_args["__block_dim_z"], node)
+            return self.binop("add", self.binop("mul", block, per_block, node), t, node)
+        raise self.error(node, f"a grid group (umd.cg.this_grid()) has .sync(), .size and "
+                         f".thread_rank(), not .{attr}{'()' if call else ''}")
+
+    def array_ufunc(self, fn, name, node, args):
+        """A NumPy ufunc on whole arrays with its output array last (`np.sin(x, out)`,
+        `np.add(a, b, out)`), as Numba's kernels run it: every thread that calls it
+        computes every element, a loop over the output's elements in C order; an input
+        is an array of the output's shape or a number. Returns the output array."""
+        binary = fn in _NP_ARITH or _NP_MATH[fn] in _UFUNC_BINARY
+        nin = 2 if binary else 1
+        if len(args) != nin + 1 or not _is_array(args[-1]):
+            raise self.error(node, f"{name}() on arrays in a kernel takes {nin} input(s) and the "
+                             "output array last, as in Numba (a kernel cannot allocate the result)")
+        out, ins = args[-1], args[:-1]
+        for a in args:
+            if isinstance(a, (_View, _Choice)):
+                raise self.error(node, f"{name}(): a row view or a rebound array name is not "
+                                 "supported here; pass the array itself")
+            if isinstance(a, _Tuple):
+                raise self.error(node, f"{name}(): a tuple is not an array here")
+            if _is_array(a) and self.ndim_of(a) != self.ndim_of(out):
+                raise self.error(node, f"{name}(): {self.array_name(a)!r} has {self.ndim_of(a)} "
+                                 f"dimensions, the output {self.ndim_of(out)} (no broadcasting of "
+                                 "arrays here)")
+        for a in ins:
+            if not _is_array(a):
+                self.check_value(a, node)
+        size = self.array_attribute(out, "size", node)
+        k = self.new_local(f"{self.scope.prefix}{name}.k{self.counter}", i32)
+        self.emit("mov", k, [ir.Const(0, i32)], node)
+        self.bounds[k.id] = 0
+        header, saved = [], self.block
+        self.block = header
+        cond = self.op("lt", bool_, [k, size], node)
+        self.block = []
+        vals = [self.load(a, k, node) if _is_array(a) else a for a in ins]
+        if fn in _NP_ARITH:
+            res = self.binop(_NP_ARITH[fn], vals[0], vals[1], node)
+        else:
+            res = self.math(_NP_MATH[fn], name, node, vals, lambda *n: None, lambda: None)
+        self.store(out, k, res, node)
+        body, self.block = self.block, saved
+        latch = [ir.Inst("add", k, [k, ir.Const(1, i32)], self.line(node))]
+        self.block.append(ir.Loop(header, cond, body, latch, self.line(node)))
+        return out
 
     def print_call(self, node):
         """print(...) as Numba's (compiler/prints.py): string constants, integers and
@@ -1630,6 +1991,9 @@ class FunctionLowering:
 
     def intrinsic(self, fn, name, node, args, nargs, values, discard):
         op = fn.name
+        if op == "cg.this_grid":
+            nargs(0)
+            return _GridGroup()
         if op == "syncthreads":
             nargs(0)
             self.emit("barrier", None, [], node)
@@ -1923,6 +2287,9 @@ class FunctionLowering:
                              f"(or np.float32, np.float64...), not {ast.unparse(given['dtype'])}")
         shape = self.expr(given["shape"])
         dims = shape.items if isinstance(shape, _Tuple) else [shape]
+        if fn.name != "local.array" and len(dims) == 1 and isinstance(dims[0], ir.Const) \
+                and dims[0].type.is_int and dims[0].value == 0:
+            return self.dynamic_shared(fn, t, node)
         if not dims or not all(isinstance(d, ir.Const) and d.type.is_int and d.value > 0 for d in dims):
             raise self.error(node, f"{fn.qualname}: the shape must be positive integer constants")
         shape = [int(d.value) for d in dims]
@@ -1935,6 +2302,7 @@ class FunctionLowering:
             base = f"{self.scope.prefix}local{self.locals_made}"
             r = t.register
             arr = LocalArray(base, r, shape, [self.new_local(f"{base}[{k}]", r) for k in range(count)], t)
+            self.local_arrays[base] = arr
             for v in arr.vars:                          # zeroed (Numba leaves them undefined)
                 self.emit("mov", v, [const(0, r)], node)
             return arr
@@ -1946,6 +2314,22 @@ class FunctionLowering:
         if self.lds > 65536:
             raise self.error(node, f"shared arrays need {self.lds} bytes of LDS (at most 65536)")
         self.shared.append(sa)
+        return sa
+
+    def dynamic_shared(self, fn, t, node):
+        """`shared.array(0, T)`: CUDA's `extern __shared__` array, sized by the launch's
+        fourth element (`k[grid, block, stream, sharedmem]`, bytes); every one of a
+        kernel is the same region, as in CUDA (docs/umd-compiler.md 3.2)."""
+        if t.small:
+            raise self.error(node, f"{fn.qualname}(0, {t!r}): a dynamic shared array of {t!r} is "
+                             "not supported (small elements take a 32-bit LDS word each here); "
+                             "use an i32 or u32 array")
+        sa = ir.SharedArray(f"dyn{len(self.dynamic)}", t, 0, 0)
+        sa.shape = [None]
+        sa.dynamic = True
+        sa.extent = self.dynamic_extent(t, node)
+        self.shared.append(sa)
+        self.dynamic.append(sa)
         return sa
 
     def atomic(self, kind, qualname, node, args, discard):
@@ -1966,7 +2350,10 @@ class FunctionLowering:
             raise self.error(node, f"{qualname}(): the first argument must be an array argument or a "
                              "shared array")
         if isinstance(arr, ir.Var) and arr.name in self.consts:
-            raise self.error(node, "a constant array (umd.const.array_like) is read-only")
+            raise self.error(node, "a constant array (umd.const.array_like, or a global numpy "
+                             "array, which kernels capture as a constant as Numba does) is read-only: "
+                             "pass the array as an argument, or make it a device array "
+                             "(umd.to_device) to write to it")
         elem = _elem(arr)
         if _storage(arr).small:
             raise self.error(node, f"{qualname} on {_storage(arr)!r}: the vISA, as CUDA, has no 8- or "
@@ -2063,6 +2450,9 @@ class FunctionLowering:
 
     def bind_parameter(self, p, value, node) -> None:
         t = self.arg_type(self.scope, p)
+        if isinstance(value, _GridGroup):          # a grid group passed to a device function
+            self.locals[p.arg] = value
+            return
         if _is_array(value):
             if t is not None and not (isinstance(t, PtrType) and t.elem == _elem(value)):
                 raise self.error(p, f"parameter {p.arg!r} is {t!r}, given an array of "
@@ -2081,16 +2471,19 @@ class FunctionLowering:
         self.assign_var(var, value, p)
 
 
-def lower(pyfn, extra_env: dict | None = None) -> ir.Function:
+def lower(pyfn, extra_env: dict | None = None, links: tuple = ()) -> ir.Function:
     """Lower a Python function to IR, re-running when a variable must widen (an
     integer to f32...) or may be negative after all (wraparound.py)."""
     declared: dict[str, ScalarType] = {}
     unbounded: set[str] = set()
+    rebound: dict[str, list] = {}
     for _ in range(256):
         try:
-            return FunctionLowering(pyfn, declared, extra_env, unbounded).lower()
+            return FunctionLowering(pyfn, declared, extra_env, unbounded, rebound, links).lower()
         except _Widen as w:
             declared[w.name] = w.type
         except _Unbounded as u:
             unbounded.add(u.name)
+        except _Rebind as r:
+            rebound[r.name] = r.keys
     raise KernelCompileError(f"{pyfn.__name__}: variable types do not settle")

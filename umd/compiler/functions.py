@@ -20,8 +20,10 @@ class DeviceFunction(JitFunction):
     """A function compiled into the kernels that call it (inlined at each call)."""
 
     def __call__(self, *args, **kwargs):
-        raise TypeError(f"{self.fn.__name__} is a device function (@umd.jit(device=True)): it can only be "
-                        "called from a kernel or another device function, not from the host")
+        """Called from the host, the function runs as the Python it is (as a
+        ``@numba.jit`` function shared by host and GPU code does); its exceptions
+        propagate."""
+        return self.fn(*args, **kwargs)
 
     def __getitem__(self, config):
         raise TypeError(f"{self.fn.__name__} is a device function: it cannot be launched; call it "

@@ -37,7 +37,7 @@ BITS = {"popc", "ffs", "clz", "brev"}
 # active lanes where pred holds; shfl(byte_address, value) -> value of lane address / 4.
 WAVE = {"laneid", "activemask", "ballot", "shfl"}
 PURE = BINARY | UNARY | COMPARE | CONVERT | BITCAST | TERNARY | BITS | WAVE | {"mov", "load"}
-SIDE_EFFECTS = {"store", "atomic", "barrier", "trap"}
+SIDE_EFFECTS = {"store", "atomic", "barrier", "grid_barrier", "trap"}
 
 
 @dataclasses.dataclass(eq=False)
