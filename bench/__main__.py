@@ -2,6 +2,7 @@
 
     BENCH_QUICK=1 python3 -m bench     # a few rounds per section (the smoke test)
     python3 -m bench a b               # only sections (a) and (b), on one mount
+    python3 -m bench sdma_bandwidth    # a section by its module's name (also c or "(c)")
 """
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import platform
 import sys
 import time
 
-from . import (compute, cs_latency, null_ioctl, oversubscription, preemption, reset_time, sdma_bandwidth,
-               sync_latency, tracing, umd, util)
+from . import (compute, cs_latency, null_ioctl, numba_host, oversubscription, preemption, reset_time,
+               sdma_bandwidth, sync_latency, tracing, umd, util)
 
 SECTIONS = (
     ("(a) null ioctl round trip", null_ioctl),
@@ -23,19 +24,25 @@ SECTIONS = (
     ("(h) tracing: off, tracepoints on, timeline recording", tracing),
     ("(i) preemption: HIGH arrival -> start, cost when nothing preempts", preemption),
     ("(j) VRAM oversubscription: 2x VRAM against VRAM to spare", oversubscription),
+    ("(k) umd Numba helpers: reduce, vectorize, fixed launch cost", numba_host),
 )
 
 
 def selected(argv: list[str]) -> tuple:
-    """The sections named by their letters in ``argv`` (all when none); SystemExit
-    for a letter no section has."""
+    """The sections named in ``argv`` (all when none), each by its letter (``c``,
+    ``(c)``) or its module's name (``sdma_bandwidth``, ``bench.sdma_bandwidth``), in
+    the order given; SystemExit naming the known ones for a name no section has."""
     if not argv:
         return SECTIONS
-    letters = {title[1]: (title, section) for title, section in SECTIONS}
-    unknown = [a for a in argv if a.strip("()") not in letters]
+    names = {}
+    for title, section in SECTIONS:
+        names[title[1]] = names[section.__name__.rsplit(".", 1)[-1]] = (title, section)
+    keys = [a.strip("()").removeprefix("bench.") for a in argv]
+    unknown = [a for a, k in zip(argv, keys) if k not in names]
     if unknown:
-        raise SystemExit(f"python3 -m bench: no section {', '.join(unknown)} (sections: {', '.join(letters)})")
-    return tuple(letters[a.strip("()")] for a in argv)
+        known = ", ".join(f"{t[1]} ({s.__name__.rsplit('.', 1)[-1]})" for t, s in SECTIONS)
+        raise SystemExit(f"python3 -m bench: no section {', '.join(unknown)} (sections: {known})")
+    return tuple(names[k] for k in keys)
 
 
 def main(argv: list[str] | None = None) -> None:
