@@ -253,9 +253,13 @@ def clamp_waits(name: str, arg: bytes) -> bytes:
     """Keep a wait that a mutation made infinite (or far off) to a few ms: fuzzing is
     about the device's answers, not about waiting for fences that never come."""
     d = BY_NAME.get(name)
-    if d is None or name not in WAITS or len(arg) != ctypes.sizeof(d.struct):
+    if d is None or name not in WAITS:
         return arg
-    a = d.struct.from_buffer_copy(arg)
+    # A mutated arg may be shorter or longer than the struct: the KMD zero-extends a
+    # short one (a timeout it lacks is 0) and reads the struct's bytes of a long one,
+    # so clamp those bytes and keep the rest as the mutation left it.
+    size = ctypes.sizeof(d.struct)
+    a = d.struct.from_buffer_copy(bytes(arg[:size]).ljust(size, b"\0"))
     soon = time.monotonic_ns() + 5_000_000
     if name in ("AMDGPU_WAIT_CS", "AMDGPU_GEM_WAIT_IDLE"):
         a.in_.timeout = min(a.in_.timeout, soon)
@@ -263,7 +267,7 @@ def clamp_waits(name: str, arg: bytes) -> bytes:
         a.in_.timeout_ns = min(a.in_.timeout_ns, soon)
     else:
         a.timeout_nsec = min(a.timeout_nsec & ((1 << 63) - 1), soon)
-    return bytes(a)
+    return bytes(a)[:len(arg)] + bytes(arg[size:])
 
 
 def fuzzed_frame(rng: random.Random, k: Known, allow_forever: bool = False,

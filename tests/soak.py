@@ -152,6 +152,7 @@ def _fuzz(mount: str, count: int, seed: int, report, send_one) -> None:
     c = Client(mount, node)
     k = Known()
     sent = stuck = 0
+    stuck_names: list[str] = []          # which requests got no answer: what to look at
     outcomes: collections.Counter = collections.Counter()
     for i in range(count):
         if i and i % 5000 == 0:          # a new DRM file now and then: closes in between
@@ -165,12 +166,13 @@ def _fuzz(mount: str, count: int, seed: int, report, send_one) -> None:
         except Hang:
             stuck += 1
             outcomes["stuck"] += 1
+            stuck_names.append(name)
             continue
         if i % 997 == 0:
             _side_trip(rng, mount, c, k)
     sent += c.sent
     c.close()
-    report({"role": "fuzzer", "sent": sent, "stuck": stuck, "outcomes": dict(outcomes)})
+    report({"role": "fuzzer", "sent": sent, "stuck": stuck, "stuck_names": stuck_names, "outcomes": dict(outcomes)})
 
 
 def _send_frame(rng: random.Random, c: Client, k: Known, name: str, frame: bytes) -> str:
@@ -550,6 +552,7 @@ def run_soak(requests: int, procs: int = 4, rounds: int = 4, seed: int = 1, moun
         report["requests"] = sum(x["sent"] for x in results)
         for x in results:
             report["outcomes"].update(x.get("outcomes", {}))
+            report.setdefault("stuck_requests", []).extend(x.get("stuck_names", []))
             if x["role"] == "victim":
                 report["victim_checks"] = x["checks"]
                 report["victim_failures"] = x["failures"]
@@ -601,7 +604,8 @@ def print_report(rep: dict) -> None:
     print(f"IB jobs:          {rep.get('ib_jobs')}")
     print(f"crashes:          {rep['crashes']} (the daemon died); client processes that failed: "
           f"{rep['client_errors']}")
-    print(f"hangs:            {rep['hangs']} (liveness probe: {rep.get('probe')})")
+    print(f"hangs:            {rep['hangs']} (liveness probe: {rep.get('probe')})"
+          + (f"; no answer to {', '.join(rep['stuck_requests'])}" if rep.get("stuck_requests") else ""))
     print(f"victim:           {rep['victim_checks']} checks, {rep['victim_failures']} failures "
           f"{rep.get('victim_notes') or ''}")
     print(f"daemon RSS (MiB): start {rss.get('start')}, after round 1 {rss.get('after round 1')}, "
