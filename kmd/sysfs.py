@@ -11,7 +11,7 @@ values are those of the part DEV_INFO reports, read from kmd/info.py at each ope
 import struct
 import time
 
-from . import info, partition
+from . import info, partition, pm_sysfs
 
 PCI_SLOT_NAME = "0000:00:00.0"  # the whole GPU's; partition N is function N (kmd/partition.py)
 # Board identity by PCI device id: (subsystem vendor, subsystem device, class), from
@@ -154,6 +154,7 @@ def files(dev) -> dict:
         "vgpu_num_evictions": lambda: f"{dev.residency.evictions}\n",
         "vgpu_num_bytes_moved": lambda: f"{dev.residency.bytes_moved}\n",
         "gpu_busy_percent": lambda: f"{meter.percent()}\n",
+        **pm_sysfs.files(dev),   # hwmon/, pp_dpm_*, unique_id, link speed (kmd/pm_sysfs.py)
         "vgpu_engines": engine_files(dev),
         "vgpu_cache": lambda: cache_file(dev),
     }

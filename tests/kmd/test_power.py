@@ -105,3 +105,27 @@ def test_amdgpu_pm_info_prints_the_model_as_amdgpu_does(dev):
     assert lines[:7] == ["GFX Clocks and Power:", "\t500 MHz (MCLK)", "\t300 MHz (SCLK)", "\t700 MHz (PSTATE_SCLK)",
                          "\t1000 MHz (PSTATE_MCLK)", "\t700 mV (VDDGFX)", "\t35.00 W (average GPU)"]
     assert "GPU Temperature: 30 C" in lines and "GPU Load: 0 %" in lines
+
+
+def test_hwmon_and_pp_files_in_amdgpus_units(dev, client):
+    files = dev.sysfs_files()
+    hw = files["hwmon"]["hwmon0"]
+    assert hw["name"]() == "amdgpu\n" and hw["temp1_label"]() == "edge\n"
+    assert hw["temp1_input"]() == "30000\n"                         # millidegrees, idle
+    assert int(hw["temp1_crit"]()) < int(hw["temp1_emergency"]())
+    assert hw["power1_average"]() == "35000000\n"                   # microwatts
+    assert hw["power1_cap"]() == "300000000\n"
+    assert (hw["freq1_label"](), hw["freq2_label"]()) == ("sclk\n", "mclk\n")
+    assert hw["freq1_input"]() == "300000000\n" and hw["freq2_input"]() == "500000000\n"   # Hz
+    assert hw["in0_input"]() == "700\n" and hw["in0_label"]() == "vddgfx\n"
+    assert files["pp_dpm_sclk"]().splitlines() == ["0: 300Mhz *", "1: 500Mhz", "2: 700Mhz", "3: 850Mhz", "4: 1000Mhz"]
+    assert files["pp_dpm_mclk"]().splitlines() == ["0: 500Mhz *", "1: 1000Mhz"]
+    assert files["power_dpm_force_performance_level"]() == "auto\n"
+    assert len(files["unique_id"]().strip()) == 16 and files["current_link_width"]() == "16\n"
+    s = Setup(dev, client)                                        # busy: the clocks move
+    seq = s.submit(SdmaIb().poll_regmem(VA_A, 1))
+    time.sleep(0.6)
+    assert files["pp_dpm_mclk"]().splitlines()[1] == "1: 1000Mhz *"
+    assert int(hw["freq1_input"]()) > 300_000_000
+    s.bo(s.a).write(0, struct.pack("<I", 1))
+    assert s.wait(seq) == 0
