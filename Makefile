@@ -2,7 +2,7 @@
 # installs what is missing (deps) and builds the Cython core (build) first.
 PYTHON ?= python3
 PIP := PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip
-DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev libdrm-tests gcc patch drm-info
+DEB_PKGS := libfuse3-dev fuse3 pkg-config strace libdrm-dev libdrm-tests gcc patch drm-info radeontop
 PY_PKGS := trio numpy cython pytest pytest-trio setuptools wheel
 # pyfuse3 has no ioctl handler: deps builds the pinned release with deps/pyfuse3/ioctl.patch
 # (FUSE_IOCTL, FUSE_INTERRUPT and main(ioctl_thread=True); docs/ioctl.md), under a
@@ -14,7 +14,7 @@ PYFUSE3_SRC := build/pyfuse3/pyfuse3-$(PYFUSE3_VERSION)
 DEMO_MOUNT ?=
 # The preload library `vgpu run` loads, and the C samples (docs/libdrm.md).
 PRELOAD := preload/libvgpu_preload.so
-C_SAMPLES := samples/c/sdma_exercise samples/c/dmabuf_share
+C_SAMPLES := samples/c/sdma_exercise samples/c/dmabuf_share samples/c/userq_nop
 
 .PHONY: deps pyfuse3 build test soak demo bench clean
 
@@ -49,7 +49,7 @@ $(PRELOAD): preload/vgpu_preload.c include/vgpu_drm.h
 	gcc -O2 -Wall -Wextra -fPIC -shared -Iinclude $$(pkg-config --cflags libdrm) -o $@ $< -ldl -lpthread
 
 samples/c/%: samples/c/%.c
-	gcc -O2 -Wall -o $@ $< $$(pkg-config --cflags --libs libdrm_amdgpu libdrm)
+	gcc -O2 -Wall -Iinclude -o $@ $< $$(pkg-config --cflags --libs libdrm_amdgpu libdrm)
 
 test: build
 	$(PYTHON) -m pytest -q tests

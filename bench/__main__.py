@@ -11,7 +11,7 @@ import sys
 import time
 
 from . import (compute, cs_latency, null_ioctl, numba_host, oversubscription, preemption, reset_time,
-               sdma_bandwidth, sync_latency, tracing, umd, util)
+               sdma_bandwidth, sync_latency, tracing, umd, userq, util)
 
 SECTIONS = (
     ("(a) null ioctl round trip", null_ioctl),
@@ -25,6 +25,7 @@ SECTIONS = (
     ("(i) preemption: HIGH arrival -> start, cost when nothing preempts", preemption),
     ("(j) VRAM oversubscription: 2x VRAM against VRAM to spare", oversubscription),
     ("(k) umd Numba helpers: reduce, vectorize, fixed launch cost", numba_host),
+    ("(l) user-mode queues: NOP latency, throughput, SDMA bandwidth, against CS", userq),
 )
 
 

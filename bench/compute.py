@@ -57,7 +57,7 @@ def _saxpy_rate(engine_cls, pt_cls, n: int, reps: int) -> float:
     x = np.arange(n, dtype=np.float32)
     y = np.ones(n, np.float32)
     setup = _Setup(pt_cls, "saxpy", [x, y], struct.pack("<QQfI", DATA_VA, 2 * DATA_VA, 0.5, n))
-    engine = engine_cls("comp_0.0", InterruptRing())
+    engine = engine_cls("comp_1.0.0", InterruptRing())
     rates = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -76,7 +76,7 @@ def _vector_add(reps: int) -> dict[str, float]:
     c = np.zeros(N_ADD, np.float32)
     setup = _Setup(_core.PageTable, "vector_add", [a, b, c],
                    struct.pack("<QQQI", DATA_VA, 2 * DATA_VA, 3 * DATA_VA, N_ADD))
-    engine = _core.ComputeEngine("comp_0.0", InterruptRing())
+    engine = _core.ComputeEngine("comp_1.0.0", InterruptRing())
     ours, theirs = [], []
     result = None
     for _ in range(reps + 1):               # the first round warms both up

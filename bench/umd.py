@@ -184,7 +184,7 @@ def _engine_dispatch(compiled, grid, block, args: list) -> tuple[object, list]:
         raw = struct.pack("<Q", where[id(v)]) if spec.kind == "ptr" else \
             struct.pack("<f", v) if spec.kind == "f32" else struct.pack("<I", int(v) & 0xFFFFFFFF)
         karg[spec.offset:spec.offset + spec.size] = np.frombuffer(raw, np.uint8)
-    engine = _core.ComputeEngine("comp_0.0", InterruptRing())
+    engine = _core.ComputeEngine("comp_1.0.0", InterruptRing())
     r = engine.dispatch(pt, code_va + obj.entry, sgprs=obj.sgprs, vgprs=obj.vgprs,
                         lds_bytes=obj.lds_bytes, grid=(tuple(grid) + (1, 1))[:3],
                         block=(tuple(block) + (1, 1))[:3],

@@ -183,6 +183,174 @@ struct vgpu_info_job_counters {
 	__u64 pt_walks;
 };
 
+/* User-mode queues, as Linux 6.16's amdgpu_drm.h defines them (Debian's libdrm-dev
+ * 2.4.114 predates them). docs/userq.md: what vgpu's MI100 does with them. The
+ * DEV_INFO and HW_IP_INFO fields added since 2.4.114 come as the structs
+ * drm_amdgpu_info_device_userq / drm_amdgpu_info_hw_ip_userq: the old struct, then
+ * the new fields, at the offsets of the kernel's flat struct.
+ */
+#ifndef DRM_AMDGPU_USERQ
+#define DRM_AMDGPU_USERQ		0x16
+#define DRM_AMDGPU_USERQ_SIGNAL		0x17
+#define DRM_AMDGPU_USERQ_WAIT		0x18
+
+#define AMDGPU_GEM_DOMAIN_DOORBELL	0x40
+
+#define AMDGPU_USERQ_OP_CREATE	1
+#define AMDGPU_USERQ_OP_FREE	2
+
+#define AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_MASK  0x3
+#define AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_SHIFT 0
+#define AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_NORMAL_LOW 0
+#define AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_LOW 1
+#define AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_NORMAL_HIGH 2
+#define AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_HIGH 3 /* admin only */
+#define AMDGPU_USERQ_CREATE_FLAGS_QUEUE_SECURE  (1 << 2)
+
+struct drm_amdgpu_userq_in {
+	__u32	op;
+	__u32	queue_id;
+	__u32	ip_type;
+	__u32	doorbell_handle;
+	__u32	doorbell_offset;
+	__u32	flags;
+	__u64	queue_va;
+	__u64	queue_size;
+	__u64	rptr_va;
+	__u64	wptr_va;
+	__u64	mqd;
+	__u64	mqd_size;
+};
+
+struct drm_amdgpu_userq_out {
+	__u32	queue_id;
+	__u32	_pad;
+};
+
+union drm_amdgpu_userq {
+	struct drm_amdgpu_userq_in in;
+	struct drm_amdgpu_userq_out out;
+};
+
+struct drm_amdgpu_userq_mqd_gfx11 {
+	__u64	shadow_va;
+	__u64	csa_va;
+};
+
+struct drm_amdgpu_userq_mqd_sdma_gfx11 {
+	__u64	csa_va;
+};
+
+struct drm_amdgpu_userq_mqd_compute_gfx11 {
+	__u64	eop_va;
+};
+
+struct drm_amdgpu_userq_signal {
+	__u32	queue_id;
+	__u32	pad;
+	__u64	syncobj_handles;
+	__u64	num_syncobj_handles;
+	__u64	bo_read_handles;
+	__u64	bo_write_handles;
+	__u32	num_bo_read_handles;
+	__u32	num_bo_write_handles;
+};
+
+struct drm_amdgpu_userq_fence_info {
+	__u64	va;
+	__u64	value;
+};
+
+struct drm_amdgpu_userq_wait {
+	__u32	waitq_id;
+	__u32	pad;
+	__u64	syncobj_handles;
+	__u64	syncobj_timeline_handles;
+	__u64	syncobj_timeline_points;
+	__u64	bo_read_handles;
+	__u64	bo_write_handles;
+	__u16	num_syncobj_timeline_handles;
+	__u16	num_fences;
+	__u32	num_syncobj_handles;
+	__u32	num_bo_read_handles;
+	__u32	num_bo_write_handles;
+	__u64	out_fences;
+};
+
+#define DRM_IOCTL_AMDGPU_USERQ		DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_USERQ, union drm_amdgpu_userq)
+#define DRM_IOCTL_AMDGPU_USERQ_SIGNAL	DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_USERQ_SIGNAL, struct drm_amdgpu_userq_signal)
+#define DRM_IOCTL_AMDGPU_USERQ_WAIT	DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_USERQ_WAIT, struct drm_amdgpu_userq_wait)
+
+#define AMDGPU_INFO_UQ_FW_AREAS		0x24
+
+struct drm_amdgpu_info_uq_metadata_gfx {
+	__u32 shadow_size;
+	__u32 shadow_alignment;
+	__u32 csa_size;
+	__u32 csa_alignment;
+};
+
+struct drm_amdgpu_info_uq_metadata_compute {
+	__u32 eop_size;
+	__u32 eop_alignment;
+};
+
+struct drm_amdgpu_info_uq_metadata_sdma {
+	__u32 csa_size;
+	__u32 csa_alignment;
+};
+
+union drm_amdgpu_info_uq_metadata {
+	struct drm_amdgpu_info_uq_metadata_gfx gfx;
+	struct drm_amdgpu_info_uq_metadata_compute compute;
+	struct drm_amdgpu_info_uq_metadata_sdma sdma;
+};
+#endif
+
+struct drm_amdgpu_info_device_userq {
+	struct drm_amdgpu_info_device base;
+	__u64 min_engine_clock;
+	__u64 min_memory_clock;
+	__u32 tcp_cache_size;
+	__u32 num_sqc_per_wgp;
+	__u32 sqc_data_cache_size;
+	__u32 sqc_inst_cache_size;
+	__u32 gl1c_cache_size;
+	__u32 gl2c_cache_size;
+	__u64 mall_size;
+	__u32 enabled_rb_pipes_mask_hi;
+	__u32 shadow_size;
+	__u32 shadow_alignment;
+	__u32 csa_size;
+	__u32 csa_alignment;
+	__u32 userq_ip_mask;
+	__u32 pad;
+};
+
+struct drm_amdgpu_info_hw_ip_userq {
+	struct drm_amdgpu_info_hw_ip base;
+	__u32 userq_num_slots;
+};
+
+/* vgpu's own AMDGPU_INFO query: the state of one of the calling file's user queues
+ * (its id in the query union's first u32). state: VGPU_USERQ_STATE_*; error: the
+ * errno its fences failed with (EFAULT, EINVAL, ETIME), 0 while active; devcd: N of
+ * its crash dump devcd<N>, VGPU_USERQ_NO_DEVCD if none. ENOENT: no such queue.
+ */
+#define VGPU_INFO_USERQ_STATE		0x82
+#define VGPU_USERQ_STATE_ACTIVE		0
+#define VGPU_USERQ_STATE_HUNG		1
+#define VGPU_USERQ_STATE_FAULTED	2
+#define VGPU_USERQ_NO_DEVCD		0xffffffff
+
+struct vgpu_info_userq_state {
+	__u64 rptr;
+	__u32 state;
+	__s32 error;
+	__u32 devcd;
+	__u32 _pad;
+};
+
 #if defined(__cplusplus)
 }
 #endif

@@ -6,7 +6,7 @@ Made the first time one of the context's jobs runs on a compute ring (csa_for), 
 while the context lives, freed with it (free_csa): freeing waits, as for any BO, for
 the file's jobs in flight, so a preempted job never resumes from freed memory. The BO
 has no handle and is not in the device's mmap table: no client can map or read it.
-debugfs gem_info lists it under its client, as `ctx N csa`.
+debugfs amdgpu_vm_info lists it among its file's VM's done BOs, as amdgpu lists its CSA.
 """
 from __future__ import annotations
 

@@ -8,12 +8,12 @@ them):
     === header ===      what happened, when, on which ring
     === process ===     pid, comm, uid, client of the submitting file
     === context ===     id, priority, guilty, hangs
-    === ring ===        the ring's state (debugfs ring_<name>) and the job
+    === ring ===        the ring's state (debugfs vgpu_ring_<name>) and the job
     === fault ===       status, reason, faulting VA and access, packet
     === ib ===          every IB of the job disassembled, the failing packet marked >>>
     === waves ===       compute: the faulting wave's PC, EXEC, VCC, SCC, SGPRs, VGPRs
     === kernel ===      compute: the program disassembled around the PC
-    === vm ===          the file's VM mappings (debugfs vm_info style)
+    === vm ===          the file's VM mappings (debugfs vgpu_vm_mappings style)
     === bo list ===     the job's BOs: handle, size, domain, where they are mapped
 
 A dump is made in two steps so that it never stalls other clients' ioctls:

@@ -15,8 +15,9 @@ import time
 from vgpu import uapi
 
 from . import csa as _csa, ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, fdinfo as _fdinfo, hw
+from . import drm_auth as _drm_auth, gem_flink as _gem_flink
 from . import info as _info
-from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _sysfs
+from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _sysfs, userq as _userq, userq_ioctl as _userq_ioctl
 from .drm_file import DrmFile
 from .errors import KmdError
 from .fence import Fence
@@ -92,6 +93,8 @@ class Device:
         self.bos_by_offset: dict[int, BufferObject] = {}
         self.sync_tokens = _syncobj.SyncTokens()  # MOUNT/sync/<token-hex>
         self.prime = _prime.PrimeTokens()         # MOUNT/prime/<token-hex>
+        self.flink = _gem_flink.FlinkNames()      # GEM_FLINK's global names
+        self.drm_master = None  # the current kmd.drm_auth.DrmMaster (dev->master), None: no master
         self.reset_counter = 0
         self.pstate = _ctx.StablePstate()   # CTX GET/SET_STABLE_PSTATE (amdgpu_ctx.c)
         self.reserved_vmid = None           # the DrmFile holding AMDGPU_VM RESERVE_VMID (kmd/vm.py)
@@ -108,22 +111,23 @@ class Device:
         self._backlog: dict[tuple[int, int], collections.deque] = {}
         self.ih = hw.InterruptRing()
         # The partition's SDMA engines, and the compute rings of its own command
-        # processor (comp_<partition>.<ring>, as amdgpu names the rings of XCC N),
-        # whose dispatches run on its compute units only.
+        # processor, named as amdgpu names them (comp_<me>.<pipe>.<queue>, numbered
+        # across the partitions: kmd/partition.py), whose dispatches run on its
+        # compute units only.
         self.rings: dict[tuple[int, int], Ring] = {}
         for i, name in enumerate(partition.sdma_names):
             ring = Ring(self, name, uapi.AMDGPU_HW_IP_DMA, i, len(self.rings), hw.SdmaEngine(name, self.ih),
                         self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring
         self.l2 = hw.L2Cache() if cache_model else None
-        for i in range(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE]):
-            name = f"comp_{partition.index}.{i}"
+        for i, name in enumerate(partition.compute_ring_names(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE])):
             ring = Ring(self, name, uapi.AMDGPU_HW_IP_COMPUTE, i, len(self.rings),
                         CommandProcessor(name, self.ih, cus=len(partition.cus), l2=self.l2), self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring
         # MOUNT/sys/class/devcoredump/
         self.coredumps = shared.coredumps if shared else _devcoredump.CoredumpStore()
         self.rings_by_id = {r.ring_id: r for r in self.rings.values()}
+        self.userqs = _userq.UserQueues(self)   # user-mode queues (kmd/userq.py)
         self.irq = InterruptHandler(self)
         self.busy_meter = _sysfs.BusyMeter(self)
         self.power = PowerModel(lambda: self.busy_meter.percent() / 100)   # AMDGPU_INFO_SENSOR (kmd/power.py)
@@ -146,6 +150,7 @@ class Device:
         with self.lock:
             f = DrmFile(pid, uid, comm, render, self.limiter)
             f.vm.trace, f.vm.owner = self.trace, f
+            _drm_auth.file_opened(self, f)  # master and authentication (kmd/drm_auth.py)
             self.files[f.id] = f
         self.kmsg.log(f"client {f.id} opened {f.node}: {f.describe()}")
         return f
@@ -159,6 +164,7 @@ class Device:
             if f.closed:
                 return
             f.closed = True
+            _drm_auth.file_closed(self, f)  # a closing master leaves the device without one
             self._drop_backlog(lambda j: j.file is f, errno.EBADF)
         self.run_sliced(self._teardown(f))
         self.kmsg.log(f"client {f.id} closed {f.node}: {f.describe()}")
@@ -167,10 +173,14 @@ class Device:
         """close_file's work as short steps, each run under the device lock (a yield
         is where the lock may be released). Queued jobs are cancelled first; a BO a
         running job may still touch outlives its handle (free_bo)."""
+        _userq_ioctl.close_file(self, f)   # its queues stop before their VM goes
         for ring in self.rings.values():
             ring.cancel(lambda j: j.file is f)
             yield
         yield from f.vm.clear_all_steps()
+        if f.seq64 is not None:   # kmd/userq_sync.py: unmapped with the VM just now
+            self.memory.free(f.seq64.bo.placement)
+            f.seq64 = None
         while f.bo_lists:
             f.bo_lists.popitem()
             yield
@@ -309,6 +319,8 @@ class Device:
             f.per_vm_bos.pop(id(bo), None)
             f.vm.unmap_bo(bo)  # amdgpu_gem_object_close: the file's bo_va goes
             _prime.handle_closed(self, f, bo)
+        if bo.handle_count == 0:
+            self.flink.handles_gone(bo)  # drm_gem_object_handle_free: its name goes
         if bo.handle_count == 0 and bo.export is None:  # an export holds the BO too
             self.free_bo(bo, f.jobs, waiting)
 
@@ -527,8 +539,9 @@ class Device:
     def gpu_reset(self, ring: Ring | None = None, guilty=None) -> str:
         """Reset the GPU (amdgpu_device_gpu_recover): cancel the guilty context's
         queued jobs, bump the reset counter so every context reports the reset, log
-        it. Called for a timed-out job, or from debugfs `gpu_reset` with no culprit
-        (then any running job is aborted and its context becomes guilty)."""
+        it. Called for a timed-out job, or by a read of debugfs `amdgpu_gpu_recover`
+        with no culprit (then any running job is aborted and its context becomes
+        guilty)."""
         with self.lock:
             self.kmsg.log("GPU reset begin!")
             n = 0
@@ -595,6 +608,8 @@ class Device:
     def shutdown(self) -> None:
         """Stop the rings and the interrupt handler, remove the BO files (daemon exit, tests)."""
         self.heartbeat.stop()
+        for q in list(self.userqs.by_slot.values()):
+            _userq_ioctl.destroy(self, q, "stopped with the device")
         for ring in self.rings.values():
             ring.stop()
         self.irq.stop()
@@ -626,8 +641,8 @@ class Device:
         return _fdinfo.files(self)
 
     def debugfs_files(self) -> dict:
-        """MOUNT/sys/kernel/debug/dri/0/*: name -> callable returning the text, or a
-        (read, write) pair for a writable entry."""
+        """MOUNT/sys/kernel/debug/dri/<i>/*, amdgpu's files and vgpu's (kmd/debugfs.py):
+        name -> callable returning the text (bytes for amdgpu_ring_<name>)."""
         return _debugfs.files(self)
 
     def tracing_files(self) -> dict:
@@ -673,7 +688,7 @@ class Device:
             on_chip = {id(bo): bo for bo in live if bo.on_chip}
             on_chip.update((id(bo), bo) for f in self.files.values() for bo in f.bos.values() if bo.on_chip)
             for domain, heap in self.memory.onchip.heaps.items():
-                used = sum(bo.size for bo in on_chip.values() if bo.domain == domain)
+                used = sum(bo.placement.block.size for bo in on_chip.values() if bo.domain == domain)
                 assert used == heap.used, f"{heap.name} used {heap.used} != BOs {used}"
             live = [bo for bo in live if not bo.on_chip]
             vram = sum(bo.size for bo in live if bo.vram)

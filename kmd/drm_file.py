@@ -21,10 +21,13 @@ class DrmFile:
         self.limits_hit: set[str] = set()  # limits this client hit (logged once each)
         self.pid, self.uid, self.comm, self.render = pid, uid, comm, render
         self.node = "renderD128" if render else "card0"
-        # drm_ioctl_permit()'s notions (kmd/ioctl_table.py). vgpu has no SET_MASTER and
-        # no drmAuthMagic, so every card0 file is the master and authenticated, and a
-        # render file is neither, as on Linux.
-        self.master = self.authenticated = not render
+        # drm_ioctl_permit()'s notions, set by kmd/drm_auth.py when the device opens
+        # the file (Device.open_file) and by the master ioctls.
+        self.authenticated = False
+        self.drm_master = None   # its kmd.drm_auth.DrmMaster group (file_priv->master); None: render
+        self.is_master = False   # it made that group (file_priv->is_master)
+        self.was_master = False  # it has been the device's master (file_priv->was_master)
+        self.magic = 0           # GET_MAGIC's answer, 0 until asked
         self.client_caps: dict[str, bool] = {}  # SET_CLIENT_CAP's on/off caps (kmd/kms.py)
         self.bos: dict = CountedDict(tally, "bos")  # GEM handle -> BufferObject
         self.handles_of: dict[int, int] = {}  # id(BufferObject) -> handles to it here
@@ -41,11 +44,18 @@ class DrmFile:
         # Its last job that failed with a crash dump: the answer to vgpu's
         # VGPU_INFO_LAST_FAULT (uapi.vgpu_info_last_fault), None until one fails.
         self.last_fault = None
+        self.userqs: dict = {}   # user queue id -> kmd.userq.UserQueue
+        self.seq64 = None        # kmd.userq_sync.Seq64, made by the first USERQ_WAIT that needs it
         self._next_handle = 1
         self._next_ctx = 1
         self._next_list = 1
         self._next_syncobj = 1
         self.closed = False
+
+    @property
+    def master(self) -> bool:
+        """The current DRM master of its device (drm_is_current_master)."""
+        return self.is_master and self.drm_master is not None and self.drm_master.current
 
     def add_bo(self, bo) -> int:
         """A new handle to `bo`. ENOSPC past the per-file cap (the device's BO cap is

@@ -6,8 +6,13 @@ The daemon never sees the client's fd number, so the file is named by the DRM
 client id (drm-client-id). As /proc/<pid>/fdinfo is readable only by the process's
 owner, each file is mode 0400 and owned by the client's uid: root reads every
 client's, anyone else only their own (`vgpu smi`, docs/observability.md).
-Memory is in bytes (the spec's default unit); engine time in ns since the open.
+Memory is in bytes (the spec's default unit); engine time in ns since the open, the
+job running now included. `vgpu-node` names the node the file was opened on: the
+preload library matches a process's fds to these files by it (docs/libdrm.md,
+"fdinfo and /proc"), and answers /proc/<pid>/fdinfo/<fd> with the drm-* lines in
+amdgpu's units (KiB).
 """
+import time
 from typing import Callable, NamedTuple
 
 from vgpu import uapi
@@ -35,6 +40,20 @@ def memory_of(f) -> dict[int, int]:
     return out
 
 
+def engine_ns(dev, f) -> dict[str, int]:
+    """ns each engine kind has spent on `f`'s jobs: the finished ones (kmd/perf.py
+    ClientUsage) plus the run so far of a job of `f`'s on an engine now, so that a
+    long kernel's time grows while it runs (nvtop turns the growth between two reads
+    into the process's GPU share) rather than all at once when it ends."""
+    out = dict(f.usage.engine_ns)
+    now = time.monotonic()
+    for ring in dev.rings.values():
+        job = ring.running
+        if job is not None and job.file is f and job.segment_start is not None:
+            out[ring.kind] = out.get(ring.kind, 0) + int((job.run_time + now - job.segment_start) * 1e9)
+    return out
+
+
 def usage(dev, f) -> dict[str, object]:
     """One client's numbers: what its fdinfo prints and `vgpu smi --json` lists."""
     with dev.lock:
@@ -47,7 +66,7 @@ def usage(dev, f) -> dict[str, object]:
             "cpu_bytes": mem.get(uapi.AMDGPU_GEM_DOMAIN_CPU, 0),   # evicted out of both apertures
             "contexts": contexts, "jobs_submitted": u.jobs_submitted, "jobs_in_flight": inflight,
             "faults": u.faults, "hangs": u.hangs,
-            "engine_ns": {ENGINE_KEYS[k]: v for k, v in u.engine_ns.items()}}
+            "engine_ns": {ENGINE_KEYS[k]: v for k, v in engine_ns(dev, f).items()}}
 
 
 def text(dev, f) -> str:
@@ -57,6 +76,7 @@ def text(dev, f) -> str:
              ("drm-memory-cpu", u["cpu_bytes"]),
              *((f"drm-engine-{k}", f"{v} ns") for k, v in u["engine_ns"].items()),
              ("vgpu-pid", u["pid"]), ("vgpu-comm", u["name"]), ("vgpu-uid", u["uid"]),
+             ("vgpu-node", f.node),
              ("vgpu-contexts", u["contexts"]), ("vgpu-jobs-submitted", u["jobs_submitted"]),
              ("vgpu-jobs-in-flight", u["jobs_in_flight"]), ("vgpu-faults", u["faults"]),
              ("vgpu-hangs", u["hangs"])]

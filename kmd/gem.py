@@ -29,7 +29,9 @@ DOMAIN_NAMES = {uapi.AMDGPU_GEM_DOMAIN_VRAM: "VRAM", uapi.AMDGPU_GEM_DOMAIN_GTT:
                 **ON_CHIP_NAMES}
 SUPPORTED_DOMAINS = uapi.AMDGPU_GEM_DOMAIN_VRAM | uapi.AMDGPU_GEM_DOMAIN_GTT
 # What GEM_CREATE takes: VRAM and GTT, and the on-chip GDS, GWS and OA (kmd/onchip.py).
-CREATE_DOMAINS = SUPPORTED_DOMAINS | ON_CHIP_DOMAINS
+DOORBELL = uapi.AMDGPU_GEM_DOMAIN_DOORBELL
+# What GEM_CREATE takes also: DOORBELL, the doorbell pages of user queues (kmd/userq.py).
+CREATE_DOMAINS = SUPPORTED_DOMAINS | ON_CHIP_DOMAINS | DOORBELL
 # Creation flags vgpu accepts; they are recorded and reported back, placement
 # hints have no further effect on an emulated device.
 SUPPORTED_CREATE_FLAGS = (
@@ -171,6 +173,8 @@ def gem_create(dev, file, args, extra):
           f"unknown flags {a.domain_flags & ~SUPPORTED_CREATE_FLAGS:#x}")
     if a.domains & ON_CHIP_DOMAINS:
         bo = _create_on_chip(dev, file, a)
+    elif a.domains & DOORBELL:
+        bo = _create_doorbell(dev, file, size, a)
     else:
         bo = dev.create_bo(file, size, max(align, PAGE_SIZE), a.domains, a.domain_flags)
     handle = file.add_bo(bo)
@@ -187,6 +191,12 @@ def _create_on_chip(dev, file, a) -> BufferObject:
     kept as a preference but not tried (Linux would try them first with one page
     per unit). The BO has no bytes and no BO file (kmd/onchip.py).
 
+    Its size is one page per unit, as amdgpu_bo_create's `size <<= PAGE_SHIFT`
+    makes the GEM object: GEM_OPEN, GET_GEM_CREATE_INFO and GEM_VA's bounds see
+    that size (a GDS BO of 1024 bytes is 1024 pages; libdrm maps it a page at a
+    time), and the alignment reported is page_align << PAGE_SHIFT. The heap
+    counts units (Placement.block).
+
     EINVAL: VM_ALWAYS_VALID. ENOMEM: no named on-chip heap has room (logged)."""
     check(not a.domain_flags & uapi.AMDGPU_GEM_CREATE_VM_ALWAYS_VALID, errno.EINVAL,
           "GDS bo cannot be per-vm-bo (VM_ALWAYS_VALID with a GDS, GWS or OA domain)")
@@ -199,8 +209,25 @@ def _create_on_chip(dev, file, a) -> BufferObject:
                      f"{'|'.join(n for d, n in ON_CHIP_NAMES.items() if d & a.domains)} "
                      f"for client {file.id} (pid {file.pid}): {e}")
         raise KmdError(errno.ENOMEM, f"out of on-chip memory ({size} units)") from None
-    return BufferObject(size, align, a.domains, flags, Placement(domain, block, ""),
-                        np.zeros(0, np.uint8), file.uid, file.pid)
+    # amdgpu_bo_create: GWS/OA page_align = byte_align, GDS ALIGN(byte_align, 4);
+    # GEM_OP reports page_alignment << PAGE_SHIFT (0 stays 0).
+    page_align = a.alignment if a.domains & (uapi.AMDGPU_GEM_DOMAIN_GWS | uapi.AMDGPU_GEM_DOMAIN_OA) \
+        else -(-a.alignment // 4) * 4
+    return BufferObject(size * PAGE_SIZE, page_align * PAGE_SIZE, a.domains, flags,
+                        Placement(domain, block, ""), np.zeros(0, np.uint8), file.uid, file.pid)
+
+
+def _create_doorbell(dev, file, size: int, a) -> BufferObject:
+    """A DOORBELL BO: on hardware a page of the doorbell BAR, here a shared-memory
+    page like any BO's (placed in GTT), pinned so that a queue's worker always finds
+    its doorbell words where it reads them. It may be CPU-mapped (the client writes
+    its doorbells there); DOORBELL goes with no other domain (EINVAL)."""
+    check(a.domains == DOORBELL, errno.EINVAL, f"DOORBELL goes with no other domain ({a.domains:#x})")
+    bo = dev.create_bo(file, size, PAGE_SIZE, uapi.AMDGPU_GEM_DOMAIN_GTT, a.domain_flags)
+    bo.preferred_domains = DOORBELL
+    bo.doorbell = True
+    bo.pin_count += 1
+    return bo
 
 
 def gem_mmap(dev, file, args, extra):

@@ -15,7 +15,7 @@ import errno
 
 from vgpu import isa, uapi
 
-from . import onchip
+from . import onchip, userq as _userq
 from .kms import KMS_CAPS
 from .errors import KmdError, check
 from .vm import VA_END, VA_START
@@ -78,7 +78,8 @@ def get_cap(dev, file, args, extra):
 
 def get_client(dev, file, args, extra):
     """drm_getclient (drm_ioctl.c): only `idx` 0, the caller, is answered, with
-    `auth` (1 for a card0 file: every card0 file is authenticated on vgpu), `pid`
+    `auth` (1 for an authenticated file: the master, root's, or one the master
+    authenticated with AUTH_MAGIC, kmd/drm_auth.py), `pid`
     (the pid that opened the file; Linux gives the caller's, which vgpu does not
     see per request), `uid` the overflow uid 65534, `magic` and `iocs` 0. libdrm's
     amdgpu_get_auth asks it on a primary node; the table refuses it on renderD128
@@ -317,7 +318,22 @@ def _answer(dev, file, a) -> bytes:
     if q == uapi.AMDGPU_INFO_ACCEL_WORKING:
         return ctypes.c_uint32(1).value.to_bytes(4, "little")
     if q == uapi.AMDGPU_INFO_DEV_INFO:
-        return bytes(dev_info(dev))
+        # Linux 6.16's struct: 2.4.114's, then the fields since (a shorter
+        # return_size gets the older struct, as copy_to_user of min(size) does).
+        d = uapi.drm_amdgpu_info_device_userq(base=dev_info(dev))
+        d.min_engine_clock, d.min_memory_clock = 300_000, 500_000   # kHz, kmd/power.py's lowest levels
+        d.userq_ip_mask = 1 << uapi.AMDGPU_HW_IP_COMPUTE | 1 << uapi.AMDGPU_HW_IP_DMA
+        return bytes(d)
+    if q == uapi.AMDGPU_INFO_UQ_FW_AREAS:
+        ip = a.query_hw_ip.type
+        check(ip in _userq.FW_AREA, errno.EINVAL, f"hw ip {ip} has no user queues")
+        m = uapi.drm_amdgpu_info_uq_metadata()
+        size, align = _userq.FW_AREA[ip]
+        if ip == uapi.AMDGPU_HW_IP_COMPUTE:
+            m.compute.eop_size, m.compute.eop_alignment = size, align
+        else:
+            m.sdma.csa_size, m.sdma.csa_alignment = size, align
+        return bytes(m)
     if q == uapi.AMDGPU_INFO_READ_MMR_REG:
         return read_mmr_reg(dev, a.read_mmr_reg)
     if q == uapi.AMDGPU_INFO_GDS_CONFIG:
@@ -355,7 +371,10 @@ def _answer(dev, file, a) -> bytes:
         if q == uapi.AMDGPU_INFO_HW_IP_COUNT:
             return (1 if rings or gfx_block else 0).to_bytes(4, "little")
         check(inst == 0, errno.EINVAL, f"ip instance {inst} does not exist")
-        h = uapi.drm_amdgpu_info_hw_ip()
+        hq = uapi.drm_amdgpu_info_hw_ip_userq()
+        h = hq.base
+        if ip in _userq.FW_AREA:
+            hq.userq_num_slots = _userq.SLOTS
         if rings:
             h.hw_ip_version_major, h.hw_ip_version_minor = (4, 0) if ip == uapi.AMDGPU_HW_IP_DMA else (9, 0)
             h.ib_start_alignment = 256 if ip == uapi.AMDGPU_HW_IP_DMA else 32
@@ -364,7 +383,7 @@ def _answer(dev, file, a) -> bytes:
         elif gfx_block:
             h.hw_ip_version_major, h.hw_ip_version_minor = 9, 0
             h.ib_start_alignment = h.ib_size_alignment = 32
-        return bytes(h)
+        return bytes(hq)
     if q == uapi.AMDGPU_INFO_SENSOR:
         return dev.power.read(a.sensor_info.type).to_bytes(4, "little")   # kmd/power.py
     if q == uapi.AMDGPU_INFO_FW_VERSION:
@@ -379,6 +398,11 @@ def _answer(dev, file, a) -> bytes:
         # vgpu's addition: which job failed last and which devcd<N> holds its dump.
         last = file.last_fault
         return bytes(last if last is not None else uapi.vgpu_info_last_fault())
+    if q == uapi.VGPU_INFO_USERQ_STATE:
+        uq = file.userqs.get(a.query_hw_ip.type)
+        check(uq is not None, errno.ENOENT, f"no user queue {a.query_hw_ip.type}")
+        return bytes(uapi.vgpu_info_userq_state(rptr=uq.rptr, state=_userq.STATE_CODES[uq.state],
+                                                error=uq.error, devcd=uq.devcd))
     if q == uapi.VGPU_INFO_JOB_COUNTERS:
         return bytes(job_counters(dev, file, uapi.vgpu_info_job_query.from_buffer_copy(bytes(a._u))))
     raise KmdError(errno.EINVAL, f"unsupported INFO query {q:#x}")

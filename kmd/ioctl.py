@@ -175,8 +175,9 @@ def index(*tables: list[IoctlDesc]) -> dict[int, IoctlDesc]:
 def drm_ioctl_permit(flags: int, file) -> None:
     """Refuse with EACCES what the file may not call, in drm_ioctl_permit()'s order
     (drm_ioctl.c): ROOT_ONLY needs uid 0 (vgpu's CAP_SYS_ADMIN); AUTH needs a render
-    file or an authenticated one; MASTER needs the master; a render file needs
-    RENDER_ALLOW. `file` is a DrmFile (`uid`, `render`, `authenticated`, `master`)."""
+    file or an authenticated one; MASTER needs the current master; a render file needs
+    RENDER_ALLOW. `file` is a DrmFile (`uid`, `render`, `authenticated`, `master`;
+    who is master and authenticated: kmd/drm_auth.py)."""
     if flags & DRM_ROOT_ONLY and file.uid != 0:
         raise KmdError(errno.EACCES, f"needs root (DRM_ROOT_ONLY), caller uid {file.uid}")
     if flags & DRM_AUTH and not file.render and not file.authenticated:

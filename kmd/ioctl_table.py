@@ -7,27 +7,37 @@ same ioctl; dispatch (kmd/ioctl.py) enforces them as drm_ioctl_permit() does, so
 render node renderD128 refuses an ioctl without DRM_RENDER_ALLOW (GET_CLIENT and
 AMDGPU_SCHED among vgpu's) with EACCES.
 
-vgpu has no DRM master and no drmAuthMagic: every open of card0 counts as the master
-and as authenticated (the rights of a process that opened the primary node first on
-Linux), so card0 accepts every ioctl here; handlers still apply their own uid
-checks (SCHED, priorities above NORMAL: root).
+Master and authentication are Linux's (kmd/drm_auth.py): the first card0 open while
+the device has no master becomes master and is authenticated; root is always
+authenticated; another card0 file is not until the master AUTH_MAGICs its magic, so
+it gets EACCES for every DRM_AUTH ioctl (GEM_CREATE, CS, INFO...) and DRM_MASTER
+needs the current master (AMDGPU_SCHED, AUTH_MAGIC). DRM_AUTH does not apply to a
+render file. Handlers still apply their own uid checks (SCHED, priorities above
+NORMAL: root).
 
 An ioctl that vgpu/uapi.py defines but vgpu does not implement yet is listed with
 `not_implemented(why)`: dispatch answers ENOTTY and logs "not implemented", and the
 table says what is intended. tests/kmd/test_dispatch.py checks that the table covers
 every request of uapi.IOCTLS.
 """
-from . import bo_list, cs, ctx, gem, info, kms, prime, sched, syncobj, userptr, vm
+from . import bo_list, cs, ctx, drm_auth, gem, gem_flink, info, kms, prime, sched, syncobj, userptr, vm
+from . import userq_ioctl, userq_sync
 from .ioctl import (DRM_AUTH, DRM_IOCTL_DEF, DRM_IOCTL_DEF_DRV, DRM_MASTER, DRM_RENDER_ALLOW, IoctlDesc,
                     index, not_implemented)
 
 # drm_ioctl.c, drm_ioctls[]: the core ioctls of vgpu's uapi, in number order.
 DRM_IOCTLS: list[IoctlDesc] = [
     DRM_IOCTL_DEF("VERSION", info.version, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("GET_MAGIC", drm_auth.get_magic, 0),
     DRM_IOCTL_DEF("GET_CLIENT", info.get_client, 0),
     DRM_IOCTL_DEF("GEM_CLOSE", gem.gem_close, DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF("GEM_FLINK", gem_flink.gem_flink, DRM_AUTH),
+    DRM_IOCTL_DEF("GEM_OPEN", gem_flink.gem_open, DRM_AUTH),
     DRM_IOCTL_DEF("GET_CAP", info.get_cap, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("SET_CLIENT_CAP", kms.set_client_cap, 0),
+    DRM_IOCTL_DEF("AUTH_MAGIC", drm_auth.auth_magic, DRM_MASTER),
+    DRM_IOCTL_DEF("SET_MASTER", drm_auth.set_master, 0),
+    DRM_IOCTL_DEF("DROP_MASTER", drm_auth.drop_master, 0),
     DRM_IOCTL_DEF("PRIME_HANDLE_TO_FD", prime.prime_handle_to_fd, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("PRIME_FD_TO_HANDLE", prime.prime_fd_to_handle, DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF("MODE_GETRESOURCES", kms.get_resources, 0),
@@ -73,6 +83,9 @@ AMDGPU_IOCTLS_KMS: list[IoctlDesc] = [
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_VA", vm.gem_va, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_OP", gem.gem_op, DRM_AUTH | DRM_RENDER_ALLOW),
     DRM_IOCTL_DEF_DRV("AMDGPU_GEM_USERPTR", userptr.gem_userptr, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_USERQ", userq_ioctl.userq_ioctl, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_USERQ_SIGNAL", userq_sync.userq_signal, DRM_AUTH | DRM_RENDER_ALLOW),
+    DRM_IOCTL_DEF_DRV("AMDGPU_USERQ_WAIT", userq_sync.userq_wait, DRM_AUTH | DRM_RENDER_ALLOW),
 ]
 
 #: `_IOC_NR` -> entry, what kmd.ioctl.dispatch reads (drm_ioctl's two array lookups in one).

@@ -44,7 +44,7 @@ class InterruptHandler:
                     self.dev.kmsg.log(f"IH: error handling {entry}: {e!r}")
 
     def _handle(self, e) -> None:
-        ring = self.dev.rings_by_id.get(e.ring_id)
+        ring = self.dev.rings_by_id.get(e.ring_id) or self.dev.userqs.by_ring_id(e.ring_id)
         if e.src_id in (hw.ih.IH_SRC_PAGE_FAULT, hw.ih.IH_SRC_PROT_FAULT):
             kind = "page fault" if e.src_id == hw.ih.IH_SRC_PAGE_FAULT else "protection fault"
             self.dev.kmsg.log(f"[gfxhub] {kind} (src_id:{e.src_id} ring:{e.ring_id} vmid:{e.ctx_id} "
@@ -55,7 +55,7 @@ class InterruptHandler:
                      if ring is not None and ring.ip_type == uapi.AMDGPU_HW_IP_COMPUTE
                      else f"illegal packet at dword {e.data}")
             self.dev.kmsg.log(f"[{ring.name if ring else '?'}] {where} (src_id:{e.src_id} ctx:{e.ctx_id})")
-        if ring is not None:
+        if ring is not None and e.ring_id in self.dev.rings_by_id:
             self.dev.process_fences(ring)
 
     def stop(self) -> None:

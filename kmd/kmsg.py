@@ -3,7 +3,9 @@ import collections
 import threading
 import time
 
-DEVICE_NAME = "vgpu 0000:00:00.0"  # the driver and the PCI device, as dev_info() prints them
+from vgpu.paths import PCI_SLOT
+
+DEVICE_NAME = f"vgpu {PCI_SLOT}"  # the driver and the PCI device, as dev_info() prints them
 # The longest line kept: a message past it is cut (with "..."), so the log's memory
 # is bounded by max_lines x MAX_LINE whatever a client makes the KMD say.
 MAX_LINE = 1024
@@ -21,7 +23,7 @@ class _Ring:
 
 class KernelLog:
     """Append-only, thread-safe, bounded log (a ring of `max_lines` lines, like the
-    kernel's). Lines look like dmesg output: ``[   12.345678] vgpu 0000:00:00.0: <message>``."""
+    kernel's). Lines look like dmesg output: ``[   12.345678] vgpu ffff:00:00.0: <message>``."""
 
     def __init__(self, max_lines: int = 10000, device_name: str = DEVICE_NAME):
         self._ring = _Ring(max_lines)

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from vgpu.paths import pci_slot
+
 from .vram import PAGE_SIZE
 
 if TYPE_CHECKING:   # light at run time: `vgpu mount` checks --partitions with it
@@ -29,7 +31,23 @@ TOTAL_SDMA = 2
 # amdgpu's names of the compute partition modes by partition count (amdgpu_xcp.h,
 # AMDGPU_SPX_PARTITION_MODE ...) and of the memory partition modes (NPS1, NPS2...).
 COMPUTE_MODES = {1: "SPX", 2: "DPX", 3: "TPX", 4: "QPX"}
-PCI_DOMAIN_BUS = "0000:00:00"
+# Compute ring names are amdgpu's on gfx9 (gfx_v9_0_compute_ring_init: "comp_%d.%d.%d"
+# of me, pipe, queue): the KMD's compute queues are on MEC1 (me 1), whose 4 pipes
+# have 8 queues each, given out across the pipes first ("allocate horizontally across
+# pipes", gfx_v9_0_sw_init), so ring k is queue k // 4 of pipe k % 4. vgpu numbers
+# the compute rings of the whole GPU in partition order (partition p's ring i is the
+# GPU's ring p * rings + i), so partitions have distinct names and the unpartitioned
+# GPU's are an MI100's (docs/kmd.md, "Rings").
+MEC_ME = 1
+MEC_PIPES = 4
+MEC_QUEUES_PER_PIPE = 8
+
+
+def compute_ring_name(k: int) -> str:
+    """amdgpu's name of the GPU's compute ring `k` (0-based); ValueError past MEC1's queues."""
+    if not 0 <= k < MEC_PIPES * MEC_QUEUES_PER_PIPE:
+        raise ValueError(f"compute ring {k}: MEC1 has {MEC_PIPES * MEC_QUEUES_PER_PIPE} queues")
+    return f"comp_{MEC_ME}.{k % MEC_PIPES}.{k // MEC_PIPES}"
 
 
 def supported_counts() -> list[int]:
@@ -58,7 +76,7 @@ class Partition:
 
     @property
     def pci_slot(self) -> str:
-        return f"{PCI_DOMAIN_BUS}.{self.index}"
+        return pci_slot(self.index)
 
     @property
     def compute_mode(self) -> str:
@@ -71,6 +89,10 @@ class Partition:
     @property
     def sdma_names(self) -> list[str]:
         return [f"sdma{i}" for i in self.sdma]
+
+    def compute_ring_names(self, rings: int) -> list[str]:
+        """The names of this partition's `rings` compute rings (compute_ring_name)."""
+        return [compute_ring_name(self.index * rings + i) for i in range(rings)]
 
     def describe(self) -> str:
         """One line for kmsg and `vgpu info`."""

@@ -206,7 +206,7 @@ class ClientUsage:
 
 
 def describe(ring_perf: RingPerf, running_since: float | None, last_jobs: int = 8) -> list[str]:
-    """The counter lines of a ring's debugfs file (ring_<name>): busy share of the
+    """The counter lines of a ring's debugfs file (vgpu_ring_<name>): busy share of the
     window, every total, and its last jobs."""
     now = time.monotonic()
     lines = [f"busy (last {BUSY_WINDOW:g} s): {ring_perf.busy_percent(running_since, now)} %",

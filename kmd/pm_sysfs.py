@@ -8,7 +8,8 @@
   (mV) labelled `vddgfx`;
 - `pp_dpm_sclk`, `pp_dpm_mclk`: the DPM levels, `*` on the current one;
 - `power_dpm_force_performance_level` (`auto`: the model picks the level),
-  `unique_id`, and the PCI core's `current_link_speed` / `current_link_width`
+  `unique_id`, and the PCI core's `current_link_speed` / `current_link_width` and
+  `max_link_speed` / `max_link_width`
   (PCIe 4.0 x16, an MI100's link).
 
 An MI100's limits: edge 94 C critical (hysteresis 5 C below), 105 C emergency;
@@ -43,6 +44,7 @@ def files(dev) -> dict:
     return {
         "hwmon": {"hwmon0": {
             "name": lambda: "amdgpu\n",
+            "uevent": lambda: "",   # a class device without a dev_t: an empty uevent
             "temp1_input": lambda: f"{read(S.AMDGPU_INFO_SENSOR_GPU_TEMP)}\n",
             "temp1_label": lambda: "edge\n",
             "temp1_crit": lambda: f"{TEMP_CRIT_MC}\n",
@@ -65,4 +67,7 @@ def files(dev) -> dict:
         "unique_id": lambda: unique_id(dev) + "\n",
         "current_link_speed": lambda: "16.0 GT/s PCIe\n",
         "current_link_width": lambda: "16\n",
+        # the PCI core's maximum (nvtop's "PCIe GEN 4@16x"): the link runs at its best
+        "max_link_speed": lambda: "16.0 GT/s PCIe\n",
+        "max_link_width": lambda: "16\n",
     }

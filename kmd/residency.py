@@ -21,6 +21,7 @@ from vgpu import uapi
 
 from .errors import KmdError
 from .memory import SYSTEM, Placement
+from .userq_ioctl import evicting
 
 VRAM, GTT = uapi.AMDGPU_GEM_DOMAIN_VRAM, uapi.AMDGPU_GEM_DOMAIN_GTT
 TIERS = (VRAM, GTT)
@@ -171,6 +172,10 @@ class Residency:
         limit = self.memory.vram_allocator.size + self.memory.gtt_size
         if domain == SYSTEM and sum(b.size for b in self.system.values()) + bo.size > limit:
             raise MemoryError(f"SYSTEM holds {limit} bytes of evicted BOs at most")
+        with evicting(self.dev, bo):   # user queues that reach it wait between packets
+            self._place(bo, domain)
+
+    def _place(self, bo, domain: int) -> None:
         new = self.memory.move(bo.placement, domain, bo.size, bo.alignment)
         old = bo.domain
         self.forget(bo)

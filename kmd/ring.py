@@ -27,6 +27,7 @@ import time
 from vgpu import pm4, uapi
 
 from . import direct_run, hw, perf, userptr
+from .ring_buffer import RingBuffer
 from .fence import Fence
 from .heartbeat import EngineHeartbeat
 from .job import Job
@@ -65,6 +66,7 @@ class Ring:
         self.jobs_done = 0
         self.kind = "sdma" if ip_type == uapi.AMDGPU_HW_IP_DMA else "compute"
         self.perf = perf.RingPerf(self.kind)   # counters, busy window, job records
+        self.buffer = RingBuffer(self.kind)    # the frames amdgpu would emit (debugfs amdgpu_ring_<name>)
         self.history: collections.deque = collections.deque(maxlen=256)  # (job id, ctx id), run order
         # One lock, two condition variables: the worker waits on `_cv`, the timer on
         # `_timer_cv`, so a submission wakes the worker alone. The timer is woken only
@@ -214,6 +216,7 @@ class Ring:
         self.hw_emitted += 1
         job.hw_seq = self.hw_emitted
         self.hw_pending[job.hw_seq] = job
+        self.buffer.emit(job.ibs[job.ib_index:], job.hw_seq)
         self.history.append((job.id, job.ctx.id))
         self._asked = None
         return resumed
@@ -251,6 +254,7 @@ class Ring:
         # End of job: fence write-back, then the trap interrupt (sdma_v4_0_ring_emit_fence),
         # handled at once on this thread (kmd/irq.py says why).
         self.fence_wb = job.hw_seq
+        self.buffer.completed(job.hw_seq)
         self.dev.ih.push(hw.ih.IH_SRC_TRAP, self.ring_id, job.ctx.id, 0, wake=False)
         self.dev.irq.service()
 

@@ -1,5 +1,5 @@
 """The PCI device's sysfs attributes, as amdgpu's device shows them, live:
-MOUNT/sys/devices/pci0000:00/0000:00:00.0/*, also reached as
+MOUNT/sys/devices/pciffff:00/ffff:00:00.0/* (vgpu.paths.PCI_SLOT), also reached as
 MOUNT/sys/class/drm/card0/device/* and MOUNT/sys/dev/char/226:N/device/* (vdev builds
 the links, docs/vdev.md "sysfs").
 
@@ -11,9 +11,11 @@ values are those of the part DEV_INFO reports, read from kmd/info.py at each ope
 import struct
 import time
 
+from vgpu.paths import PCI_SLOT
+
 from . import info, partition, pm_sysfs
 
-PCI_SLOT_NAME = "0000:00:00.0"  # the whole GPU's; partition N is function N (kmd/partition.py)
+PCI_SLOT_NAME = PCI_SLOT  # the whole GPU's; partition N is function N (kmd/partition.py)
 # Board identity by PCI device id: (subsystem vendor, subsystem device, class), from
 # the boards amdgpu drives with those ids (lspci -nnv): Vega 10 XT, a display
 # controller; Arcturus, the Instinct MI100 accelerator, class "display controller,

@@ -124,7 +124,9 @@ class VirtualMemory:
         self._starts.insert(i, m.va)
         self._maps.insert(i, m)
         self._by_bo.setdefault(id(m.bo), {})[m.va] = m
-        if m.bo.storage is not None:   # a BO evicted to SYSTEM has no valid PTEs
+        # A BO evicted to SYSTEM has no valid PTEs; nor has a GDS/GWS/OA BO, whose
+        # memory only GDS instructions reach (vgpu's engines have none, kmd/onchip.py).
+        if m.bo.storage is not None and not m.bo.on_chip:
             self.page_table.map(m.va, m.bo.storage, m.offset, m.size, pte_flags(m.flags))
         if self.trace.on:
             self.trace.vm_mapping(self.owner, m, True)
@@ -212,8 +214,10 @@ def gem_va(dev, file, args, extra):
     aligned or zero size, range outside [virtual_address_offset, virtual_address_max),
     BO range past the end of the BO, MAP over an existing mapping.
     ENOENT: bad handle (MAP/UNMAP/REPLACE), UNMAP of a VA this BO is not mapped at.
-    EINVAL also for MAP/REPLACE of a GDS, GWS or OA BO (vgpu has no memory behind
-    them; Linux would map the on-chip offsets)."""
+    A GDS, GWS or OA BO maps like any other within its size, one page per unit
+    (kmd/gem.py), as amdgpu_gem_va_ioctl allows; its pages have no valid PTEs, so
+    an engine access through them faults (Linux's PTEs would point nowhere useful:
+    shaders reach GDS through GDS instructions, not the VM)."""
     op, va, size, offset = args.operation, args.va_address, args.map_size, args.offset_in_bo
     check(args._pad == 0, errno.EINVAL, "nonzero padding")
     check(op in (uapi.AMDGPU_VA_OP_MAP, uapi.AMDGPU_VA_OP_UNMAP, uapi.AMDGPU_VA_OP_CLEAR,
@@ -234,7 +238,6 @@ def gem_va(dev, file, args, extra):
         return
     check(offset + size <= bo.size, errno.EINVAL,
           f"offset {offset:#x} + size {size:#x} past BO end {bo.size:#x}")
-    check(not bo.on_chip, errno.EINVAL, "a GDS/GWS/OA BO has no memory to map into a VM")
     if op == uapi.AMDGPU_VA_OP_REPLACE:
         vm.clear(va, size)
     flags = args.flags & PAGE_FLAGS

@@ -12,8 +12,12 @@
  * each of those lead to the mount:
  *
  *   paths      /dev/dri/..., /sys/dev/char/226:N/..., /sys/class/drm/...,
- *              /sys/kernel/debug/{dri,tracing}/..., /sys/module/drm/...  ->  MOUNT/<same path>
- *              (open*, fopen, opendir, stat*, access, readlink, realpath)
+ *              /sys/kernel/debug/{dri,tracing}/..., /sys/module/drm/..., and the mount's
+ *              own entries of /sys/bus/pci/devices and /sys/devices  ->  MOUNT/<same path>
+ *              (open*, fopen, opendir, stat*, access, readlink, realpath), absolute or
+ *              relative to a directory fd whose path is remembered
+ *   /proc      /proc/<pid>/fd/<n> of a control file reads and stats as the node;
+ *              /proc/<pid>/fdinfo/<n> adds the daemon's drm-usage-stats of its DRM file
  *   stat       a control file (MOUNT/dev/dri/card0, renderD128) looks like the DRM
  *              character device it stands for: S_IFCHR, st_rdev = makedev(226, minor)
  *   ioctl()    goes to the kernel as the program made it (strace and gdb see it), except
@@ -52,7 +56,10 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <linux/kcmp.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -84,6 +91,9 @@ DECLARE_REAL(int, openat64, int, const char *, int, ...);
 DECLARE_REAL(FILE *, fopen, const char *, const char *);
 DECLARE_REAL(FILE *, fopen64, const char *, const char *);
 DECLARE_REAL(DIR *, opendir, const char *);
+DECLARE_REAL(int, closedir, DIR *);
+DECLARE_REAL(int, statfs, const char *, struct statfs *);
+DECLARE_REAL(int, fstatfs, int, struct statfs *);
 DECLARE_REAL(int, stat, const char *, struct stat *);
 DECLARE_REAL(int, stat64, const char *, struct stat64 *);
 DECLARE_REAL(int, lstat, const char *, struct stat *);
@@ -168,12 +178,34 @@ static const char *const redirected_prefixes[] = {
 	"/sys/module/drm",
 };
 
+/* Directories of the host's sysfs in which only the entries the mount also has are
+ * vgpu's: /sys/bus/pci/devices/<slot> and /sys/devices/pci<domain>:<bus> (host bridges
+ * only: /sys/devices/system and the like are not looked up in the mount) (the PCI
+ * address, vgpu/paths.py, docs/vdev.md "The PCI address"; no host device has it), so
+ * that the host's other devices stay visible there. Nothing here names the address. */
+static const char *const shared_dirs[] = {"/sys/bus/pci/devices/", "/sys/devices/pci"};
+
 static int is_redirected(const char *path)
 {
 	for (size_t i = 0; i < sizeof(redirected_prefixes) / sizeof(*redirected_prefixes); i++) {
 		const char *p = redirected_prefixes[i];
 		size_t n = strlen(p);
 		if (strncmp(path, p, n) == 0 && (p[n - 1] == ':' || path[n] == '\0' || path[n] == '/'))
+			return 1;
+	}
+	for (size_t i = 0; mount_len && i < sizeof(shared_dirs) / sizeof(*shared_dirs); i++) {
+		size_t n = strlen(shared_dirs[i]), len;
+		char entry[PATH_MAX];
+		if (strncmp(path, shared_dirs[i], n) != 0 || !path[n] || path[n] == '.')
+			continue;
+		/* the entry: what follows the prefix's last '/' up to the next one */
+		while (n > 0 && path[n - 1] != '/')
+			n--;
+		len = strcspn(path + n, "/");
+		if (len > NAME_MAX || snprintf(entry, sizeof(entry), "%s%.*s", mount_path, (int)(n + len), path) >= PATH_MAX)
+			continue;
+		struct stat st;
+		if (REAL(lstat)(entry, &st) == 0)
 			return 1;
 	}
 	return 0;
@@ -247,6 +279,7 @@ static struct fdent {
 	uint8_t minor;  /* 'c': the DRM minor (0 card0, 128 renderD128) */
 } fdtab[FD_SLOTS];
 static pthread_mutex_t fdtab_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *dirpath[FD_SLOTS]; /* directory fds' paths ("Directory fds" below), under fdtab_lock */
 
 static int fd_ok(int fd) { return fd >= 0 && fd < FD_SLOTS; }
 
@@ -259,10 +292,13 @@ static void set_entry(int fd, struct fdent e)
 
 /* Forget whatever `fd` was: called before it is closed and after the kernel hands the
  * number out again (an entry there can only be stale: closed behind our back). */
+static void set_dirpath(int fd, const char *v);
 static void untrack(int fd)
 {
-	if (fd_ok(fd))
+	if (fd_ok(fd)) {
 		set_entry(fd, (struct fdent){0});
+		set_dirpath(fd, NULL);
+	}
 }
 
 /* ---- Yama. The daemon reads and writes the data behind an ioctl's pointers with
@@ -326,6 +362,9 @@ static void track_dup(int oldfd, int newfd)
 		return;
 	pthread_mutex_lock(&fdtab_lock);
 	fdtab[newfd] = fd_ok(oldfd) ? fdtab[oldfd] : (struct fdent){0};
+	char *copy = fd_ok(oldfd) && dirpath[oldfd] ? strdup(dirpath[oldfd]) : NULL;
+	free(dirpath[newfd]);
+	dirpath[newfd] = copy;
 	pthread_mutex_unlock(&fdtab_lock);
 }
 
@@ -339,6 +378,295 @@ static struct fdent entry_of(int fd)
 	e = fdtab[fd];
 	pthread_mutex_unlock(&fdtab_lock);
 	return e;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Directory fds and the paths they stand for. Tools walk sysfs and /proc one component
+ * at a time relative to directory fds (libsystemd's sd-device, behind nvtop, opens "/"
+ * and then openat(fd, "sys"), openat(fd, "bus")...; nvtop's process list does
+ * openat(pid_dir, "fdinfo") and fstatat(fd_dir, "5")). So the path a directory fd was
+ * opened as ("virtual": the program's view, before redirection) is remembered for
+ * directories in the trees this library redirects or answers (/, /sys, /proc, /dev),
+ * and a path relative to such an fd is redirected as the absolute path it names.
+ * ---------------------------------------------------------------------------------- */
+/* dirpath[fd] (declared with fdtab): the strdup'd virtual path of a directory fd, or NULL */
+
+static int worth_a_dirpath(const char *v)
+{
+	return strcmp(v, "/") == 0 || strncmp(v, "/sys", 4) == 0 || strncmp(v, "/proc", 5) == 0 ||
+	       strncmp(v, "/dev", 4) == 0;
+}
+
+static void set_dirpath(int fd, const char *v)
+{
+	if (!fd_ok(fd))
+		return;
+	char *copy = v && worth_a_dirpath(v) ? strdup(v) : NULL;
+	pthread_mutex_lock(&fdtab_lock);
+	free(dirpath[fd]);
+	dirpath[fd] = copy;
+	pthread_mutex_unlock(&fdtab_lock);
+}
+
+/* `dir` + "/" + `rel` into out, with "." and ".." taken lexically; 0, or -1 if too long. */
+static int join_path(const char *dir, const char *rel, char *out)
+{
+	size_t n = strlen(dir);
+	if (n >= PATH_MAX)
+		return -1;
+	memcpy(out, dir, n + 1);
+	while (n > 1 && out[n - 1] == '/')
+		out[--n] = '\0';
+	while (*rel) {
+		size_t len = strcspn(rel, "/");
+		if (len == 0 || (len == 1 && rel[0] == '.')) {
+			/* nothing */
+		} else if (len == 2 && rel[0] == '.' && rel[1] == '.') {
+			char *slash = strrchr(out, '/');
+			n = slash && slash != out ? (size_t)(slash - out) : 1;
+			out[n] = '\0';
+		} else {
+			if (n + 1 + len >= PATH_MAX)
+				return -1;
+			if (n > 1)
+				out[n++] = '/';
+			memcpy(out + n, rel, len);
+			out[n += len] = '\0';
+		}
+		rel += len;
+		while (*rel == '/')
+			rel++;
+	}
+	return 0;
+}
+
+/* The absolute virtual path `path` names relative to `dirfd` (written into out), or
+ * NULL when it is relative to a directory whose path is not known (the cwd, say). */
+static const char *virtual_at(int dirfd, const char *path, char *out)
+{
+	if (!path)
+		return NULL;
+	if (path[0] == '/')
+		return path;
+	if (dirfd == AT_FDCWD || !fd_ok(dirfd))
+		return NULL;
+	int ok = 0;
+	pthread_mutex_lock(&fdtab_lock);
+	if (dirpath[dirfd])
+		ok = join_path(dirpath[dirfd], path, out) == 0;
+	pthread_mutex_unlock(&fdtab_lock);
+	return ok ? out : NULL;
+}
+
+/* The path to hand the kernel for (dirfd, path): MOUNT + the virtual path if that is
+ * redirected, else `path` as it is. *virt is the virtual path (NULL if unknown). */
+static const char *map_at(int dirfd, const char *path, char *vbuf, char *mbuf, const char **virt)
+{
+	const char *v = virtual_at(dirfd, path, vbuf);
+	*virt = v;
+	if (v && v != path) {
+		const char *m = map_path(v, mbuf);
+		return m == v ? path : m;
+	}
+	return map_path(path, mbuf);
+}
+
+/* ------------------------------------------------------------------------------------
+ * /proc as a tool sees it under the library: /proc/<pid>/fd/<n> of a control file
+ * reads as the node's path (/dev/dri/renderD128) and stats as the character device,
+ * and /proc/<pid>/fdinfo/<n> carries the daemon's drm-usage-stats for the DRM file
+ * behind it (docs/libdrm.md, "fdinfo").
+ * ---------------------------------------------------------------------------------- */
+
+/* "/proc/<pid>/<what>/<n>" -> pid string and n; 0 if `v` is not such a path. */
+static int proc_fd_path(const char *v, const char *what, char *pid, size_t pidcap, int *n)
+{
+	size_t wl = strlen(what);
+	if (!v || strncmp(v, "/proc/", 6) != 0)
+		return 0;
+	const char *p = v + 6, *slash = strchr(p, '/');
+	if (!slash || (size_t)(slash - p) >= pidcap || strncmp(slash + 1, what, wl) != 0 || slash[1 + wl] != '/')
+		return 0;
+	const char *num = slash + 2 + wl;
+	char *end;
+	long fd = strtol(num, &end, 10);
+	if (!*num || *end || fd < 0 || fd > INT_MAX)
+		return 0;
+	memcpy(pid, p, (size_t)(slash - p));
+	pid[slash - p] = '\0';
+	*n = (int)fd;
+	return 1;
+}
+
+/* The minor of the control file /proc/<pid>/fd/<n> leads to, or -1. */
+static int proc_fd_minor(const char *pid, int n)
+{
+	char link[PATH_MAX], target[PATH_MAX];
+	snprintf(link, sizeof(link), "/proc/%s/fd/%d", pid, n);
+	ssize_t len = REAL(readlink)(link, target, sizeof(target) - 1);
+	if (len < 0)
+		return -1;
+	target[len] = '\0';
+	return control_minor(target);
+}
+
+/* The minor to patch into a stat of virtual path `v` that follows links: a
+ * /proc/<pid>/fd/<n> of a control file is that file. */
+static int followed_minor(const char *v)
+{
+	char pid[32];
+	int n;
+	return proc_fd_path(v, "fd", pid, sizeof(pid), &n) ? proc_fd_minor(pid, n) : -1;
+}
+
+/* A readlink answer: a path in the mount that stands for a redirected one reads as
+ * that one (MOUNT/dev/dri/renderD128 -> /dev/dri/renderD128). */
+static ssize_t unmap_link(char *out, ssize_t len)
+{
+	if (len <= 0 || !mount_len || (size_t)len <= mount_len || strncmp(out, mount_path, mount_len) != 0 ||
+	    out[mount_len] != '/')
+		return len;
+	char rest[PATH_MAX];
+	size_t n = (size_t)len - mount_len;
+	if (n >= sizeof(rest))
+		return len;
+	memcpy(rest, out + mount_len, n);
+	rest[n] = '\0';
+	if (!is_redirected(rest))
+		return len;
+	memcpy(out, rest, n);
+	return (ssize_t)n;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	int fd = REAL(openat64)(AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return NULL;
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+	ssize_t r;
+	while (buf && (r = read(fd, buf + n, cap - n - 1)) > 0)
+		if ((n += (size_t)r) + 1 == cap)
+			buf = realloc(buf, cap *= 2);
+	REAL(close)(fd);
+	if (buf)
+		buf[n] = '\0', *len = n;
+	return buf;
+}
+
+static int by_number(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* Which of the daemon's DRM files of `pid` (MOUNT/proc/<pid>/fdinfo/<client-id>) fd `n`
+ * is. The daemon names them by client id, in the order they were opened, and knows
+ * each one's node; it never sees fd numbers. So the DRM files of the same kind of node
+ * (card or render) the process holds are put in order of their lowest fd number,
+ * dups of one open file description counted once (kcmp KCMP_FILE, as nvtop does), and
+ * the k-th of them is the k-th client id of that node. Returns the client id, or -1. */
+static long client_of_fd(const char *pid, int n, int minor, char *numeric_pid, size_t cap)
+{
+	char path[PATH_MAX];
+	long pidnum = strcmp(pid, "self") == 0 ? (long)getpid() : strtol(pid, NULL, 10);
+	if (pidnum <= 0)
+		return -1;
+	snprintf(numeric_pid, cap, "%ld", pidnum);
+	int fds[256], nfds = 0, mine = -1;
+	snprintf(path, sizeof(path), "/proc/%ld/fd", pidnum);
+	DIR *d = REAL(opendir)(path);
+	if (!d)
+		return -1;
+	for (struct dirent *e; (e = readdir(d)) && nfds < 256;) {
+		int fd = atoi(e->d_name), m;
+		if (e->d_name[0] != '.' && (m = proc_fd_minor(numeric_pid, fd)) >= 0 && (m >= 128) == (minor >= 128))
+			fds[nfds++] = fd;
+	}
+	REAL(closedir)(d);
+	qsort(fds, (size_t)nfds, sizeof(*fds), by_number);
+	int rank_of[256], distinct = 0;
+	for (int i = 0; i < nfds; i++) {
+		int first = i;
+		for (int j = 0; j < i && first == i; j++)
+			if (syscall(SYS_kcmp, pidnum, pidnum, KCMP_FILE, fds[i], fds[j]) == 0)
+				first = j;
+		rank_of[i] = first == i ? distinct++ : rank_of[first];
+		if (fds[i] == n)
+			mine = rank_of[i];
+	}
+	if (mine < 0)
+		return -1;
+	/* the daemon's clients of that pid on that kind of node, in client-id order */
+	long ids[256];
+	int nids = 0;
+	snprintf(path, sizeof(path), "%s/proc/%ld/fdinfo", mount_path, pidnum);
+	if (!(d = REAL(opendir)(path)))
+		return -1;
+	for (struct dirent *e; (e = readdir(d)) && nids < 256;) {
+		char file[PATH_MAX];
+		size_t len;
+		if (e->d_name[0] == '.')
+			continue;
+		if (snprintf(file, sizeof(file), "%s/%s", path, e->d_name) >= (int)sizeof(file))
+			continue;
+		char *text = slurp(file, &len), *node = text ? strstr(text, "vgpu-node:\t") : NULL;
+		if (node && (strncmp(node + 11, "renderD", 7) == 0) == (minor >= 128))
+			ids[nids++] = strtol(e->d_name, NULL, 10);
+		free(text);
+	}
+	REAL(closedir)(d);
+	for (int i = 1; i < nids; i++) /* insertion sort: a handful of ids */
+		for (int j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
+			long t = ids[j];
+			ids[j] = ids[j - 1], ids[j - 1] = t;
+		}
+	return mine < nids ? ids[mine] : -1;
+}
+
+/* Append the daemon's fdinfo lines in amdgpu's form: memory in KiB (amdgpu_fdinfo.c;
+ * the mount's own file counts bytes), vgpu's own keys left out. */
+static void append_drm_lines(FILE *out, const char *text)
+{
+	for (const char *line = text; *line;) {
+		size_t len = strcspn(line, "\n");
+		unsigned long long bytes;
+		char key[64];
+		if (strncmp(line, "drm-memory-", 11) == 0 && sscanf(line, "%63[^:]:\t%llu", key, &bytes) == 2)
+			fprintf(out, "%s:\t%llu KiB\n", key, bytes / 1024);
+		else if (strncmp(line, "drm-", 4) == 0)
+			fprintf(out, "%.*s\n", (int)len, line);
+		line += len + (line[len] == '\n');
+	}
+}
+
+/* open() of /proc/<pid>/fdinfo/<n> where fd n of pid is a control file: a memfd with
+ * the kernel's own lines (pos, flags, mnt_id, ino) and the daemon's drm-* lines for
+ * that DRM file. -2: not such a path (or the daemon has no answer), open as it is. */
+static int open_fdinfo(const char *v, int flags)
+{
+	char pid[32], numeric[32], path[PATH_MAX];
+	int n, minor;
+	if (!proc_fd_path(v, "fdinfo", pid, sizeof(pid), &n) || (minor = proc_fd_minor(pid, n)) < 0)
+		return -2;
+	long client = client_of_fd(pid, n, minor, numeric, sizeof(numeric));
+	size_t klen = 0, dlen = 0;
+	char *kernel = slurp(v, &klen), *daemon = NULL;
+	if (client >= 0) {
+		snprintf(path, sizeof(path), "%s/proc/%s/fdinfo/%ld", mount_path, numeric, client);
+		daemon = slurp(path, &dlen);
+	}
+	DBG("fdinfo %s: DRM minor %d, client %ld%s", v, minor, client, daemon ? "" : " (no answer)");
+	int fd = kernel && daemon ? memfd_create("fdinfo", (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0) : -1;
+	if (fd >= 0) {
+		FILE *out = fdopen(REAL(dup)(fd), "w");
+		if (out) {
+			fputs(kernel, out);
+			append_drm_lines(out, daemon);
+			fclose(out);
+		}
+		lseek(fd, 0, SEEK_SET);
+	}
+	free(kernel);
+	free(daemon);
+	return fd >= 0 ? fd : -2;
 }
 
 /* What the kernel says `fd` is: /proc/self/fd/N. For fds we did not see being made:
@@ -406,11 +734,13 @@ static int at_minor(int dirfd, const char *mapped, int flags)
 }
 
 /* One body for the struct stat and struct stat64 flavours of each call. */
-#define STAT_PATH(real, path, st)                                              \
+#define STAT_PATH(real, path, st, follow)                                      \
 	char buf_[PATH_MAX];                                                   \
 	const char *p_ = map_path(path, buf_);                                 \
 	int r_ = real;                                                         \
 	int m_ = r_ == 0 ? control_minor(p_) : -1;                             \
+	if (r_ == 0 && m_ < 0 && (follow))                                     \
+		m_ = followed_minor(path);                                     \
 	if (m_ >= 0)                                                           \
 		PATCH_STAT(st, m_);                                            \
 	return r_
@@ -423,18 +753,20 @@ static int at_minor(int dirfd, const char *mapped, int flags)
 	return r_
 
 #define STAT_AT(real, dirfd, path, st, flags)                                  \
-	char buf_[PATH_MAX];                                                   \
-	const char *p_ = map_path(path, buf_);                                 \
+	char buf_[PATH_MAX], vbuf_[PATH_MAX];                                  \
+	const char *v_, *p_ = map_at(dirfd, path, vbuf_, buf_, &v_);           \
 	int r_ = real;                                                         \
 	int m_ = r_ == 0 ? at_minor(dirfd, p_, flags) : -1;                    \
+	if (r_ == 0 && m_ < 0 && !((flags) & AT_SYMLINK_NOFOLLOW))             \
+		m_ = followed_minor(v_);                                       \
 	if (m_ >= 0)                                                           \
 		PATCH_STAT(st, m_);                                            \
 	return r_
 
-int stat(const char *path, struct stat *st) { STAT_PATH(REAL(stat)(p_, st), path, st); }
-int stat64(const char *path, struct stat64 *st) { STAT_PATH(REAL(stat64)(p_, st), path, st); }
-int lstat(const char *path, struct stat *st) { STAT_PATH(REAL(lstat)(p_, st), path, st); }
-int lstat64(const char *path, struct stat64 *st) { STAT_PATH(REAL(lstat64)(p_, st), path, st); }
+int stat(const char *path, struct stat *st) { STAT_PATH(REAL(stat)(p_, st), path, st, 1); }
+int stat64(const char *path, struct stat64 *st) { STAT_PATH(REAL(stat64)(p_, st), path, st, 1); }
+int lstat(const char *path, struct stat *st) { STAT_PATH(REAL(lstat)(p_, st), path, st, 0); }
+int lstat64(const char *path, struct stat64 *st) { STAT_PATH(REAL(lstat64)(p_, st), path, st, 0); }
 int fstat(int fd, struct stat *st) { STAT_FD(REAL(fstat)(fd, st), fd, st); }
 int fstat64(int fd, struct stat64 *st) { STAT_FD(REAL(fstat64)(fd, st), fd, st); }
 int fstatat(int dirfd, const char *path, struct stat *st, int flags)
@@ -445,10 +777,10 @@ int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags)
 {
 	STAT_AT(REAL(fstatat64)(dirfd, p_, st, flags), dirfd, path, st, flags);
 }
-int __xstat(int ver, const char *path, struct stat *st) { STAT_PATH(REAL(__xstat)(ver, p_, st), path, st); }
-int __xstat64(int ver, const char *path, struct stat64 *st) { STAT_PATH(REAL(__xstat64)(ver, p_, st), path, st); }
-int __lxstat(int ver, const char *path, struct stat *st) { STAT_PATH(REAL(__lxstat)(ver, p_, st), path, st); }
-int __lxstat64(int ver, const char *path, struct stat64 *st) { STAT_PATH(REAL(__lxstat64)(ver, p_, st), path, st); }
+int __xstat(int ver, const char *path, struct stat *st) { STAT_PATH(REAL(__xstat)(ver, p_, st), path, st, 1); }
+int __xstat64(int ver, const char *path, struct stat64 *st) { STAT_PATH(REAL(__xstat64)(ver, p_, st), path, st, 1); }
+int __lxstat(int ver, const char *path, struct stat *st) { STAT_PATH(REAL(__lxstat)(ver, p_, st), path, st, 0); }
+int __lxstat64(int ver, const char *path, struct stat64 *st) { STAT_PATH(REAL(__lxstat64)(ver, p_, st), path, st, 0); }
 int __fxstat(int ver, int fd, struct stat *st) { STAT_FD(REAL(__fxstat)(ver, fd, st), fd, st); }
 int __fxstat64(int ver, int fd, struct stat64 *st) { STAT_FD(REAL(__fxstat64)(ver, fd, st), fd, st); }
 int __fxstatat(int ver, int dirfd, const char *path, struct stat *st, int flags)
@@ -462,10 +794,12 @@ int __fxstatat64(int ver, int dirfd, const char *path, struct stat64 *st, int fl
 
 int statx(int dirfd, const char *path, int flags, unsigned int mask, struct statx *stx)
 {
-	char buf[PATH_MAX];
-	const char *p = map_path(path, buf);
+	char buf[PATH_MAX], vbuf[PATH_MAX];
+	const char *v, *p = map_at(dirfd, path, vbuf, buf, &v);
 	int r = REAL(statx)(dirfd, p, flags, mask, stx);
 	int minor = r == 0 ? at_minor(dirfd, p, flags) : -1;
+	if (r == 0 && minor < 0 && !(flags & AT_SYMLINK_NOFOLLOW))
+		minor = followed_minor(v);
 	if (minor >= 0) {
 		stx->stx_mode = S_IFCHR | (stx->stx_mode & 07777);
 		stx->stx_rdev_major = DRM_MAJOR;
@@ -493,7 +827,16 @@ FILE *fopen64(const char *path, const char *mode)
 DIR *opendir(const char *path)
 {
 	char buf[PATH_MAX];
-	return REAL(opendir)(map_path(path, buf));
+	DIR *d = REAL(opendir)(map_path(path, buf));
+	if (d && mount_len && path[0] == '/')
+		set_dirpath(dirfd(d), path);
+	return d;
+}
+
+int closedir(DIR *d)
+{
+	untrack(dirfd(d)); /* glibc closes the fd itself, past our close() */
+	return REAL(closedir)(d);
 }
 
 int access(const char *path, int mode)
@@ -504,21 +847,61 @@ int access(const char *path, int mode)
 
 int faccessat(int dirfd, const char *path, int mode, int flags)
 {
-	char buf[PATH_MAX];
-	return REAL(faccessat)(dirfd, map_path(path, buf), mode, flags);
+	char buf[PATH_MAX], vbuf[PATH_MAX];
+	const char *v;
+	return REAL(faccessat)(dirfd, map_at(dirfd, path, vbuf, buf, &v), mode, flags);
 }
 
+/* A link that leads into the mount where the program's path was redirected reads as
+ * the redirected path: readlink /proc/self/fd/3 of a control file is /dev/dri/renderD128
+ * (the library's own lookups use the real readlink). */
 ssize_t readlink(const char *path, char *out, size_t size)
 {
 	char buf[PATH_MAX];
-	return REAL(readlink)(map_path(path, buf), out, size);
+	ssize_t n = REAL(readlink)(map_path(path, buf), out, size);
+	return (size_t)n < size ? unmap_link(out, n) : n;
 }
 
 ssize_t readlinkat(int dirfd, const char *path, char *out, size_t size)
 {
-	char buf[PATH_MAX];
-	return REAL(readlinkat)(dirfd, map_path(path, buf), out, size);
+	char buf[PATH_MAX], vbuf[PATH_MAX];
+	const char *v;
+	ssize_t n = REAL(readlinkat)(dirfd, map_at(dirfd, path, vbuf, buf, &v), out, size);
+	return (size_t)n < size ? unmap_link(out, n) : n;
 }
+
+/* sysfs as libsystemd checks it (sd-device refuses a syspath not on a file system of
+ * SYSFS_MAGIC): MOUNT/sys is the sysfs the program is shown. */
+#define SYSFS_MAGIC_ 0x62656572
+static int in_mount_sys(const char *real_path)
+{
+	const char *rel = real_path ? in_mount(real_path) : NULL;
+	return rel && strncmp(rel, "/sys", 4) == 0 && (rel[4] == '/' || rel[4] == '\0');
+}
+
+int statfs(const char *path, struct statfs *st)
+{
+	char buf[PATH_MAX];
+	const char *p = map_path(path, buf);
+	int r = REAL(statfs)(p, st);
+	if (r == 0 && p && p[0] == '/' && in_mount_sys(p))
+		st->f_type = SYSFS_MAGIC_;
+	return r;
+}
+
+int fstatfs(int fd, struct statfs *st)
+{
+	char path[PATH_MAX];
+	int r = REAL(fstatfs)(fd, st);
+	if (r == 0 && mount_len && fd_path(fd, path) >= 0 && in_mount_sys(path))
+		st->f_type = SYSFS_MAGIC_;
+	return r;
+}
+
+/* x86-64 has one struct statfs: the 64 forms (what _FILE_OFFSET_BITS=64 code calls,
+ * libsystemd's among them) are the same calls. */
+int statfs64(const char *path, struct statfs64 *st) { return statfs(path, (struct statfs *)st); }
+int fstatfs64(int fd, struct statfs64 *st) { return fstatfs(fd, (struct statfs *)st); }
 
 /* ls -l asks for ACLs and SELinux labels by path */
 ssize_t getxattr(const char *path, const char *name, void *value, size_t size)
@@ -566,13 +949,18 @@ static int needs_mode(int flags) { return (flags & O_CREAT) || (flags & O_TMPFIL
 
 static int do_open(int dirfd, const char *path, int flags, mode_t mode)
 {
-	char buf[PATH_MAX];
-	const char *p = map_path(path, buf);
-	int fd = REAL(openat64)(dirfd, p, flags, mode);
+	char buf[PATH_MAX], vbuf[PATH_MAX];
+	const char *v, *p = map_at(dirfd, path, vbuf, buf, &v);
+	int fd;
+	if (mount_len && v && (fd = open_fdinfo(v, flags)) != -2)
+		return fd;
+	fd = REAL(openat64)(dirfd, p, flags, mode);
 	if (fd < 0 || !mount_len)
 		return fd;
 	int saved = errno;
 	untrack(fd); /* a new fd: whatever the table said about this number is stale */
+	if (v && (flags & (O_DIRECTORY | O_PATH)))
+		set_dirpath(fd, v);
 	if (p && p[0] == '/') {
 		int minor = control_minor(p);
 		char kind = 0;

@@ -8,7 +8,7 @@ invalidates). Waiting for the job's fence is therefore always safe; the bug hide
 where a program signals "results ready" *inside* a job, with a RELEASE_MEM that has
 no cache action, as a persistent kernel or a cross-queue user fence does:
 
-  IB on comp_0.0: c = a + b (vector_add), RELEASE_MEM writing ready = 1 (cache
+  IB on comp_1.0.0: c = a + b (vector_add), RELEASE_MEM writing ready = 1 (cache
                   actions: none for the bug, EOP_TC_WB for the fix), then WAIT_REG_MEM
                   until the CPU sets go = 1 (the job stays in flight);
   IB on sdma0:    POLL_REGMEM until ready = 1, then COPY c -> d;

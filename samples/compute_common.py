@@ -29,13 +29,13 @@ class ComputeSession(Session):
         return kernel
 
     def submit(self, ib: libvgpu.Pm4Ib) -> libvgpu.CsRequest:
-        """Write the IB into its own BO and queue it on comp_0.0."""
+        """Write the IB into its own BO and queue it on comp_1.0.0."""
         data = ib.tobytes()
         buf = self.alloc(len(data), "IB", flags=uapi.AMDGPU_VM_PAGE_READABLE)
         buf.cpu[:len(data)] = data
         req = libvgpu.CsRequest(COMPUTE, [libvgpu.IbInfo(buf.va, len(ib))])
         seq = libvgpu.cs_submit(self.ctx, req)
-        print(f"  submitted {len(ib)} dwords of PM4 on comp_0.0: seq {seq}")
+        print(f"  submitted {len(ib)} dwords of PM4 on comp_1.0.0: seq {seq}")
         return req
 
     def wait(self, req: libvgpu.CsRequest) -> None:

@@ -24,7 +24,7 @@ EXPLAIN = {
     "header": "What happened, when, and on which ring.",
     "process": "Who submitted the job: the process that owns the DRM file.",
     "context": "The submitting context. 'guilty: yes' means its later CS calls fail with ECANCELED.",
-    "ring": "The ring's counters at the moment of the fault (same as debugfs ring_comp_0.0), and the job.",
+    "ring": "The ring's counters at the moment of the fault (same as debugfs vgpu_ring_comp_1.0.0), and the job.",
     "fault": "The fault itself: reason, address and access, and the PM4 packet that was running.",
     "ib": "The IB as the command processor saw it; '>>>' marks the packet that was running.",
     "waves": "The wave that faulted: PC (byte offset from the program address), EXEC (its live lanes), "

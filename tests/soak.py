@@ -11,7 +11,7 @@ their files closed):
   valid requests of every ioctl of the uapi, mutated or not, framing abuse
   (tests/fuzzlib.py), on renderD128 (card0 too, as root); now and then they reopen their file, map a BO file, look up names under
   bo/, sync/ and prime/, read debugfs.
-- one IB fuzzer per ring (sdma0, sdma1, comp_0.0): fuzzed SDMA packets, PM4 packets
+- one IB fuzzer per ring (sdma0, sdma1, comp_1.0.0): fuzzed SDMA packets, PM4 packets
   and vISA kernels in its own VM; a context made guilty by a fault or a hang is
   replaced.
 - a victim (uid 65534): copies and fills on both SDMA rings and WRITE_DATA on the
@@ -276,7 +276,7 @@ def _side_trip(rng: random.Random, mount: str, c: Client, k: Known) -> None:
             except OSError:
                 pass
         if os.getuid() == 0 and rng.random() < 0.3:
-            for name in ("gem_info", "vm_info", "clients", "fence_info"):
+            for name in ("amdgpu_gem_info", "amdgpu_vm_info", "clients", "amdgpu_fence_info"):
                 with open(os.path.join(mount, "sys/kernel/debug/dri/0", name)) as f:
                     f.read()
     except (OSError, ValueError, Hang):
@@ -558,7 +558,7 @@ def run_soak(requests: int, procs: int = 4, rounds: int = 4, seed: int = 1, moun
                 report["victim_failures"] = x["failures"]
                 report["victim_notes"] = x["notes"]
             if x["role"] == "ib":
-                report.setdefault("ib_jobs", {})[["sdma0", "sdma1", "comp_0.0"][x["ring"]]] = \
+                report.setdefault("ib_jobs", {})[["sdma0", "sdma1", "comp_1.0.0"][x["ring"]]] = \
                     {"jobs": x["jobs"], "failed": x["faults"]}
         if not probe.died:
             # Every fuzz client is gone: once the daemon has released their files, what

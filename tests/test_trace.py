@@ -543,7 +543,7 @@ def test_strace_request_names_and_numbers():
     assert strace_request("DRM_IOCTL_AMDGPU_CS") == ({cs}, {"AMDGPU_CS"})
     nrs, names = strace_request("DRM_IOCTL_AMDGPU_CTX or DRM_IOCTL_ETNAVIV_GEM_NEW or DRM_IOCTL_MSM_GEM_NEW")
     assert nrs == {uapi._IOC_NR(uapi.DRM_IOCTL_AMDGPU_CTX)} and "AMDGPU_CTX" in names
-    assert strace_request("DRM_IOCTL_SET_MASTER") == (set(), {"SET_MASTER"})   # not in vgpu's uapi
+    assert strace_request("DRM_IOCTL_GET_UNIQUE") == (set(), {"GET_UNIQUE"})   # not in vgpu's uapi
     assert strace_request("_IOC(_IOC_READ|_IOC_WRITE, 0x64, 0x44, 0x18)") == ({0x44}, set())
     assert strace_request("DRM_IOWR(0x44, 0x18) /* DRM_IOCTL_AMDGPU_CS */")[0] == {0x44}
     assert strace_request("0xc0186444") == ({0x44}, set())

@@ -72,7 +72,7 @@ def gpu_error(stream, sub, cause: OSError) -> GPUError:
         compiled = seg.programs[0][1]
     if compiled is not None:
         name = getattr(compiled, "name", None)
-    elif seg.ring != "comp_0.0":
+    elif seg.ring != "comp_1.0.0":
         name = f"SDMA ({'; '.join(seg.notes[:3])}{'...' if len(seg.notes) > 3 else ''})"
     line = None
     table = getattr(compiled, "line_table", None) or {}

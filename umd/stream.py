@@ -2,7 +2,7 @@
 
 A stream belongs to one Device, given when it is made (else the current device),
 and owns a context on it (its priority is the stream's). It appends commands to an
-open *segment*: one IB on one ring, SDMA packets for sdma0, PM4 for comp_0.0, in an
+open *segment*: one IB on one ring, SDMA packets for sdma0, PM4 for comp_1.0.0, in an
 IB buffer of the device's IbPool (umd/memory.py). A command for the other ring opens
 a new segment; a full IB (IB_BYTES) closes its segment. Segments are submitted, in
 order, at sync points (synchronize, a host copy in either direction, an event query
@@ -41,7 +41,7 @@ from .memory import IB_BYTES, IbBuffer
 from .trace import traced
 
 MAX_INFLIGHT = 32          # the KMD makes a 65th job per context wait for room; stay well below
-DMA, COMPUTE = "sdma0", "comp_0.0"
+DMA, COMPUTE = "sdma0", "comp_1.0.0"
 _IP = {DMA: uapi.AMDGPU_HW_IP_DMA, COMPUTE: uapi.AMDGPU_HW_IP_COMPUTE}
 KERNARG_ALIGN = 64
 

@@ -10,7 +10,7 @@
                                         read()/write() reach its bytes
     sync/<token-hex>                    exported syncobjs and sync files (never listed):
                                         poll() gives POLLIN once signalled, read() a status
-    sys/devices/pci0000:00/0000:00:00.0/*  sysfs numbers, from Device.sysfs_files(), with
+    sys/devices/pciffff:00/ffff:00:00.0/*  sysfs numbers, from Device.sysfs_files(), with
                                         drm/<node>/ and the links of Linux's shape:
                                         sys/class/drm/<node>, sys/dev/char/226:N (_build_sysfs)
     sys/kernel/debug/dri/0/*            debugfs views, from Device.debugfs_files()
@@ -53,6 +53,7 @@ import time
 import pyfuse3
 
 from vgpu.frame import FrameError
+from vgpu.paths import PCI_ROOT
 
 from .kmd_interface import KmdError, KmdGpu, OwnedText, Stream
 from .ioctl.drm_debug import DrmDebug
@@ -169,7 +170,7 @@ class VgpuFs(pyfuse3.Operations):
 
     def _build_sysfs(self, sys_dir: Dir) -> Dir:
         """sys/ in Linux's shape for one amdgpu PCI device per partition (function N
-        of PCI_BUS for partition N: 0000:00:00.0 alone when unpartitioned), what
+        of vgpu.paths.PCI_ROOT's bus for partition N: ffff:00:00.0 alone when unpartitioned), what
         libdrm's drmGetDevices2 / drmGetDevice2 / drmGetNodeTypeFromFd read
         (docs/vdev.md, "sysfs"). Returns sys/class/. Every link is relative: it
         stays in the mount."""
@@ -181,10 +182,19 @@ class VgpuFs(pyfuse3.Operations):
         bus_devices, driver = self._mkdir(bus, "devices"), self._mkdirs(bus, "drivers/amdgpu")
         for part in self.dev.partitions:
             slot, i = part.partition.pci_slot, part.partition.index
-            pci = self._mkdirs(sys_dir, f"devices/pci0000:00/{slot}")
+            pci = self._mkdirs(sys_dir, f"devices/{PCI_ROOT}/{slot}")
             pci.provider = part.sysfs_files  # vendor, device, ..., uevent, mem_info_*
             self._symlink(pci, "subsystem", "../../../bus/pci")
             self._symlink(pci, "driver", "../../../bus/pci/drivers/amdgpu")
+            # hwmon<i>: a class device, as libsystemd's sd-device (nvtop) and `sensors` find
+            # it: its files from the KMD (kmd/pm_sysfs.py), device/subsystem links, and
+            # sys/class/hwmon/hwmon<i>
+            hwmon = self._mkdirs(pci, f"hwmon/hwmon{i}")
+            hwmon.provider = lambda p=part: p.sysfs_files()["hwmon"]["hwmon0"]
+            self._symlink(hwmon, "device", f"../../../{slot}")
+            self._symlink(hwmon, "subsystem", "../../../../../class/hwmon")
+            self._symlink(self._mkdirs(sys_dir, "class/hwmon"), f"hwmon{i}",
+                          f"../../devices/{PCI_ROOT}/{slot}/hwmon/hwmon{i}")
             drm = self._mkdir(pci, "drm")
             for name, minor in ((f"card{i}", i), (f"renderD{128 + i}", 128 + i)):
                 node = self._mkdir(drm, name)
@@ -193,10 +203,10 @@ class VgpuFs(pyfuse3.Operations):
                 self._link(node, "dev", GeneratedFile(self._ino(), lambda m=minor: f"{DRM_MAJOR}:{m}\n"))
                 self._symlink(node, "device", f"../../../{slot}")
                 self._symlink(node, "subsystem", "../../../../../class/drm")
-                self._symlink(class_drm, name, f"../../devices/pci0000:00/{slot}/drm/{name}")
-                self._symlink(char, f"{DRM_MAJOR}:{minor}", f"../../devices/pci0000:00/{slot}/drm/{name}")
-            self._symlink(bus_devices, slot, f"../../../devices/pci0000:00/{slot}")
-            self._symlink(driver, slot, f"../../../../devices/pci0000:00/{slot}")
+                self._symlink(class_drm, name, f"../../devices/{PCI_ROOT}/{slot}/drm/{name}")
+                self._symlink(char, f"{DRM_MAJOR}:{minor}", f"../../devices/{PCI_ROOT}/{slot}/drm/{name}")
+            self._symlink(bus_devices, slot, f"../../../devices/{PCI_ROOT}/{slot}")
+            self._symlink(driver, slot, f"../../../../devices/{PCI_ROOT}/{slot}")
         # Not in Linux: the daemon's pid, for clients to name it their ptracer
         # (PR_SET_PTRACER) under Yama, so that it may read their ioctl pointers.
         vgpu_mod = self._mkdirs(sys_dir, "module/vgpu")
@@ -282,7 +292,7 @@ class VgpuFs(pyfuse3.Operations):
         cred = Credentials(ctx)
         if not self._may(node, cred, want):
             if want & MAY_WRITE and getattr(node, "write_fn", None) is not None:
-                # A refused write to an action file (debugfs gpu_reset) is worth a line.
+                # A refused write to an action file (tracing's events/*/enable) is worth a line.
                 self.dev.kmsg.log(f"{self._path(node)}: write by uid {cred.uid} (pid {cred.pid}) "
                                   f"denied: root only")
             raise pyfuse3.FUSEError(errno.EACCES)
@@ -309,7 +319,7 @@ class VgpuFs(pyfuse3.Operations):
     @_guard
     async def setattr(self, inode, attr, fields, fh, ctx):
         node = self._node(inode)
-        # An O_TRUNC open (`echo 1 > gpu_reset`) arrives as a size change first:
+        # An O_TRUNC open (`echo 1 > enable`) arrives as a size change first:
         # the node says whether it accepts one (it is then ignored).
         if fields.update_size and not node.truncatable:
             raise pyfuse3.FUSEError(errno.EPERM)

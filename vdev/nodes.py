@@ -207,7 +207,7 @@ class GeneratedFile(Node):
     """Text made on open by ``read_fn``; ``write_fn(bytes)`` takes writes if set.
     Mode 0444, or 0644 with a ``write_fn`` (a writable debugfs entry), unless given."""
 
-    truncatable = True  # `echo 1 > gpu_reset` opens with O_TRUNC
+    truncatable = True  # `echo 1 > enable` opens with O_TRUNC
 
     def __init__(self, inode: int, read_fn: Callable, write_fn: Callable | None = None,
                  mode: int | None = None, uid: int = 0):
@@ -541,8 +541,8 @@ class SnapshotHandle(Handle):
         return self.data[off: off + size]
 
     async def write(self, off, buf) -> int:
-        """Runs the entry's ``write_fn(bytes)`` in a worker thread: a debugfs action
-        (gpu_reset) may wait for engines."""
+        """Runs the entry's ``write_fn(bytes)`` in a worker thread: an action file
+        (tracing's enable, trace) may wait for the KMD's locks."""
         if self.node.write_fn is None:
             _fail(errno.EBADF)
         await trio.to_thread.run_sync(self.node.write_fn, bytes(buf))

@@ -26,3 +26,25 @@ def mount_point(path: str | os.PathLike) -> Path:
     """The mount point of a device named by its mount point or a node under it."""
     p = Path(path)
     return p.parents[2] if _is_node(p) else p
+
+
+# The emulated GPU's PCI address (docs/vdev.md, "The PCI address"). Tools that read the
+# host's /sys/bus/pci (nvtop, lspci) must never take a host device for vgpu's, so the
+# address is one no host has: PCI domain (ACPI segment) 0xffff. Firmware numbers its
+# segments from 0 upward and servers use a handful; Intel VMD's domains start past
+# 16 bits (0x10000) for the same reason of staying clear of them, but libdrm reads the
+# domain as 4 hex digits (xf86drm.c, drmParsePciBusInfo: "%04x:%02x:%02x.%1u") into a
+# uint16_t, so the top 16-bit segment is the one clear of hosts libdrm can still name.
+# Partition N of a partitioned GPU is function N of device 0 on bus 0 there.
+PCI_DOMAIN = 0xFFFF
+PCI_BUS = 0x00
+PCI_ROOT = f"pci{PCI_DOMAIN:04x}:{PCI_BUS:02x}"  # its host bridge's directory: sys/devices/pciffff:00
+
+
+def pci_slot(function: int = 0) -> str:
+    """The slot name of PCI function `function` of the GPU, as sysfs spells it
+    (PCI_SLOT_NAME, the name under /sys/bus/pci/devices): "ffff:00:00.<function>"."""
+    return f"{PCI_DOMAIN:04x}:{PCI_BUS:02x}:00.{function}"
+
+
+PCI_SLOT = pci_slot(0)  # the whole (unpartitioned) GPU's

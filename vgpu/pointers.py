@@ -148,6 +148,28 @@ def _gather_wait_fences(arg: bytes, g: _Gather) -> None:
     g.user(a.fences, a.fence_count * ctypes.sizeof(uapi.drm_amdgpu_fence), "fences")
 
 
+def _gather_userq(arg: bytes, g: _Gather) -> None:
+    a = _args(uapi.drm_amdgpu_userq, arg).in_
+    if a.op == uapi.AMDGPU_USERQ_OP_CREATE:
+        g.user(a.mqd, a.mqd_size, "USERQ mqd")
+
+
+def _gather_userq_signal(arg: bytes, g: _Gather) -> None:
+    a = _args(uapi.drm_amdgpu_userq_signal, arg)
+    g.user(a.syncobj_handles, 4 * a.num_syncobj_handles, "USERQ_SIGNAL syncobj handles")
+    g.user(a.bo_read_handles, 4 * a.num_bo_read_handles, "USERQ_SIGNAL read BO handles")
+    g.user(a.bo_write_handles, 4 * a.num_bo_write_handles, "USERQ_SIGNAL write BO handles")
+
+
+def _gather_userq_wait(arg: bytes, g: _Gather) -> None:
+    a = _args(uapi.drm_amdgpu_userq_wait, arg)
+    g.user(a.syncobj_handles, 4 * a.num_syncobj_handles, "USERQ_WAIT syncobj handles")
+    g.user(a.syncobj_timeline_handles, 4 * a.num_syncobj_timeline_handles, "USERQ_WAIT timeline handles")
+    g.user(a.syncobj_timeline_points, 8 * a.num_syncobj_timeline_handles, "USERQ_WAIT timeline points")
+    g.user(a.bo_read_handles, 4 * a.num_bo_read_handles, "USERQ_WAIT read BO handles")
+    g.user(a.bo_write_handles, 4 * a.num_bo_write_handles, "USERQ_WAIT write BO handles")
+
+
 _TIMELINE_WAIT_NR = _NR(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT)
 
 #: ``_IOC_NR`` -> the gatherer of a request with pointers (one lookup for the others).
@@ -164,6 +186,9 @@ _GATHER: dict[int, Callable[[bytes, _Gather], None]] = {
     _NR(uapi.DRM_IOCTL_AMDGPU_BO_LIST): _gather_bo_list,
     _NR(uapi.DRM_IOCTL_AMDGPU_CS): lambda arg, g: _gather_cs(_args(uapi.drm_amdgpu_cs, arg), g),
     _NR(uapi.DRM_IOCTL_AMDGPU_WAIT_FENCES): _gather_wait_fences,
+    _NR(uapi.DRM_IOCTL_AMDGPU_USERQ): _gather_userq,
+    _NR(uapi.DRM_IOCTL_AMDGPU_USERQ_SIGNAL): _gather_userq_signal,
+    _NR(uapi.DRM_IOCTL_AMDGPU_USERQ_WAIT): _gather_userq_wait,
 }
 
 
@@ -203,11 +228,17 @@ def _outputs_gem_op(arg: bytes):
     return []
 
 
+def _outputs_userq_wait(arg: bytes):
+    a = _args(uapi.drm_amdgpu_userq_wait, arg)
+    return [(a.out_fences, 16 * a.num_fences, "USERQ_WAIT out_fences")]
+
+
 _OUTPUTS: dict[int, Callable[[bytes], list]] = {
     _NR(uapi.DRM_IOCTL_VERSION): _outputs_version,
     _NR(uapi.DRM_IOCTL_SYNCOBJ_QUERY): _outputs_query,
     _NR(uapi.DRM_IOCTL_AMDGPU_INFO): _outputs_info,
     _NR(uapi.DRM_IOCTL_AMDGPU_GEM_OP): _outputs_gem_op,
+    _NR(uapi.DRM_IOCTL_AMDGPU_USERQ_WAIT): _outputs_userq_wait,
 }
 
 

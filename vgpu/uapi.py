@@ -34,6 +34,7 @@ from typing import NamedTuple
 # Fixed-width aliases named like the kernel's __u32..., so field lists read like the
 # header (one underscore: class bodies would name-mangle two).
 _u8 = c_uint8
+_u16 = c_uint16
 _u32 = c_uint32
 _s32 = c_int32
 _u64 = c_uint64
@@ -173,6 +174,10 @@ DRM_AMDGPU_WAIT_FENCES = 0x12
 DRM_AMDGPU_VM = 0x13
 DRM_AMDGPU_FENCE_TO_HANDLE = 0x14
 DRM_AMDGPU_SCHED = 0x15
+# User queues (Linux 6.16 amdgpu_drm.h; after libdrm 2.4.114, see include/vgpu_drm.h).
+DRM_AMDGPU_USERQ = 0x16
+DRM_AMDGPU_USERQ_SIGNAL = 0x17
+DRM_AMDGPU_USERQ_WAIT = 0x18
 
 
 # ===========================================================================
@@ -220,12 +225,44 @@ class drm_client(_Struct):
     ]
 
 
+class drm_auth(_Struct):
+    """DRM_IOCTL_GET_MAGIC (out ``magic``, this file's, from 1) and
+    DRM_IOCTL_AUTH_MAGIC (in ``magic``: the master authenticates the file that got
+    it). Errors: EACCES (render node; AUTH_MAGIC by a file not the master),
+    EINVAL (AUTH_MAGIC of a magic the master's map does not hold).
+    """
+    _fields_ = [("magic", _u32)]    # drm_magic_t: unsigned int
+
+
+class _drm_no_arg(_Struct):
+    """The argument of a DRM_IO request (SET_MASTER, DROP_MASTER): none, 0 bytes.
+    Private: C has no such struct."""
+    _fields_ = []
+
+
 class drm_gem_close(_Struct):
     """DRM_IOCTL_GEM_CLOSE: drop a GEM handle. ``pad`` must be 0.
 
     Errors: EINVAL (nonzero pad, handle 0), ENOENT (unknown handle).
     """
     _fields_ = [("handle", _u32), ("pad", _u32)]
+
+
+class drm_gem_flink(_Struct):
+    """DRM_IOCTL_GEM_FLINK: in ``handle``; out ``name``, the BO's device-global name
+    (from 1, the same on every call while a handle names the BO).
+    Errors: ENOENT (unknown handle), EACCES (render node, unauthenticated file).
+    """
+    _fields_ = [("handle", _u32), ("name", _u32)]
+
+
+class drm_gem_open(_Struct):
+    """DRM_IOCTL_GEM_OPEN: in ``name``; out ``handle``, a new handle of this file to
+    the named BO, and ``size``, the BO's size in bytes.
+    Errors: ENOENT (no BO has this name), EACCES (render node, unauthenticated file),
+    ENOSPC (the file's handle cap).
+    """
+    _fields_ = [("name", _u32), ("handle", _u32), ("size", _u64)]
 
 
 class drm_get_cap(_Struct):
@@ -488,6 +525,8 @@ AMDGPU_GEM_DOMAIN_OA = 0x20
 AMDGPU_GEM_DOMAIN_MASK = (AMDGPU_GEM_DOMAIN_CPU | AMDGPU_GEM_DOMAIN_GTT
                           | AMDGPU_GEM_DOMAIN_VRAM | AMDGPU_GEM_DOMAIN_GDS
                           | AMDGPU_GEM_DOMAIN_GWS | AMDGPU_GEM_DOMAIN_OA)
+# Doorbell pages of user queues (Linux 6.16; libdrm 2.4.114's mask predates it).
+AMDGPU_GEM_DOMAIN_DOORBELL = 0x40
 
 
 class drm_amdgpu_gem_create_in(_Struct):
@@ -1362,13 +1401,185 @@ class vgpu_reply_header(_Struct):
 
 
 # ===========================================================================
+# User-mode queues (Linux 6.16 amdgpu_drm.h: DRM_AMDGPU_USERQ, USERQ_SIGNAL,
+# USERQ_WAIT, the DEV_INFO and HW_IP_INFO fields after libdrm 2.4.114, and
+# AMDGPU_INFO_UQ_FW_AREAS; include/vgpu_drm.h defines them when the system header
+# does not). docs/userq.md says what vgpu's MI100 does with them.
+# ===========================================================================
+AMDGPU_USERQ_OP_CREATE = 1
+AMDGPU_USERQ_OP_FREE = 2
+
+AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_MASK = 0x3
+AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_SHIFT = 0
+AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_NORMAL_LOW = 0
+AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_LOW = 1
+AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_NORMAL_HIGH = 2
+AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_HIGH = 3   # admin only
+AMDGPU_USERQ_CREATE_FLAGS_QUEUE_SECURE = 1 << 2
+
+
+class drm_amdgpu_userq_in(_Struct):
+    """In-struct of DRM_IOCTL_AMDGPU_USERQ. CREATE: every field but ``queue_id``;
+    ``mqd`` points to ``mqd_size`` bytes of the IP's MQD struct. FREE: ``queue_id``
+    only (the rest is ignored)."""
+    _fields_ = [
+        ("op", _u32),
+        ("queue_id", _u32),
+        ("ip_type", _u32),
+        ("doorbell_handle", _u32),
+        ("doorbell_offset", _u32),
+        ("flags", _u32),
+        ("queue_va", _u64),
+        ("queue_size", _u64),
+        ("rptr_va", _u64),
+        ("wptr_va", _u64),
+        ("mqd", _u64),
+        ("mqd_size", _u64),
+    ]
+
+
+class drm_amdgpu_userq_out(_Struct):
+    _fields_ = [("queue_id", _u32), ("_pad", _u32)]
+
+
+class drm_amdgpu_userq(_Union):
+    """DRM_IOCTL_AMDGPU_USERQ: create or free a user-mode queue (kmd/userq.py).
+    Errors: EINVAL (op, ip, sizes, alignment, flags, MQD size, a VA not mapped),
+    ENOENT (doorbell handle, queue id), EACCES (HIGH priority from non-root),
+    ENOSPC (no free queue slot), EFAULT (mqd pointer)."""
+    _fields_ = [("in_", drm_amdgpu_userq_in), ("out", drm_amdgpu_userq_out)]
+
+
+class drm_amdgpu_userq_mqd_gfx11(_Struct):
+    _fields_ = [("shadow_va", _u64), ("csa_va", _u64)]
+
+
+class drm_amdgpu_userq_mqd_sdma_gfx11(_Struct):
+    """The MQD of an SDMA (AMDGPU_HW_IP_DMA) queue: the context save area."""
+    _fields_ = [("csa_va", _u64)]
+
+
+class drm_amdgpu_userq_mqd_compute_gfx11(_Struct):
+    """The MQD of a compute queue: the end-of-pipe buffer."""
+    _fields_ = [("eop_va", _u64)]
+
+
+class drm_amdgpu_userq_signal(_Struct):
+    """DRM_IOCTL_AMDGPU_USERQ_SIGNAL: a fence that signals once queue ``queue_id``
+    has read past the packets written so far (its WPTR now) replaces the fence of
+    each syncobj of ``syncobj_handles``, and joins the BOs' reservations. Errors:
+    ENOENT (queue, syncobj or BO handle), EINVAL (pad, counts), EFAULT."""
+    _fields_ = [
+        ("queue_id", _u32),
+        ("pad", _u32),
+        ("syncobj_handles", _u64),
+        ("num_syncobj_handles", _u64),
+        ("bo_read_handles", _u64),
+        ("bo_write_handles", _u64),
+        ("num_bo_read_handles", _u32),
+        ("num_bo_write_handles", _u32),
+    ]
+
+
+class drm_amdgpu_userq_fence_info(_Struct):
+    """One fence a queue waits for: wait until the u64 at GPU VA ``va`` is at least
+    ``value`` (a 32-bit WAIT_REG_MEM/POLL_REGMEM on its low word does it)."""
+    _fields_ = [("va", _u64), ("value", _u64)]
+
+
+class drm_amdgpu_userq_wait(_Struct):
+    """DRM_IOCTL_AMDGPU_USERQ_WAIT: the (va, value) pairs behind the fences of the
+    syncobjs (binary and timeline points) and BOs named, for queue ``waitq_id`` to
+    wait on in memory. ``num_fences`` 0: only count them (num_fences out). Errors:
+    ENOENT (queue, syncobj or BO handle), EINVAL (pad, a timeline point never
+    submitted), ENOSPC (more fences than num_fences), EFAULT."""
+    _fields_ = [
+        ("waitq_id", _u32),
+        ("pad", _u32),
+        ("syncobj_handles", _u64),
+        ("syncobj_timeline_handles", _u64),
+        ("syncobj_timeline_points", _u64),
+        ("bo_read_handles", _u64),
+        ("bo_write_handles", _u64),
+        ("num_syncobj_timeline_handles", _u16),
+        ("num_fences", _u16),
+        ("num_syncobj_handles", _u32),
+        ("num_bo_read_handles", _u32),
+        ("num_bo_write_handles", _u32),
+        ("out_fences", _u64),
+    ]
+
+
+class drm_amdgpu_info_device_userq(_Struct):
+    """AMDGPU_INFO_DEV_INFO as Linux 6.16 answers it: libdrm 2.4.114's
+    drm_amdgpu_info_device, then the fields added since (the kernel's struct is flat;
+    the offsets are the same). ``userq_ip_mask``: 1 << AMDGPU_HW_IP_* of the IPs
+    with user queues."""
+    _fields_ = [
+        ("base", drm_amdgpu_info_device),
+        ("min_engine_clock", _u64),
+        ("min_memory_clock", _u64),
+        ("tcp_cache_size", _u32),
+        ("num_sqc_per_wgp", _u32),
+        ("sqc_data_cache_size", _u32),
+        ("sqc_inst_cache_size", _u32),
+        ("gl1c_cache_size", _u32),
+        ("gl2c_cache_size", _u32),
+        ("mall_size", _u64),
+        ("enabled_rb_pipes_mask_hi", _u32),
+        ("shadow_size", _u32),
+        ("shadow_alignment", _u32),
+        ("csa_size", _u32),
+        ("csa_alignment", _u32),
+        ("userq_ip_mask", _u32),
+        ("pad", _u32),
+    ]
+
+
+class drm_amdgpu_info_hw_ip_userq(_Struct):
+    """AMDGPU_INFO_HW_IP_INFO as Linux 6.16 answers it: libdrm 2.4.114's struct
+    (whose ``_pad`` is now ``ip_discovery_version``), then ``userq_num_slots``."""
+    _fields_ = [("base", drm_amdgpu_info_hw_ip), ("userq_num_slots", _u32)]
+
+
+AMDGPU_INFO_UQ_FW_AREAS = 0x24
+
+
+class drm_amdgpu_info_uq_metadata_compute(_Struct):
+    _fields_ = [("eop_size", _u32), ("eop_alignment", _u32)]
+
+
+class drm_amdgpu_info_uq_metadata_sdma(_Struct):
+    _fields_ = [("csa_size", _u32), ("csa_alignment", _u32)]
+
+
+class drm_amdgpu_info_uq_metadata_gfx(_Struct):
+    _fields_ = [("shadow_size", _u32), ("shadow_alignment", _u32), ("csa_size", _u32),
+                ("csa_alignment", _u32)]
+
+
+class drm_amdgpu_info_uq_metadata(_Union):
+    """Answer to AMDGPU_INFO_UQ_FW_AREAS for the IP of ``query_hw_ip.type``: the
+    size and alignment of the areas its MQD names."""
+    _fields_ = [("gfx", drm_amdgpu_info_uq_metadata_gfx),
+                ("compute", drm_amdgpu_info_uq_metadata_compute),
+                ("sdma", drm_amdgpu_info_uq_metadata_sdma)]
+
+
+# ===========================================================================
 # Request codes (direction bits as the headers declare them)
 # ===========================================================================
 DRM_IOCTL_VERSION = DRM_IOWR(0x00, drm_version)
+DRM_IOCTL_GET_MAGIC = DRM_IOR(0x02, drm_auth)
 DRM_IOCTL_GET_CLIENT = DRM_IOWR(0x05, drm_client)
 DRM_IOCTL_GEM_CLOSE = DRM_IOW(0x09, drm_gem_close)
+DRM_IOCTL_GEM_FLINK = DRM_IOWR(0x0A, drm_gem_flink)
+DRM_IOCTL_GEM_OPEN = DRM_IOWR(0x0B, drm_gem_open)
 DRM_IOCTL_GET_CAP = DRM_IOWR(0x0C, drm_get_cap)
 DRM_IOCTL_SET_CLIENT_CAP = DRM_IOW(0x0D, drm_set_client_cap)
+DRM_IOCTL_AUTH_MAGIC = DRM_IOW(0x11, drm_auth)
+DRM_IOCTL_SET_MASTER = DRM_IO(0x1E)
+DRM_IOCTL_DROP_MASTER = DRM_IO(0x1F)
 DRM_IOCTL_PRIME_HANDLE_TO_FD = DRM_IOWR(0x2D, drm_prime_handle)
 DRM_IOCTL_PRIME_FD_TO_HANDLE = DRM_IOWR(0x2E, drm_prime_handle)
 DRM_IOCTL_MODE_GETRESOURCES = DRM_IOWR(0xA0, drm_mode_card_res)
@@ -1411,6 +1622,9 @@ DRM_IOCTL_AMDGPU_WAIT_FENCES = DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_WAIT_FENCE
 DRM_IOCTL_AMDGPU_VM = DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_VM, drm_amdgpu_vm)
 DRM_IOCTL_AMDGPU_FENCE_TO_HANDLE = DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_FENCE_TO_HANDLE, drm_amdgpu_fence_to_handle)
 DRM_IOCTL_AMDGPU_SCHED = DRM_IOW(DRM_COMMAND_BASE + DRM_AMDGPU_SCHED, drm_amdgpu_sched)
+DRM_IOCTL_AMDGPU_USERQ = DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_USERQ, drm_amdgpu_userq)
+DRM_IOCTL_AMDGPU_USERQ_SIGNAL = DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_USERQ_SIGNAL, drm_amdgpu_userq_signal)
+DRM_IOCTL_AMDGPU_USERQ_WAIT = DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_USERQ_WAIT, drm_amdgpu_userq_wait)
 
 
 class IoctlDef(NamedTuple):
@@ -1437,10 +1651,16 @@ def _build_ioctl_table(defs: list[IoctlDef]) -> dict[int, IoctlDef]:
 #: is a decision about this list (and about the KMD's table, kmd/ioctl_table.py).
 IOCTL_LIST: list[IoctlDef] = [
     IoctlDef("VERSION", DRM_IOCTL_VERSION, drm_version),
+    IoctlDef("GET_MAGIC", DRM_IOCTL_GET_MAGIC, drm_auth),
     IoctlDef("GET_CLIENT", DRM_IOCTL_GET_CLIENT, drm_client),
     IoctlDef("GEM_CLOSE", DRM_IOCTL_GEM_CLOSE, drm_gem_close),
+    IoctlDef("GEM_FLINK", DRM_IOCTL_GEM_FLINK, drm_gem_flink),
+    IoctlDef("GEM_OPEN", DRM_IOCTL_GEM_OPEN, drm_gem_open),
     IoctlDef("GET_CAP", DRM_IOCTL_GET_CAP, drm_get_cap),
     IoctlDef("SET_CLIENT_CAP", DRM_IOCTL_SET_CLIENT_CAP, drm_set_client_cap),
+    IoctlDef("AUTH_MAGIC", DRM_IOCTL_AUTH_MAGIC, drm_auth),
+    IoctlDef("SET_MASTER", DRM_IOCTL_SET_MASTER, _drm_no_arg),
+    IoctlDef("DROP_MASTER", DRM_IOCTL_DROP_MASTER, _drm_no_arg),
     IoctlDef("PRIME_HANDLE_TO_FD", DRM_IOCTL_PRIME_HANDLE_TO_FD, drm_prime_handle),
     IoctlDef("PRIME_FD_TO_HANDLE", DRM_IOCTL_PRIME_FD_TO_HANDLE, drm_prime_handle),
     IoctlDef("MODE_GETRESOURCES", DRM_IOCTL_MODE_GETRESOURCES, drm_mode_card_res),
@@ -1482,6 +1702,9 @@ IOCTL_LIST: list[IoctlDef] = [
     IoctlDef("AMDGPU_VM", DRM_IOCTL_AMDGPU_VM, drm_amdgpu_vm),
     IoctlDef("AMDGPU_FENCE_TO_HANDLE", DRM_IOCTL_AMDGPU_FENCE_TO_HANDLE, drm_amdgpu_fence_to_handle),
     IoctlDef("AMDGPU_SCHED", DRM_IOCTL_AMDGPU_SCHED, drm_amdgpu_sched),
+    IoctlDef("AMDGPU_USERQ", DRM_IOCTL_AMDGPU_USERQ, drm_amdgpu_userq),
+    IoctlDef("AMDGPU_USERQ_SIGNAL", DRM_IOCTL_AMDGPU_USERQ_SIGNAL, drm_amdgpu_userq_signal),
+    IoctlDef("AMDGPU_USERQ_WAIT", DRM_IOCTL_AMDGPU_USERQ_WAIT, drm_amdgpu_userq_wait),
 ]
 
 #: The same requests keyed by ``_IOC_NR`` (the KMD ignores direction bits).
@@ -1617,3 +1840,28 @@ class vgpu_info_job_counters(_Struct):
         ("tlb_misses", _u64),
         ("pt_walks", _u64),
     ]
+
+
+VGPU_INFO_USERQ_STATE = 0x82
+VGPU_USERQ_STATE_ACTIVE = 0
+VGPU_USERQ_STATE_HUNG = 1
+VGPU_USERQ_STATE_FAULTED = 2
+VGPU_USERQ_NO_DEVCD = 0xFFFFFFFF
+
+
+class vgpu_info_userq_state(_Struct):
+    """Answer to VGPU_INFO_USERQ_STATE (vgpu's addition to AMDGPU_INFO): the state of
+    the calling file's user queue ``query_hw_ip.type`` (the queue id goes in the
+    query union's first u32). ``state``: VGPU_USERQ_STATE_*; ``error``: the errno
+    its fences failed with (EFAULT: a page fault, EINVAL: a bad packet, ETIME: a
+    hang; 0 while active); ``devcd``: N of its crash dump devcd<N> (VGPU_USERQ_NO_DEVCD: none); ``rptr``: its
+    read pointer. A client whose wait makes no progress asks this (libvgpu's
+    UserQueue.wait does) instead of reading kmsg. Errors: ENOENT (no such queue)."""
+    _fields_ = [
+        ("rptr", _u64),
+        ("state", _u32),
+        ("error", _s32),
+        ("devcd", _u32),
+        ("_pad", _u32),
+    ]
+

@@ -252,9 +252,15 @@ def _totals(s: dict, gpu: int) -> dict:
     return t
 
 
+def _col(engines) -> int:
+    """The width of a busy column: 8, or the longest engine name (comp_1.0.0 is 10)."""
+    return max([8, *map(len, engines)])
+
+
 def dmon_header(engines: list[str]) -> str:
-    names = "".join(f" {n[:8]:>8}" for n in engines)
-    units = "".join(f" {'%':>8}" for _ in engines)
+    w = _col(engines)
+    names = "".join(f" {n:>{w}}" for n in engines)
+    units = "".join(f" {'%':>{w}}" for _ in engines)
     return (f"# gpu{names}  sdmaRd  sdmaWr   lanes    subm  vramUsed  fault\n"
             f"# Idx{units}    MB/s    MB/s     M/s     1/s       MiB      #")
 
@@ -263,11 +269,14 @@ def dmon_line(before: dict, after: dict, dt: float, vram_used: int, gpu: int = 0
               engines: list[str] | None = None) -> str:
     """Device `gpu`'s line: a busy column per name of `engines` (the header's; "-" for
     another device's engine), then its rates over `dt` seconds."""
+    names = engines if engines is not None else list(after["busy"])
+    w = _col(names)
+
     def busy(n: str) -> str:
         if n not in after["busy"]:
-            return f" {'-':>8}"
-        return f" {min(100, round(100 * (after['busy'][n] - before['busy'].get(n, 0)) / 1e9 / dt)):>8}"
-    cols = "".join(busy(n) for n in (engines if engines is not None else after["busy"]))
+            return f" {'-':>{w}}"
+        return f" {min(100, round(100 * (after['busy'][n] - before['busy'].get(n, 0)) / 1e9 / dt)):>{w}}"
+    cols = "".join(busy(n) for n in names)
     return (f"{gpu:>5}{cols} {(after['rd'] - before['rd']) / MiB / dt:7.1f} {(after['wr'] - before['wr']) / MiB / dt:7.1f}"
             f" {(after['lanes'] - before['lanes']) / 1e6 / dt:7.1f} {(after['sub'] - before['sub']) / dt:7.0f}"
             f" {vram_used / MiB:9.1f} {after['faults'] - before['faults']:6d}")

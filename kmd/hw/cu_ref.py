@@ -65,7 +65,7 @@ def _lanes(mask: int):
 
 
 class ComputeEngine(RunControl):
-    """One compute unit (comp_0.0 ...): dispatch() runs one grid to completion, or
+    """One compute unit (comp_1.0.0 ...): dispatch() runs one grid to completion, or
     until preempt(): abort() and preempt() stop it before the next instruction
     (docs/preemption.md). `l2`: the device's kmd.hw.l2_ref.L2Cache when the mount
     models one (docs/cache.md): global and scalar memory then go through it."""

@@ -46,7 +46,7 @@ def test_umd_programs_are_right_with_the_model_on(cache_model_mount, tmp_path):
     KMD's job frame) keep umd programs right; their kernels went through the L2."""
     for name, args in (("umd_saxpy", ["--n", "5000"]), ("umd_matmul", []), ("umd_softmax", ["--rows", "3", "--cols", "300"])):
         passed(run_sample(name, cache_model_mount, *args, cache_dir=tmp_path))
-    engine = read_text(os.path.join(cache_model_mount, "sys/class/drm/card0/device/vgpu_engines/comp_0.0/counters"))
+    engine = read_text(os.path.join(cache_model_mount, "sys/class/drm/card0/device/vgpu_engines/comp_1.0.0/counters"))
     counters = dict(line.split() for line in engine.splitlines())
     assert int(counters["l2_hits"]) > 0 and int(counters["l2_writebacks"]) > 0
     assert int(counters["pkt_ACQUIRE_MEM"]) > 0

@@ -224,7 +224,7 @@ class Job:
         self.seen = False     # seen finished by a zero-timeout query: only checked earlier
 
     def __repr__(self):
-        ring = f"sdma{self.ring}" if self.ip == DMA else f"comp_0.{self.ring}"
+        ring = f"sdma{self.ring}" if self.ip == DMA else f"comp_1.{self.ring}.0"
         return f"job {self.id} ({self.desc}; ctx {self.ctx_i} {ring} seq {self.fence and self.fence.fence})"
 
 

@@ -18,7 +18,7 @@ def test_gpu_fault_sample_and_its_dump(vgpu_mount):
     out = passed(run_sample("gpu_fault", vgpu_mount))
     assert "EFAULT" in out and "GUILTY" in out
     kmsg = read_text(f"{vgpu_mount}/dev/kmsg")
-    m = re.search(r"\[comp_0\.0\] GPU fault .* GPU crash dump triggered \(devcd(\d+)\)", kmsg)
+    m = re.search(r"\[comp_1\.0\.0\] GPU fault .* GPU crash dump triggered \(devcd(\d+)\)", kmsg)
     assert m, kmsg
     assert os.listdir(f"{vgpu_mount}/sys/class/devcoredump") == [f"devcd{m.group(1)}"]
     dump = read_text(f"{vgpu_mount}/sys/class/devcoredump/devcd{m.group(1)}/data")
@@ -56,7 +56,7 @@ def test_endless_kernel_is_caught_by_the_timeout(short_timeout_mount):
     r = run_client(ENDLESS, path, check=True)
     assert r.stdout.strip() == "ETIME"
     kmsg = read_text(f"{path}/dev/kmsg")
-    assert "ring comp_0.0 timeout" in kmsg and "GPU reset succeeded" in kmsg
+    assert "ring comp_1.0.0 timeout" in kmsg and "GPU reset succeeded" in kmsg
     m = re.search(r"GPU fault .*job timeout.* GPU crash dump triggered \(devcd(\d+)\)", kmsg)
     assert m, kmsg
     dump = read_text(f"{path}/sys/class/devcoredump/devcd{m.group(1)}/data")

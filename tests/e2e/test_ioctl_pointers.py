@@ -5,7 +5,7 @@ behind the struct's pointers in the calling process (docs/design.md section 3).
 - Bad pointers (the CS chunk table, a chunk, a chunk's data, BO entries, INFO's
   return_pointer, VERSION's buffers, syncobj handle and point arrays, WAIT_FENCES'
   fences, the struct itself) are EFAULT; the daemon serves the next request, and 9000
-  calls of them change nothing it shows (clients, gem_info, vm_info, fence_info, BO
+  calls of them change nothing it shows (clients, amdgpu_gem_info, amdgpu_vm_info, amdgpu_fence_info, BO
   files, kmsg) and leave its RSS where it was (a bound on memory, not on time).
 - Struct sizes: libdrm 2.4.114's GEM_VA and a newer kernel's longer one (zero tail)
   both map; a nonzero tail is EINVAL; a shorter CTX reads as zero-extended; GEM_VA
@@ -42,7 +42,8 @@ def daemon_status(pid: int) -> dict:
 
 def state(mount) -> dict:
     """What the daemon shows of its clients and objects."""
-    return {name: read_text(f"{mount}/{DEBUGFS}/{name}") for name in ("clients", "gem_info", "vm_info", "fence_info")} \
+    return {name: read_text(f"{mount}/{DEBUGFS}/{name}") for name in ("clients", "amdgpu_gem_info", "amdgpu_vm_info",
+                                                                      "amdgpu_fence_info")} \
         | {"bo": sorted(os.listdir(f"{mount}/bo")),
            "gtt_used": read_text(f"{mount}/sys/class/drm/card0/device/mem_info_gtt_used")}
 

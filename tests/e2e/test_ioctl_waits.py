@@ -263,7 +263,7 @@ try:
     umd.synchronize()
     print("returned", flush=True)
 except KeyboardInterrupt:
-    ring = open(sys.argv[1] + "/sys/kernel/debug/dri/0/ring_comp_0.0").read()
+    ring = open(sys.argv[1] + "/sys/kernel/debug/dri/0/vgpu_ring_comp_1.0.0").read()
     print("interrupted", "idle" if "running:      idle" in ring else "busy", flush=True)
     other = umd.Stream()      # end the spin (it would otherwise run until the ring timeout)
     umd.memcpy_htod(flag.ptr, np.ones(1, np.int32), stream=other)

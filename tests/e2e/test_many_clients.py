@@ -67,10 +67,10 @@ def test_sigkill_mid_stream_leaves_nothing(vgpu_mount):
     # ring timeout (2 s), then its memory comes back.
     wait_for(lambda: str(p.pid) not in read_text(Path(vgpu_mount, DEBUGFS, "clients")), "client closed")
     wait_for(lambda: used(vgpu_mount) == base, "memory back to baseline", limit=60)
-    ring = read_text(Path(vgpu_mount, DEBUGFS, "ring_sdma0"))
+    ring = read_text(Path(vgpu_mount, DEBUGFS, "vgpu_ring_sdma0"))
     assert re.search(r"queued jobs:\s+0", ring) and "idle" in ring
-    assert str(p.pid) not in read_text(Path(vgpu_mount, DEBUGFS, "gem_info"))
-    assert str(p.pid) not in read_text(Path(vgpu_mount, DEBUGFS, "vm_info"))
+    assert str(p.pid) not in read_text(Path(vgpu_mount, DEBUGFS, "amdgpu_gem_info"))
+    assert str(p.pid) not in read_text(Path(vgpu_mount, DEBUGFS, "amdgpu_vm_info"))
     # the device still works for others
     r = subprocess.run([sys.executable, str(Path(ROOT, "samples", "sdma_const_fill.py")), "--device",
                         vgpu_mount], capture_output=True, text=True, timeout=120)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import make_mount_dir, run_client, vgpu_cli
+from vgpu.paths import PCI_ROOT, pci_slot
 
 from .test_preload import run
 from .test_samples import passed, run_sample
@@ -20,26 +21,26 @@ def test_each_partition_has_its_nodes_and_sysfs(partitions_mount):
     m = Path(partitions_mount)
     assert sorted(os.listdir(m / "dev/dri")) == ["card0", "card1", "renderD128", "renderD129"]
     for i in (0, 1):
-        slot = f"0000:00:00.{i}"
+        slot = pci_slot(i)
         for node, minor in ((f"card{i}", i), (f"renderD{128 + i}", 128 + i)):
-            target = f"../../devices/pci0000:00/{slot}/drm/{node}"
+            target = f"../../devices/{PCI_ROOT}/{slot}/drm/{node}"
             assert os.readlink(m / "sys/class/drm" / node) == target
             assert os.readlink(m / f"sys/dev/char/226:{minor}") == target
             assert (m / "sys/class/drm" / node / "dev").read_text() == f"226:{minor}\n"
             assert f"DEVNAME=dri/{node}\n" in (m / "sys/class/drm" / node / "uevent").read_text()
         dev = m / f"sys/class/drm/card{i}/device"
-        assert os.path.realpath(dev) == str(m / f"sys/devices/pci0000:00/{slot}")
+        assert os.path.realpath(dev) == str(m / f"sys/devices/{PCI_ROOT}/{slot}")
         assert f"PCI_SLOT_NAME={slot}\n" in (dev / "uevent").read_text()
         assert (dev / "current_compute_partition").read_text() == "DPX\n"
         assert (dev / "current_memory_partition").read_text() == "NPS2\n"
         assert (dev / "mem_info_vram_total").read_text() == f"{32 * MiB}\n"
         assert (dev / "vgpu_partition/compute_units").read_text() == f"{i}\n"
         assert (dev / "vgpu_partition/sdma_engines").read_text() == f"sdma{i}\n"
-        assert sorted(os.listdir(dev / "vgpu_engines")) == sorted([f"sdma{i}", f"comp_{i}.0"])
-        assert os.path.realpath(m / f"sys/bus/pci/devices/{slot}") == str(m / f"sys/devices/pci0000:00/{slot}")
+        assert sorted(os.listdir(dev / "vgpu_engines")) == sorted([f"sdma{i}", f"comp_1.{i}.0"])
+        assert os.path.realpath(m / f"sys/bus/pci/devices/{slot}") == str(m / f"sys/devices/{PCI_ROOT}/{slot}")
     if os.geteuid() == 0:
         assert sorted(os.listdir(m / "sys/kernel/debug/dri")) == ["0", "1"]
-        assert "ring sdma1" in (m / "sys/kernel/debug/dri/1/ring_sdma1").read_text()
+        assert "ring sdma1" in (m / "sys/kernel/debug/dri/1/vgpu_ring_sdma1").read_text()
 
 
 def test_vgpu_info_prints_the_split(partitions_mount):
@@ -54,9 +55,10 @@ def test_one_client_per_partition_sees_its_own_share(partitions_mount):
     code = """
 import sys, libvgpu
 from vgpu import uapi
+from vgpu.paths import pci_slot
 devs = libvgpu.get_devices(sys.argv[1])
 assert [(d.pci_slot, d.primary.name, d.render.name) for d in devs] == [
-    ("0000:00:00.0", "card0", "renderD128"), ("0000:00:00.1", "card1", "renderD129")], devs
+    (pci_slot(0), "card0", "renderD128"), (pci_slot(1), "card1", "renderD129")], devs
 for d in devs:
     with libvgpu.device_initialize(d.render) as dev:
         dma = libvgpu.query_hw_ip_info(dev, uapi.AMDGPU_HW_IP_DMA)
@@ -95,7 +97,7 @@ with libvgpu.device_initialize(mount + "/dev/dri/renderD128") as a, \\
 
 def test_the_partitions_sample(partitions_mount):
     out = passed(run_sample("partitions", partitions_mount))
-    assert "0000:00:00.1: card1 + renderD129: 1 compute unit(s), 1 SDMA ring(s), VRAM 32 MiB" in out
+    assert f"{pci_slot(1)}: card1 + renderD129: 1 compute unit(s), 1 SDMA ring(s), VRAM 32 MiB" in out
     assert "A's hung job ended with ETIME" in out and ", 0 of them wrong" in out
     assert "A's bystander context 2: INNOCENT_RESET" in out and "B's worker context 1: NO_RESET" in out
     assert "B's VRAM buffer kept its bytes" in out
@@ -136,24 +138,24 @@ def test_smi_shows_each_partition_its_engines_and_processes(partitions_mount):
     try:
         assert client.stdout.readline().strip() == "ready"
         s = smi_json(partitions_mount)
-        assert [(d["index"], d["pci_slot"]) for d in s["devices"]] == [(0, "0000:00:00.0"), (1, "0000:00:00.1")]
+        assert [(d["index"], d["pci_slot"]) for d in s["devices"]] == [(0, pci_slot(0)), (1, pci_slot(1))]
         assert s["device"] == s["devices"][0]
         assert s["devices"][1]["vram_used_bytes"] >= 12288 + (1 << 20)
         assert sorted((e["gpu"], e["name"]) for e in s["engines"]) == \
-            [(0, "comp_0.0"), (0, "sdma0"), (1, "comp_1.0"), (1, "sdma1")]
+            [(0, "comp_1.0.0"), (0, "sdma0"), (1, "comp_1.1.0"), (1, "sdma1")]
         row, = [p for p in s["processes"] if p["pid"] == client.pid]
         assert row["gpu"] == 1 and row["vram_bytes"] == 12288 + (1 << 20)
         screen = vgpu_cli("smi", "--mount", partitions_mount).stdout
-        assert "  0  AMD" in screen and "  1  AMD" in screen and "PCI 0000:00:00.1" in screen
+        assert "  0  AMD" in screen and "  1  AMD" in screen and f"PCI {pci_slot(1)}" in screen
         assert f"  1{client.pid:>7}  python" in screen
         r = vgpu_cli("smi", "dmon", "-d", "0.2", "-c", "2", "--mount", partitions_mount)
         assert r.returncode == 0, r.stderr
         rows = [line.split() for line in r.stdout.splitlines() if not line.startswith("#")]
         assert [row[0] for row in rows] == ["0", "1", "0", "1"]  # one line per device per interval
         names = r.stdout.splitlines()[0].split()[2:6]
-        assert names == ["sdma0", "comp_0.0", "sdma1", "comp_1.0"]  # by device
+        assert names == ["sdma0", "comp_1.0.0", "sdma1", "comp_1.1.0"]  # by device
         for row in rows:  # a device's line has "-" for the other device's engines
-            own = {"0": ("sdma0", "comp_0.0"), "1": ("sdma1", "comp_1.0")}[row[0]]
+            own = {"0": ("sdma0", "comp_1.0.0"), "1": ("sdma1", "comp_1.1.0")}[row[0]]
             assert [(n in own) == (v != "-") for n, v in zip(names, row[1:5])] == [True] * 4
     finally:
         client.stdin.write("\n")

@@ -1,6 +1,6 @@
 """End to end, as uid 65534 in a child process: Linux's permissions on the device
 tree (docs/vdev.md, "Permissions"). debugfs and devcoredump data are root only; a
-write to gpu_reset needs root and is logged; card0 is 0660 of group video and
+read of amdgpu_gpu_recover (a reset) needs root; card0 is 0660 of group video and
 renderD128 0666 (mount options change them); sysfs and kmsg stay world-readable."""
 import grp
 import os
@@ -29,8 +29,9 @@ for path in sys.argv[2:]:
         print(errno.errorcode[e.errno])
 """
 
-DEBUGFS = [f"sys/kernel/debug/dri/0/{n}" for n in ("name", "clients", "gem_info", "vm_info", "fence_info",
-                                                     "gpu_reset", "ring_sdma0", "ring_comp_0.0")]
+DEBUGFS = [f"sys/kernel/debug/dri/0/{n}" for n in ("name", "clients", "amdgpu_gem_info", "amdgpu_vm_info",
+                                                     "amdgpu_fence_info", "amdgpu_gpu_recover", "amdgpu_ring_sdma0",
+                                                     "amdgpu_ring_comp_1.0.0")]
 READABLE = [f"sys/class/drm/card0/device/{n}" for n in ("vendor", "device", "uevent", "mem_info_vram_total",
                                                          "mem_info_vram_used", "mem_info_gtt_total",
                                                          "mem_info_gtt_used", "gpu_busy_percent")] + ["dev/kmsg"]
@@ -50,22 +51,21 @@ def video_gid() -> int:
 def test_debugfs_is_root_only(vgpu_mount):
     # Root reads them first, so the kernel holds the names: the open is refused anyway.
     for path in DEBUGFS:
-        read_text(os.path.join(vgpu_mount, path))
+        with open(os.path.join(vgpu_mount, path), "rb") as f:   # amdgpu_ring_* are binary
+            f.read()
     assert attempt(vgpu_mount, *DEBUGFS, uid=NOBODY) == ["EACCES"] * len(DEBUGFS)
     assert attempt(vgpu_mount, "sys/kernel/debug/", "sys/kernel/debug/dri/0/", uid=NOBODY) == ["EACCES"] * 2
     assert attempt(vgpu_mount, *DEBUGFS) == ["ok"] * len(DEBUGFS)
     assert stat.S_IMODE(os.stat(f"{vgpu_mount}/sys/kernel/debug").st_mode) == 0o700
 
 
-def test_a_write_to_gpu_reset_needs_root(vgpu_mount):
-    path = "sys/kernel/debug/dri/0/gpu_reset"
-    before = read_text(f"{vgpu_mount}/{path}")
-    assert attempt(vgpu_mount, "w:" + path, uid=NOBODY) == ["EACCES"]
-    assert read_text(f"{vgpu_mount}/{path}") == before           # no reset happened
-    kmsg = read_text(f"{vgpu_mount}/dev/kmsg")
-    assert f"{path}: write by uid {NOBODY} (pid " in kmsg and "denied: root only" in kmsg
-    assert "GPU reset begin" not in kmsg
-    assert attempt(vgpu_mount, "w:" + path) == ["ok"]
+def test_a_read_of_gpu_recover_needs_root_and_resets(vgpu_mount):
+    """amdgpu_gpu_recover is 0444 as on Linux: root's read resets, nothing writes it."""
+    path = "sys/kernel/debug/dri/0/amdgpu_gpu_recover"
+    assert attempt(vgpu_mount, path, "w:" + path, uid=NOBODY) == ["EACCES", "EACCES"]
+    assert attempt(vgpu_mount, "w:" + path) == ["EACCES"]
+    assert "GPU reset begin" not in read_text(f"{vgpu_mount}/dev/kmsg")   # no reset happened
+    assert read_text(f"{vgpu_mount}/{path}") == "0\n"
     assert "GPU reset succeeded" in read_text(f"{vgpu_mount}/dev/kmsg")
 
 

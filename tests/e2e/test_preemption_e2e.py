@@ -35,8 +35,8 @@ def test_preemption_sample_high_ends_before_low(long_timeout_mount):
     assert order.index("HIGH ends") < order.index("LOW ends"), out
     assert "check LOW: all 4096 elements right" in out and "check HIGH: all 256 elements right" in out
     kmsg = read_text(os.path.join(long_timeout_mount, "dev/kmsg"))
-    assert re.search(r"\[comp_0\.0\] preempted job \d+ ctx \d+ client \d+ \(LOW\) at IB 1 of 1, by priority", kmsg)
-    ring = read_text(os.path.join(long_timeout_mount, "sys/kernel/debug/dri/0/ring_comp_0.0"))
+    assert re.search(r"\[comp_1\.0\.0\] preempted job \d+ ctx \d+ client \d+ \(LOW\) at IB 1 of 1, by priority", kmsg)
+    ring = read_text(os.path.join(long_timeout_mount, "sys/kernel/debug/dri/0/vgpu_ring_comp_1.0.0"))
     assert re.search(r"preemptions:  [1-9]\d* \(.*priority [1-9]", ring), ring
 
 
@@ -64,13 +64,13 @@ def test_timeslice_sample_without_preemption_runs_one_job_then_the_other(no_pree
 def test_scheduling_options_in_debugfs_and_kmsg():
     for mount in _mounted("--vram", "16M", "--timeslice-ms", "3", "--heartbeat-ms", "200",
                           "--heartbeat-misses", "4"):
-        ring = read_text(os.path.join(mount, "sys/kernel/debug/dri/0/ring_sdma0"))
+        ring = read_text(os.path.join(mount, "sys/kernel/debug/dri/0/vgpu_ring_sdma0"))
         assert "scheduling:   preemption on, time slice 3 ms" in ring, ring
         assert "heartbeat:    every 200 ms, hung after 4 missed pulses" in ring, ring
         kmsg = read_text(os.path.join(mount, "dev/kmsg"))
         assert "preemption on, time slice 3 ms, heartbeat every 200 ms (hung after 4 missed pulses)" in kmsg
     for mount in _mounted("--vram", "16M", "--no-preempt", "--heartbeat-ms", "0"):
-        ring = read_text(os.path.join(mount, "sys/kernel/debug/dri/0/ring_comp_0.0"))
+        ring = read_text(os.path.join(mount, "sys/kernel/debug/dri/0/vgpu_ring_comp_1.0.0"))
         assert "preemption off" in ring and "heartbeat:    off" in ring, ring
 
 

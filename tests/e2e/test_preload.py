@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, vgpu_cli
+from vgpu.paths import PCI_ROOT, PCI_SLOT
 
 LIBRARY = Path(ROOT) / "preload" / "libvgpu_preload.so"
 SAMPLES = Path(ROOT) / "samples" / "c"
@@ -512,8 +513,8 @@ def test_userptr_through_libdrm_amdgpu(vgpu_mount, tmp_path):
 
 def linux_shaped_sysfs(root: Path) -> None:
     """The tree a vgpu mount should show under sys/ (as Linux does for an amdgpu at
-    0000:00:00.0), here as plain files and symlinks."""
-    pci = root / "sys/devices/pci0000:00/0000:00:00.0"
+    PCI_SLOT), here as plain files and symlinks."""
+    pci = root / f"sys/devices/{PCI_ROOT}/{PCI_SLOT}"
     (root / "dev/dri").mkdir(parents=True)
     (root / "sys/bus/pci").mkdir(parents=True)
     (root / "sys/class/drm").mkdir(parents=True)
@@ -522,7 +523,7 @@ def linux_shaped_sysfs(root: Path) -> None:
     for name, text in (("vendor", "0x1002"), ("device", "0x687f"), ("subsystem_vendor", "0x1002"),
                        ("subsystem_device", "0x0c34"), ("revision", "0xc1"),
                        ("uevent", "DRIVER=amdgpu\nPCI_CLASS=30000\nPCI_ID=1002:687F\n"
-                                  "PCI_SLOT_NAME=0000:00:00.0\n")):
+                                  f"PCI_SLOT_NAME={PCI_SLOT}\n")):
         (pci / name).write_text(text + ("" if text.endswith("\n") else "\n"))
     (pci / "subsystem").symlink_to("../../../bus/pci")
     for name, minor in (("card0", 0), ("renderD128", 128)):
@@ -530,9 +531,9 @@ def linux_shaped_sysfs(root: Path) -> None:
         node = pci / "drm" / name
         node.mkdir(parents=True)
         (node / "uevent").write_text(f"MAJOR=226\nMINOR={minor}\nDEVNAME=dri/{name}\n")
-        (node / "device").symlink_to("../../../0000:00:00.0")
-        (root / "sys/class/drm" / name).symlink_to(f"../../devices/pci0000:00/0000:00:00.0/drm/{name}")
-        (root / f"sys/dev/char/226:{minor}").symlink_to(f"../../devices/pci0000:00/0000:00:00.0/drm/{name}")
+        (node / "device").symlink_to(f"../../../{PCI_SLOT}")
+        (root / "sys/class/drm" / name).symlink_to(f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/{name}")
+        (root / f"sys/dev/char/226:{minor}").symlink_to(f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/{name}")
 
 
 def test_drm_device_discovery_reads_sysfs_under_the_mount(tmp_path, progs):
@@ -544,7 +545,7 @@ def test_drm_device_discovery_reads_sysfs_under_the_mount(tmp_path, progs):
     r = subprocess.run([progs["devices"]], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "devices=1\n" in r.stdout
-    assert "bus=0 nodes=0x5 slot=0000:00:00.0 id=1002:687f /dev/dri/card0 /dev/dri/renderD128" in r.stdout
+    assert f"bus=0 nodes=0x5 slot={PCI_SLOT} id=1002:687f /dev/dri/card0 /dev/dri/renderD128" in r.stdout
     assert "node_type=2\nprimary=/dev/dri/card0\nname=/dev/dri/renderD128\ndrmGetDevice2=0" in r.stdout
 
 
@@ -555,7 +556,7 @@ def test_drm_device_discovery_on_a_mount(vgpu_mount, progs):
     r = run(vgpu_mount, progs["devices"])
     assert r.returncode == 0, r.stderr
     assert "devices=1\n" in r.stdout, r.stdout
-    assert (f"bus=0 nodes=0x5 slot=0000:00:00.0 id=1002:{device:04x} /dev/dri/card0 /dev/dri/renderD128"
+    assert (f"bus=0 nodes=0x5 slot={PCI_SLOT} id=1002:{device:04x} /dev/dri/card0 /dev/dri/renderD128"
             in r.stdout), r.stdout
     assert "node_type=2\nprimary=/dev/dri/card0\nname=/dev/dri/renderD128\ndrmGetDevice2=0" in r.stdout
 

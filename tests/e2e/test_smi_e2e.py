@@ -61,7 +61,7 @@ def test_smi_json_lists_a_live_clients_vram_to_the_byte(vgpu_mount):
         assert (row["contexts"], row["jobs_submitted"], row["jobs_in_flight"]) == (1, 0, 0)
         assert row["uid"] == os.getuid() and row["name"].startswith("python")
         assert s["device"]["vram_used_bytes"] >= 12288 + (1 << 20)
-        assert {e["name"] for e in s["engines"]} >= {"sdma0", "sdma1", "comp_0.0"}
+        assert {e["name"] for e in s["engines"]} >= {"sdma0", "sdma1", "comp_1.0.0"}
         screen = vgpu_cli("smi", "--mount", vgpu_mount).stdout
         assert f"{client.pid:>6}  python" in screen and "Processes:" in screen
     finally:
@@ -127,7 +127,7 @@ def test_a_ring_kept_busy_by_a_long_kernel_reads_at_least_90_percent(long_timeou
         # Let the kernel fill a whole busy window (BUSY_WINDOW, 1 s) before reading.
         time.sleep(perf.BUSY_WINDOW + 0.5)
         busy = int(read_text(os.path.join(sysfs, "gpu_busy_percent")))
-        comp = int(read_text(os.path.join(sysfs, "vgpu_engines", "comp_0.0", "busy_percent")))
+        comp = int(read_text(os.path.join(sysfs, "vgpu_engines", "comp_1.0.0", "busy_percent")))
         s = smi_json(long_timeout_mount)
     finally:
         client.stdin.write("\n")
@@ -137,7 +137,7 @@ def test_a_ring_kept_busy_by_a_long_kernel_reads_at_least_90_percent(long_timeou
     assert out == "done"
     assert busy >= 90 and comp >= 90
     assert s["device"]["busy_percent"] >= 90
-    assert next(e for e in s["engines"] if e["name"] == "comp_0.0")["busy_percent"] >= 90
+    assert next(e for e in s["engines"] if e["name"] == "comp_1.0.0")["busy_percent"] >= 90
     row, = [p for p in s["processes"] if p["pid"] == client.pid]
     assert row["jobs_in_flight"] == 1
 
@@ -157,7 +157,7 @@ def test_dmon_prints_count_lines_with_sane_columns(vgpu_mount):
     rows = [line.split() for line in lines if not line.startswith("#")]
     assert len(header) == 2 and len(rows) == 3
     names = header[0].split()[2:]
-    assert names[:3] == ["sdma0", "sdma1", "comp_0.0"] and names[-6:] == \
+    assert names[:3] == ["sdma0", "sdma1", "comp_1.0.0"] and names[-6:] == \
         ["sdmaRd", "sdmaWr", "lanes", "subm", "vramUsed", "fault"]
     for row in rows:
         assert len(row) == len(names) + 1 and row[0] == "0"

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.helpers import NOBODY, ROOT, _env, read_text, run_client, start_client, vgpu_cli, wait_for
+from vgpu.paths import PCI_SLOT
 
 needs_strace = pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the daemon's records are in debugfs: root only")
@@ -223,7 +224,7 @@ def test_drm_debug_logs_every_ioctl_as_drm_ioctl_does(vgpu_mount):
     pid, comm = loud.stdout.split()
     kmsg = read_text(os.path.join(vgpu_mount, "dev/kmsg"))
     # root opened the render node: authenticated, as drm_file_alloc makes root's files
-    prefix = rf'vgpu 0000:00:00\.0: \[drm:drm_ioctl\] comm="{comm}" pid={pid}, dev=0xe280, auth=1, '
+    prefix = rf'vgpu {re.escape(PCI_SLOT)}: \[drm:drm_ioctl\] comm="{comm}" pid={pid}, dev=0xe280, auth=1, '
     names = re.findall(prefix + r"(\w+)$", kmsg, re.M)
     assert names[:2] == ["DRM_IOCTL_VERSION", "DRM_IOCTL_VERSION"], kmsg
     assert {"AMDGPU_CS", "AMDGPU_WAIT_CS", "AMDGPU_BO_LIST", "AMDGPU_GEM_CREATE", "AMDGPU_CTX"} <= set(names)

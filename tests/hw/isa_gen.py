@@ -32,7 +32,7 @@ class Rig:
     def __init__(self, engine_cls, page_table_cls, mem_size: int = MEM_SIZE) -> None:
         self.pt = page_table_cls()
         self.ih = InterruptRing()
-        self.engine = engine_cls("comp_0.0", self.ih)
+        self.engine = engine_cls("comp_1.0.0", self.ih)
         self.code = np.zeros(CODE_SIZE, np.uint8)
         self.karg = np.zeros(4096, np.uint8)
         self.mem = np.zeros(mem_size, np.uint8)

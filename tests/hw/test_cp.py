@@ -64,7 +64,7 @@ def run(mem, ib, compute=None, at=0):
     data = ib.tobytes() if isinstance(ib, Pm4Ib) else ib
     bufs[IB][at: at + len(data)] = np.frombuffer(data, np.uint8)
     ih = InterruptRing()
-    cp = C.CommandProcessor("comp_0.0", ih, compute or FakeCompute())
+    cp = C.CommandProcessor("comp_1.0.0", ih, compute or FakeCompute())
     return cp.run(pt, IB + at, len(data) // 4, ctx_id=3, ring_id=2), ih.drain(), cp
 
 

@@ -110,7 +110,7 @@ def test_abort_stops_a_long_copy(mem, monkeypatch):
     """The TDR's abort is honoured between DMA steps: the copy stops part way."""
     monkeypatch.setattr(C, "DMA_STEP_BYTES", 4)
     pt, bufs = mem
-    cp = C.CommandProcessor("comp_0.0", InterruptRing())
+    cp = C.CommandProcessor("comp_1.0.0", InterruptRing())
     started, go = threading.Event(), threading.Event()
 
     class SlowPt:

@@ -49,10 +49,10 @@ def test_compiled_opcodes_match_isa():
 
 def test_engine_attributes_and_thread_count_checks():
     ih = InterruptRing()
-    e = _core.ComputeEngine("comp_0.1", ih, threads=3)
-    assert (e.name, e.ih, e.threads) == ("comp_0.1", ih, 3)
+    e = _core.ComputeEngine("comp_1.1.0", ih, threads=3)
+    assert (e.name, e.ih, e.threads) == ("comp_1.1.0", ih, 3)
     with pytest.raises(ValueError):
-        _core.ComputeEngine("comp_0.1", ih, threads=0)
+        _core.ComputeEngine("comp_1.1.0", ih, threads=0)
 
 
 def test_abort_with_two_workers_in_endless_loops():

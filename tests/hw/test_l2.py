@@ -320,7 +320,7 @@ def cp_run(rig, ib: P.Pm4Ib):
     rig.pt.map(IB_VA, ibmem, 0, 4096, 2)
     data = ib.tobytes()
     ibmem[:len(data)] = np.frombuffer(data, np.uint8)
-    proc = C.CommandProcessor("comp_0.0", rig.ih, rig.engine, l2=rig.l2)
+    proc = C.CommandProcessor("comp_1.0.0", rig.ih, rig.engine, l2=rig.l2)
     return proc.run(rig.pt, IB_VA, len(ib), ctx_id=1, ring_id=1)
 
 

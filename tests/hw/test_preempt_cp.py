@@ -41,7 +41,7 @@ class Gpu:
         self.pt.map(CODE, self.bufs[CODE], 0, 65536, PTE_READ | PTE_EXEC)
         self.bufs[CODE][:len(KERNEL.code)] = np.frombuffer(KERNEL.code, np.uint8)
         self.ih = InterruptRing()
-        self.cp = C.CommandProcessor("comp_0.0", self.ih, engine(self.ih))
+        self.cp = C.CommandProcessor("comp_1.0.0", self.ih, engine(self.ih))
         self.csa = np.zeros(compute.csa_bytes(2), np.uint8)
 
     def put_ib(self, at, ib):

@@ -172,7 +172,12 @@ def test_gds_config(dev, client):
 def test_get_client_on_card0(dev, root_client):
     user_card = dev.open_file(pid=4242, uid=1000, comm="card", render=False)
     out, _ = call(dev, user_card, "GET_CLIENT", uapi.drm_client(idx=0))
-    assert (out.idx, out.auth, out.pid, out.uid, out.magic, out.iocs) == (0, 1, 4242, 65534, 0, 0)
+    # root_client is the master: another user's card0 file is not authenticated...
+    assert (out.idx, out.auth, out.pid, out.uid, out.magic, out.iocs) == (0, 0, 4242, 65534, 0, 0)
+    magic = call(dev, user_card, "GET_MAGIC", uapi.drm_auth())[0].magic
+    call(dev, root_client, "AUTH_MAGIC", uapi.drm_auth(magic=magic))
+    # ...until the master authenticates its magic (drmAuthMagic)
+    assert call(dev, user_card, "GET_CLIENT", uapi.drm_client(idx=0))[0].auth == 1
     fails(errno.EINVAL, dev, user_card, "GET_CLIENT", uapi.drm_client(idx=1))
     fails(errno.EINVAL, dev, user_card, "GET_CLIENT", uapi.drm_client(idx=-1))
     dev.close_file(user_card)
@@ -312,16 +317,21 @@ def create(dev, f, size, domains, flags=0, alignment=0):
 def test_on_chip_bos_are_accounted_in_their_heaps(dev, client):
     heaps = dev.memory.onchip.heaps
     g = create(dev, client, 1001, GDS, alignment=2)           # rounded up to 4 bytes, alignment 4
-    assert client.bos[g].size == 1004 and client.bos[g].domain == GDS and heaps[GDS].used == 1004
+    # amdgpu_bo_create: one page per unit, so the GEM object is 1004 pages
+    assert client.bos[g].size == 1004 << 12 and client.bos[g].domain == GDS and heaps[GDS].used == 1004
     w = create(dev, client, 3, GWS)
     o = create(dev, client, 16, OA)
     assert (heaps[GWS].used, heaps[OA].used) == (3, 16)
+    assert (client.bos[w].size, client.bos[o].size) == (3 << 12, 16 << 12)
     assert client.bos[w].where == "gws@0x0" and client.bos[g].where == "gds@0x0"
     assert dev.memory.vram_allocator.used == 0 and dev.memory.gtt_used == 0 and dev.memory.bo_count == 0
     # they are NO_CPU_ACCESS, as amdgpu_gem_create_ioctl makes them
     info = call(dev, client, "AMDGPU_GEM_OP", uapi.drm_amdgpu_gem_op(
         handle=g, op=uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO))[1]
-    assert uapi.drm_amdgpu_gem_create_in.from_buffer_copy(info).domain_flags & uapi.AMDGPU_GEM_CREATE_NO_CPU_ACCESS
+    created = uapi.drm_amdgpu_gem_create_in.from_buffer_copy(info)
+    assert created.domain_flags & uapi.AMDGPU_GEM_CREATE_NO_CPU_ACCESS
+    # amdgpu_gem_op_ioctl: bo_size is the object's size, alignment page_alignment << PAGE_SHIFT
+    assert (created.bo_size, created.alignment, created.domains) == (1004 << 12, 4 << 12, GDS)
     dev.check_invariants()
     for h in (g, w, o):
         call(dev, client, "GEM_CLOSE", uapi.drm_gem_close(handle=h))
@@ -342,13 +352,31 @@ def test_on_chip_heaps_fill_up(dev, client):
         in_=uapi.drm_amdgpu_gem_create_in(bo_size=1, domains=OA)))
 
 
-def test_on_chip_bos_cannot_be_mapped(dev, client):
+def test_on_chip_bos_cannot_be_cpu_mapped(dev, client):
     h = create(dev, client, 4096, GDS)
     e = fails(errno.EPERM, dev, client, "AMDGPU_GEM_MMAP", uapi.drm_amdgpu_gem_mmap(
         in_=uapi.drm_amdgpu_gem_mmap_in(handle=h)))
     assert "NO_CPU_ACCESS" in e.reason
-    fails(errno.EINVAL, dev, client, "AMDGPU_GEM_VA", gem_va(dev, client, h, 0x400000, 4096))
     assert client.bos[h].mmap_offset not in dev.bos_by_offset
+
+
+def test_gds_bo_is_va_mapped_as_libdrm_rounds_it(dev, client):
+    """IGT's amdgpu test: a GDS BO of 1024 bytes is VA-mapped with the page libdrm's
+    amdgpu_bo_va_op rounds the size to. The BO is 1024 pages (amdgpu_bo_create), so
+    the page fits; past the BO's 1024 pages is EINVAL as for any BO. The mapping has
+    no valid PTEs: GDS is reached through GDS instructions, never through the VM."""
+    h = create(dev, client, 1024, GDS)
+    call(dev, client, "AMDGPU_GEM_VA", gem_va(dev, client, h, 0x400000, 4096))
+    call(dev, client, "AMDGPU_GEM_VA", gem_va(dev, client, h, 0x800000, 1024 << 12))
+    fails(errno.EINVAL, dev, client, "AMDGPU_GEM_VA", gem_va(dev, client, h, 0x2000000, 4096, offset=1024 << 12))
+    bo = client.bos[h]
+    assert client.vm.maps_bo(bo) and client.vm.page_table.translate(0x400000) == (None, 0)
+    assert client.vm.page_table.mapped_pages() == 0
+    call(dev, client, "AMDGPU_GEM_VA", gem_va(dev, client, h, 0x400000, 4096, op=uapi.AMDGPU_VA_OP_UNMAP))
+    w = create(dev, client, 2, GWS)                            # GWS and OA alike: a page per entry
+    call(dev, client, "AMDGPU_GEM_VA", gem_va(dev, client, w, 0x1000000, 2 << 12))
+    call(dev, client, "GEM_CLOSE", uapi.drm_gem_close(handle=h))
+    assert not client.vm.maps_bo(bo)
 
 
 def test_on_chip_bo_in_a_bo_list_and_a_cs(dev, client):

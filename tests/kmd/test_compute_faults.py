@@ -56,7 +56,7 @@ def test_fault(dev, c, kind):
 def test_endless_loop_is_caught_by_the_timeout(dev, c):
     assert c.wait(dispatch(c, "spin:\ns_branch spin\n", [0, 0])) == errno.ETIME
     text = dev.kmsg.text()
-    assert "ring comp_0.0 timeout" in text and "GPU reset succeeded" in text
+    assert "ring comp_1.0.0 timeout" in text and "GPU reset succeeded" in text
     dump = dev.devcoredumps()[int(LINE.search(text).group(1))]
     assert "status: aborted" in dump and "s_branch" in dump
     assert c.f.contexts[c.ctx].guilty

@@ -108,8 +108,8 @@ def test_sequence_numbers_and_both_rings(s):
     assert s.wait(3, ring=0) == 0 and s.wait(3, ring=1) == 0
     assert s.bo(s.a).read(0, 48) == struct.pack("<6Q", *range(1, 7))
     info = s.dev.debugfs_files()
-    assert "Last signaled fence 0x0000000000000003" in info["fence_info"]()
-    assert "emitted seq:  3" in info["ring_sdma1"]()
+    assert "--- ring 1 (sdma1) ---\nLast signaled fence          0x00000003\n" in info["amdgpu_fence_info"]()
+    assert "emitted seq:  3" in info["vgpu_ring_sdma1"]()
 
 
 def test_fault_unmapped_marks_guilty_and_fence_errors(s, dev, client):

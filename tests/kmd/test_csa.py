@@ -1,5 +1,6 @@
 """Context save areas (kmd/csa.py): one kernel BO in VRAM per context, made on first
-use, listed by debugfs gem_info, freed with the context (and with the file)."""
+use, listed by debugfs amdgpu_vm_info (not amdgpu_gem_info: it has no handle), freed with
+the context (and with the file)."""
 from vgpu import uapi
 
 from kmd import csa
@@ -13,18 +14,19 @@ def test_csa_made_once_in_vram_and_freed_with_the_context(dev, client):
     cid = alloc(dev, client)
     ctx = client.contexts[cid]
     used = dev.memory.vram_allocator.used
-    assert ctx.csa is None and "csa" not in dev.debugfs_files()["gem_info"]()
+    assert ctx.csa is None and f"{csa.CSA_BYTES:12d} byte" not in dev.debugfs_files()["amdgpu_vm_info"]()
     view = csa.csa_for(dev, ctx)
     assert view.size == csa.CSA_BYTES >= compute.csa_bytes(2) and view.flags.writeable
     assert csa.csa_for(dev, ctx) is view
     assert ctx.csa.domain == uapi.AMDGPU_GEM_DOMAIN_VRAM
     assert dev.memory.vram_allocator.used == used + csa.CSA_BYTES
-    info = dev.debugfs_files()["gem_info"]()
-    assert f"ctx {cid} csa: {csa.CSA_BYTES:12d} byte VRAM vram@" in info
+    info = dev.debugfs_files()["amdgpu_vm_info"]()
+    assert f"\tDone BOs:\n\t\t0x00000000: {csa.CSA_BYTES:12d} byte VRAM VISIBLE" in info
+    assert f"{csa.CSA_BYTES:12d} byte" not in dev.debugfs_files()["amdgpu_gem_info"]()
     dev.check_invariants()
     call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_FREE_CTX, cid))
     assert ctx.csa is None and dev.memory.vram_allocator.used == used
-    assert "csa" not in dev.debugfs_files()["gem_info"]()
+    assert f"{csa.CSA_BYTES:12d} byte" not in dev.debugfs_files()["amdgpu_vm_info"]()
     dev.check_invariants()
 
 

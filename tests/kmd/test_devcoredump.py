@@ -110,7 +110,7 @@ def test_compute_wave_fault_dump(dev, c):
     dev.rings[(uapi.AMDGPU_HW_IP_COMPUTE, 0)].engine._compute = FakeCompute(bad)
     assert c.wait(c.submit(dispatch_ib())) == errno.EFAULT
     line = next(l for l in dev.kmsg.text().splitlines() if "crash dump" in l)
-    assert "[comp_0.0] GPU fault" in line and "read of VA 0x9000 (unmapped)" in line and "wave PC 0x8" in line
+    assert "[comp_1.0.0] GPU fault" in line and "read of VA 0x9000 (unmapped)" in line and "wave PC 0x8" in line
     dump = the_dump(dev)
     for s in SECTIONS + COMPUTE_SECTIONS:
         assert s in dump, s
@@ -135,7 +135,7 @@ def test_compute_hang_dump(dev, c):
     dev.rings[(uapi.AMDGPU_HW_IP_COMPUTE, 0)].engine._compute = FakeCompute()
     assert c.wait(c.submit(dispatch_ib())) == errno.ETIME
     text = dev.kmsg.text()
-    assert "ring comp_0.0 timeout" in text and "GPU reset succeeded" in text
+    assert "ring comp_1.0.0 timeout" in text and "GPU reset succeeded" in text
     dump = the_dump(dev)
     assert "status: aborted" in dump and "reason: timeout" in dump and "dispatch status: aborted" in dump
 

@@ -92,11 +92,14 @@ def test_table_covers_every_uapi_ioctl():
 
 def test_flags_are_linuxs():
     """drm_ioctls[] gives the core ioctls vgpu has DRM_RENDER_ALLOW only, but GET_CLIENT,
-    SET_CLIENT_CAP and the KMS ones (MODE_*) no flag at all; amdgpu_ioctls_kms[] gives
-    its ioctls DRM_AUTH|DRM_RENDER_ALLOW, but SCHED DRM_MASTER."""
+    SET_CLIENT_CAP, GET_MAGIC, SET/DROP_MASTER and the KMS ones (MODE_*) no flag at
+    all, AUTH_MAGIC DRM_MASTER, GEM_FLINK and GEM_OPEN DRM_AUTH; amdgpu_ioctls_kms[]
+    gives its ioctls DRM_AUTH|DRM_RENDER_ALLOW, but SCHED DRM_MASTER."""
+    special = {"AUTH_MAGIC": DRM_MASTER, "GEM_FLINK": DRM_AUTH, "GEM_OPEN": DRM_AUTH}
     for d in DRM_IOCTLS:
-        no_flags = d.name in ("GET_CLIENT", "SET_CLIENT_CAP") or d.name.startswith("MODE_")
-        assert d.flags == (0 if no_flags else DRM_RENDER_ALLOW), d.name
+        no_flags = (d.name in ("GET_CLIENT", "SET_CLIENT_CAP", "GET_MAGIC", "SET_MASTER", "DROP_MASTER")
+                    or d.name.startswith("MODE_"))
+        assert d.flags == special.get(d.name, 0 if no_flags else DRM_RENDER_ALLOW), d.name
     for d in AMDGPU_IOCTLS_KMS:
         want = DRM_MASTER if d.name == "AMDGPU_SCHED" else DRM_AUTH | DRM_RENDER_ALLOW
         assert d.flags == want, d.name

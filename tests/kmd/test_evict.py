@@ -88,8 +88,8 @@ def test_the_issues_three_64_mib_bos_fit_by_evicting_the_oldest(make_dev):
     op = uapi.drm_amdgpu_gem_op(handle=h1, op=uapi.AMDGPU_GEM_OP_GET_GEM_CREATE_INFO)
     info = uapi.drm_amdgpu_gem_create_in.from_buffer_copy(call(dev, f, "AMDGPU_GEM_OP", op)[1])
     assert info.domains == VRAM and info.bo_size == BIG
-    gem_info = dev.debugfs_files()["gem_info"]()
-    assert f" GTT gtt@{b1.gpu_offset:#x}" in gem_info and f"VRAM vram@{b3.gpu_offset:#x}" in gem_info
+    gem_info = dev.debugfs_files()["amdgpu_gem_info"]()
+    assert f"0x{h1:08x}: {BIG:12d} byte GTT\n" in gem_info and f"0x{h3:08x}: {BIG:12d} byte VRAM VISIBLE\n" in gem_info
     sysfs = dev.sysfs_files()
     assert (sysfs["vgpu_num_evictions"](), sysfs["vgpu_num_bytes_moved"]()) == ("1\n", f"{BIG}\n")
 

@@ -33,7 +33,8 @@ def test_create_alignment_honoured(dev, client):
 @pytest.mark.parametrize("size,domains,flags,alignment,why", [
     (0, VRAM, 0, 0, "zero size"),
     (4096, 0, 0, 0, "no domain"),
-    (4096, 0x40, 0, 0, "domain bit past AMDGPU_GEM_DOMAIN_MASK"),
+    (4096, 0x80, 0, 0, "domain bit past AMDGPU_GEM_DOMAIN_MASK"),
+    (4096, uapi.AMDGPU_GEM_DOMAIN_DOORBELL | GTT, 0, 0, "DOORBELL with another domain"),
     (64, uapi.AMDGPU_GEM_DOMAIN_GDS, uapi.AMDGPU_GEM_CREATE_VM_ALWAYS_VALID, 0, "on-chip and per-VM"),
     (4096, VRAM | 0x100, 0, 0, "unknown domain bit"),
     (4096, VRAM, 1 << 40, 0, "unknown flag"),

@@ -15,8 +15,9 @@ from kmd.errors import KmdError
 from kmd.gpu import PartitionedGpu
 from kmd.hw import SdmaIb
 from kmd import info as kmd_info
-from kmd.partition import TOTAL_CUS, TOTAL_SDMA, split
+from kmd.partition import TOTAL_CUS, TOTAL_SDMA, compute_ring_name, split
 from vgpu import uapi
+from vgpu.paths import PCI_SLOT, pci_slot
 
 from .conftest import MiB, call, info
 from .test_compute_faults import dispatch
@@ -114,14 +115,14 @@ def test_one_partition_is_the_whole_gpu_as_before():
     d = Device(vram_size=64 * MiB, gtt_size=64 * MiB)
     try:
         f = open_client(d, 1)
-        assert [r.name for r in d.rings.values()] == ["sdma0", "sdma1", "comp_0.0"]
+        assert [r.name for r in d.rings.values()] == ["sdma0", "sdma1", "comp_1.0.0"]
         i = dev_info(d, f)
         assert (i.cu_active_number, i.cu_bitmap[0][0], i.num_cu_per_sh) == (2, 0b11, 2)
         assert hw_ip(d, f, DMA).available_rings == 0b11 and hw_ip(d, f, COMPUTE).available_rings == 0b1
         assert d.partitions == [d] and d.partition.count == 1
         sysfs = d.sysfs_files()
         assert "current_compute_partition" not in sysfs and "vgpu_partition" not in sysfs  # as an MI100
-        assert "PCI_SLOT_NAME=0000:00:00.0\n" in sysfs["uevent"]()
+        assert f"PCI_SLOT_NAME={PCI_SLOT}\n" in sysfs["uevent"]()
         assert "partition" not in d.kmsg.text()
         d.close_file(f)
     finally:
@@ -130,8 +131,8 @@ def test_one_partition_is_the_whole_gpu_as_before():
 
 def test_each_partition_reports_its_own_share(gpu):
     p0, p1 = gpu.partitions
-    assert [r.name for r in p0.rings.values()] == ["sdma0", "comp_0.0"]
-    assert [r.name for r in p1.rings.values()] == ["sdma1", "comp_1.0"]
+    assert [r.name for r in p0.rings.values()] == ["sdma0", "comp_1.0.0"]
+    assert [r.name for r in p1.rings.values()] == ["sdma1", "comp_1.1.0"]
     for d, cu, sdma in ((p0, "0", "sdma0"), (p1, "1", "sdma1")):
         f = open_client(d, 1)
         i = dev_info(d, f)
@@ -151,11 +152,11 @@ def test_each_partition_reports_its_own_share(gpu):
         assert sysfs["current_compute_partition"]() == "DPX\n"
         assert sysfs["available_compute_partition"]() == "SPX, DPX\n"
         assert sysfs["current_memory_partition"]() == "NPS2\n"
-        assert f"PCI_SLOT_NAME=0000:00:00.{d.partition.index}\n" in sysfs["uevent"]()
-        assert set(sysfs["vgpu_engines"]) == {sdma, f"comp_{d.partition.index}.0"}
+        assert f"PCI_SLOT_NAME={pci_slot(d.partition.index)}\n" in sysfs["uevent"]()
+        assert set(sysfs["vgpu_engines"]) == {sdma, compute_ring_name(d.partition.index)}
         d.close_file(f)
     log = gpu.kmsg.text()
-    assert "vgpu 0000:00:00.1: vgpu: partition 1 of 2 (DPX, NPS2): CUs 1, sdma1" in log
+    assert f"vgpu {pci_slot(1)}: vgpu: partition 1 of 2 (DPX, NPS2): CUs 1, sdma1" in log
 
 
 def test_a_partition_has_no_ring_of_another(gpu):
@@ -183,7 +184,7 @@ def test_a_fault_in_one_partition_leaves_the_other_running(gpu):
     bad = Setup(bad_dev, open_client(bad_dev, 1000))
     assert_fails(errno.EFAULT, bad, bad.submit(SdmaIb().write_linear(0x7000000000, [1, 2, 3])))
     assert bad.f.contexts[bad.ctx].guilty
-    assert "vgpu 0000:00:00.0: [sdma0] GPU fault" in gpu.kmsg.text()
+    assert f"vgpu {PCI_SLOT}: [sdma0] GPU fault" in gpu.kmsg.text()
     victim.finish()
 
 
@@ -199,11 +200,11 @@ def test_a_hang_and_its_reset_leave_the_other_partition_running():
         victim.start()
         assert_fails(errno.ETIME, bad, hung)
         log = gpu.kmsg.text()
-        assert "vgpu 0000:00:00.0: ring sdma0 timeout" in log and "GPU reset succeeded" in log
+        assert f"vgpu {PCI_SLOT}: ring sdma0 timeout" in log and "GPU reset succeeded" in log
         assert reset_status(bad_dev, bystander) == uapi.AMDGPU_CTX_INNOCENT_RESET  # same partition
         assert bad_dev.reset_counter == 1
         victim.finish()
-        assert "0000:00:00.1: GPU reset" not in gpu.kmsg.text()
+        assert f"{pci_slot(1)}: GPU reset" not in gpu.kmsg.text()
     finally:
         gpu.shutdown()
 
@@ -217,12 +218,11 @@ def test_an_on_demand_reset_aborts_only_its_partitions_jobs(gpu):
     ring = bad_dev.rings[(DMA, 0)]
     while ring.running is None:
         time.sleep(0.001)
-    read, write = bad_dev.debugfs_files()["gpu_reset"]
-    write(b"1")
+    assert bad_dev.debugfs_files()["amdgpu_gpu_recover"]() == "0\n"   # a read resets
     assert_fails(errno.ETIME, bad, running)
-    assert read() != "resets: 0\n"   # the request, then the aborted job's own reset
+    assert bad_dev.reset_counter >= 2   # the request, then the aborted job's own reset
     victim.finish()
-    assert good_dev.debugfs_files()["gpu_reset"][0]() == "resets: 0\n"
+    assert good_dev.reset_counter == 0
 
 
 def test_out_of_memory_in_one_partition_leaves_the_others_memory(gpu):
@@ -275,7 +275,7 @@ def test_mount_wide_views_cover_every_partition(gpu):
     reader = gpu.tracing_files()["vgpu_timeline"].open_reader()
     head = reader.read(1 << 16)
     reader.close()
-    assert b"comp_1.0" in head and b"sdma0" in head
+    assert b"comp_1.1.0" in head and b"sdma0" in head
 
 
 def test_no_prime_or_sync_file_crosses_partitions(gpu):

@@ -46,7 +46,7 @@ def test_sdma_job_counts_its_bytes_and_packets(dev, client):
     totals = ring.perf.snapshot(None, time.monotonic())
     assert totals["jobs"] == 1 and totals["bytes_read"] == 4096 + 8192
     assert client.usage.jobs_submitted == 1 and client.usage.engine_ns["sdma"] == c["busy_ns"]
-    text = dev.debugfs_files()["ring_sdma0"]()
+    text = dev.debugfs_files()["vgpu_ring_sdma0"]()
     assert "bytes_written" in text and f"{rec.job_id} {s.ctx} {client.id}" in text
     answer = job_counters(dev, client, DMA, seq)
     assert (answer.seq_no, answer.bytes_read, answer.bytes_written, answer.packets) == \
@@ -137,12 +137,12 @@ def test_gpu_busy_percent_is_the_busiest_engine(dev, c):
     time.sleep(perf.BUSY_WINDOW * 0.95 - (time.monotonic() - ring.running.started_at))
     sysfs = dev.sysfs_files()
     busy = int(sysfs["gpu_busy_percent"]())
-    engine = int(sysfs["vgpu_engines"]["comp_0.0"]["busy_percent"]())
+    engine = int(sysfs["vgpu_engines"]["comp_1.0.0"]["busy_percent"]())
     idle = int(sysfs["vgpu_engines"]["sdma0"]["busy_percent"]())
     pm = dev.debugfs_files()["amdgpu_pm_info"]()
     assert c.wait(seq) == errno.ETIME
     assert busy >= 90 and engine >= 90 and idle == 0
-    assert "GPU Load: " in pm and "comp_0.0: " in pm
+    assert "GPU Load: " in pm and "comp_1.0.0: " in pm
 
 
 def test_busy_window_adds_up_intervals():

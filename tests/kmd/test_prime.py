@@ -167,4 +167,5 @@ def test_both_render_and_card_files_may_share(dev, client, root_client):
 def test_gem_info_shows_exports(dev, client):
     h = gem_create(dev, client, 4096, GTT)
     token = export(dev, client, h)
-    assert f"exported prime/{token:x}" in dev.debugfs_files()["gem_info"]()
+    # amdgpu_bo_print_info's " exported as ino:%lu": the export's token (prime/<token-hex>)
+    assert f"\t\t0x{h:08x}:         4096 byte GTT exported as ino:{token}\n" in dev.debugfs_files()["amdgpu_gem_info"]()

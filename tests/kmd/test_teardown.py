@@ -119,7 +119,7 @@ def test_run_sliced_releases_the_lock_between_slices(dev, monkeypatch):
 
 
 def test_debugfs_views_are_formatted_outside_the_device_lock(dev, client, monkeypatch):
-    """gem_info and vm_info copy a file's tables under the lock and make their text
+    """amdgpu_gem_info, amdgpu_vm_info and vgpu_vm_mappings copy a file's tables under the lock and make their text
     (a line per BO, per mapping: 100,000 of them cost a quarter of a second) outside it."""
     from kmd import debugfs
 
@@ -139,5 +139,6 @@ def test_debugfs_views_are_formatted_outside_the_device_lock(dev, client, monkey
     monkeypatch.setattr(debugfs, "PERMS", WatchedPerms(debugfs.PERMS))
     h = gem_create(dev, client, 4096, uapi.AMDGPU_GEM_DOMAIN_GTT)
     call(dev, client, "AMDGPU_GEM_VA", gem_va(dev, client, h, 0x100000000, 4096))
-    assert "offset" in debugfs.gem_info(dev) and "bo_offset" in debugfs.vm_info(dev)
+    assert "byte GTT" in debugfs.gem_info(dev) and "byte GTT" in debugfs.vm_info(dev)
+    assert "bo_offset" in debugfs.vm_mappings_info(dev)
     assert held and not any(held)

@@ -227,5 +227,6 @@ def test_a_job_of_a_process_that_is_gone_fails_with_efault(dev):
 
 
 def test_gem_info_shows_userptr_bos(dev, me, buf):
-    userptr(dev, me, address(buf), PAGE, U.READONLY)
-    assert f"userptr {address(buf):#x}+{PAGE:#x} of pid {os.getpid()} readonly" in dev.debugfs_files()["gem_info"]()
+    """A userptr BO is a pinned GTT BO to amdgpu_gem_info (amdgpu_bo_print_info)."""
+    h = userptr(dev, me, address(buf), PAGE, U.READONLY)
+    assert f"\t\t0x{h:08x}: {PAGE:12d} byte GTT pin count 1\n" in dev.debugfs_files()["amdgpu_gem_info"]()

@@ -333,7 +333,7 @@ def test_debug_switches(vgpu_mount):
     assert re.search(r"vgpu\[api\] to_device\(shape=\(64,\), dtype=float32\)", err), err
     assert "vgpu[api] launch vector_add grid=(1, 1, 1) block=(64, 1, 1)" in err
     assert re.search(r"vgpu\[mem\] alloc 256 -> new 0x1000 block", err) and "vgpu[mem] free 0x1000" in err
-    assert re.search(r"vgpu\[cmd\] IB comp_0\.0 .*\n(.*\n)*.*DISPATCH_DIRECT groups=1x1x1", err), err
+    assert re.search(r"vgpu\[cmd\] IB comp_1\.0\.0 .*\n(.*\n)*.*DISPATCH_DIRECT groups=1x1x1", err), err
     assert re.search(r"vgpu\[mem\] CPU map of the 0x1000 BO at 0x[0-9a-f]+", err), err
     assert re.search(r"vgpu\[sync\] default: submitted sdma0 seq \d+", err) and "vgpu[sync] event" in err
     quiet = ok(client("umd.to_device(np.ones(4)).copy_to_host()", vgpu_mount, {"VGPU_DEBUG": ""}))
@@ -476,7 +476,7 @@ def test_gpu_hang_from_an_endless_kernel(short_timeout_mount):
             print(e)
     """, short_timeout_mount))
     assert "GPU hang: kernel 'spin'" in r.stdout and "ring timeout" in r.stdout, r.stdout
-    assert "ring comp_0.0 timeout" in read_text(f"{short_timeout_mount}/dev/kmsg")
+    assert "ring comp_1.0.0 timeout" in read_text(f"{short_timeout_mount}/dev/kmsg")
 
 
 def test_device_array_views_as_numpy_and_numba_have_them(vgpu_mount):

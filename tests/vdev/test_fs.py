@@ -20,6 +20,7 @@ from tests.kmd.conftest import call, gem_create, gem_va
 from vgpu.frame import encode_request, parse_reply
 from vdev.fs import VgpuFs
 from vgpu import uapi
+from vgpu.paths import PCI_ROOT, PCI_SLOT
 from vgpu.sdma import SdmaIb
 
 MiB = 1 << 20
@@ -111,18 +112,22 @@ async def test_snapshot_is_taken_at_open(fs, dev):
     assert b"later" in await cat(fs, "dev/kmsg")
 
 
-async def test_writable_debugfs_entry(fs, dev):
-    inode = await walk(fs, "sys/kernel/debug/dri/0/gpu_reset")
-    assert (await fs.getattr(inode, Ctx())).st_mode & 0o777 == 0o644
-    before = await cat(fs, "sys/kernel/debug/dri/0/gpu_reset")
-    fi = await fs.open(inode, os.O_WRONLY, Ctx())
-    assert await fs.write(fi.fh, 0, b"1\n") == 2
-    await fs.release(fi.fh)
-    assert await cat(fs, "sys/kernel/debug/dri/0/gpu_reset") != before
-    assert "GPU reset succeeded" in dev.kmsg.text()
+async def test_gpu_recover_resets_at_each_read(fs, dev):
+    """amdgpu_gpu_recover is read-only, as on Linux: each read (its open) resets."""
+    inode = await walk(fs, "sys/kernel/debug/dri/0/amdgpu_gpu_recover")
+    assert (await fs.getattr(inode, Ctx())).st_mode & 0o777 == 0o444
+    resets = dev.reset_counter
+    assert await cat(fs, "sys/kernel/debug/dri/0/amdgpu_gpu_recover") == b"0\n"
+    assert dev.reset_counter == resets + 1 and "GPU reset succeeded" in dev.kmsg.text()
+    await fails(errno.EACCES, fs.open(inode, os.O_WRONLY, Ctx()))
     ro = await walk(fs, "sys/kernel/debug/dri/0/name")
     assert (await fs.getattr(ro, Ctx())).st_mode & 0o777 == 0o444
     await fails(errno.EACCES, fs.open(ro, os.O_WRONLY, Ctx()))
+
+
+async def test_ring_files_are_binary_as_amdgpus(fs, dev):
+    data = await cat(fs, "sys/kernel/debug/dri/0/amdgpu_ring_sdma0")
+    assert data == dev.debugfs_files()["amdgpu_ring_sdma0"]() and len(data) > 12
 
 
 async def test_an_internal_error_in_a_provider_becomes_eio_with_a_kmsg_line(dev, monkeypatch):
@@ -133,9 +138,9 @@ async def test_an_internal_error_in_a_provider_becomes_eio_with_a_kmsg_line(dev,
     def broken():
         raise RuntimeError("bug in a view")
 
-    monkeypatch.setattr(dev, "debugfs_files", lambda: {**real(), "fence_info": broken})
+    monkeypatch.setattr(dev, "debugfs_files", lambda: {**real(), "amdgpu_fence_info": broken})
     fs = VgpuFs(dev)
-    await fails(errno.EIO, cat(fs, "sys/kernel/debug/dri/0/fence_info"))
+    await fails(errno.EIO, cat(fs, "sys/kernel/debug/dri/0/amdgpu_fence_info"))
     assert "vdev: internal error in open: RuntimeError('bug in a view')" in dev.kmsg.text()
     assert (await cat(fs, "sys/kernel/debug/dri/0/name")).startswith(b"amdgpu")
 
@@ -553,17 +558,17 @@ async def test_an_importers_uid_may_read_the_bo_link(fs, dev):
 async def test_sysfs_has_linuxs_shape(fs, dev):
     """The links and files libdrm's drmGetDevices2 / drmGetDevice2 read (xf86drm.c),
     values from kmd/sysfs.py (DEV_INFO's device id)."""
-    pci = "sys/devices/pci0000:00/0000:00:00.0"
+    pci = f"sys/devices/{PCI_ROOT}/{PCI_SLOT}"
     links = {
-        "sys/dev/char/226:0": "../../devices/pci0000:00/0000:00:00.0/drm/card0",
-        "sys/dev/char/226:128": "../../devices/pci0000:00/0000:00:00.0/drm/renderD128",
-        "sys/class/drm/card0": "../../devices/pci0000:00/0000:00:00.0/drm/card0",
-        "sys/class/drm/renderD128": "../../devices/pci0000:00/0000:00:00.0/drm/renderD128",
+        "sys/dev/char/226:0": f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/card0",
+        "sys/dev/char/226:128": f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/renderD128",
+        "sys/class/drm/card0": f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/card0",
+        "sys/class/drm/renderD128": f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/renderD128",
         f"{pci}/subsystem": "../../../bus/pci",
         f"{pci}/driver": "../../../bus/pci/drivers/amdgpu",
-        f"{pci}/drm/card0/device": "../../../0000:00:00.0",
+        f"{pci}/drm/card0/device": f"../../../{PCI_SLOT}",
         f"{pci}/drm/renderD128/subsystem": "../../../../../class/drm",
-        "sys/bus/pci/devices/0000:00:00.0": "../../../devices/pci0000:00/0000:00:00.0",
+        f"sys/bus/pci/devices/{PCI_SLOT}": f"../../../devices/{PCI_ROOT}/{PCI_SLOT}",
     }
     for path, target in links.items():
         inode = await walk(fs, path, follow=False)
@@ -580,7 +585,7 @@ async def test_sysfs_has_linuxs_shape(fs, dev):
         assert text == ident[name]() and text.startswith("0x") and text.endswith("\n"), name
     assert (await cat(fs, "sys/class/drm/card0/device/vendor")) == b"0x1002\n"
     uevent = (await cat(fs, f"{pci}/uevent")).decode()
-    assert "DRIVER=amdgpu\n" in uevent and "PCI_SLOT_NAME=0000:00:00.0\n" in uevent
+    assert "DRIVER=amdgpu\n" in uevent and f"PCI_SLOT_NAME={PCI_SLOT}\n" in uevent
     assert f"PCI_ID=1002:{int(device, 16):04X}\n" in uevent and "PCI_SUBSYS_ID=1002:" in uevent
     config = await cat(fs, f"{pci}/config")
     assert len(config) == 256 and config[:4] == struct.pack("<HH", 0x1002, int(device, 16))

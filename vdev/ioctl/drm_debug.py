@@ -29,7 +29,7 @@ legacy frame path alike) is logged to kmsg as Linux 6.6's drm_ioctl() logs it
                      current->comm, task_pid_nr(current), retcode);
 
 drm_dbg_core prints through __drm_dev_dbg: ``dev_printk(KERN_DEBUG, dev, "[" DRM_NAME ":%ps] %pV", ...)``,
-so a line reads ``vgpu 0000:00:00.0: [drm:drm_ioctl] comm="python3" pid=1234, dev=0xe280,
+so a line reads ``vgpu ffff:00:00.0: [drm:drm_ioctl] comm="python3" pid=1234, dev=0xe280,
 auth=1, AMDGPU_CS`` (the kmsg prefix is the device's, as dev_printk's; ``%ps`` of a
 built-in drm_ioctl is ``drm_ioctl``). The values:
 
@@ -39,10 +39,10 @@ built-in drm_ioctl is ``drm_ioctl``). The values:
   the opener (:func:`frame_caller`).
 - ``dev``: old_encode_dev(226:minor), ``(226 << 8) | minor``: card0 0xe200, renderD128
   0xe280 (partition N: minor N and 128 + N).
-- ``auth``: file_priv->authenticated: 1 for card0 files (vgpu makes each the master,
-  drm_master_open authenticates it) and for any file root opened (drm_file_alloc:
-  "for compatibility root is always authenticated", capable(CAP_SYS_ADMIN)); 0 for a
-  render file opened by another user.
+- ``auth``: file_priv->authenticated (kmd/drm_auth.py): 1 for the card0 file that
+  became master (drm_master_open authenticates it), a card0 file the master
+  authenticated (AUTH_MAGIC), and any file root opened (drm_file_alloc: "for
+  compatibility root is always authenticated", capable(CAP_SYS_ADMIN)); 0 otherwise.
 - the name: ``ioctl->name``, the DRM_IOCTL_DEF table's stringified name:
   ``DRM_IOCTL_VERSION`` for the core's, ``AMDGPU_CS`` for the driver's (DRM_IOCTL_DEF_DRV).
 - ``ret``: the negative errno of a request that fails.
