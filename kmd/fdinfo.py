@@ -42,7 +42,8 @@ def memory_of(f) -> dict[int, int]:
 
 def engine_ns(dev, f) -> dict[str, int]:
     """ns each engine kind has spent on `f`'s jobs: the finished ones (kmd/perf.py
-    ClientUsage) plus the run so far of a job of `f`'s on an engine now, so that a
+    ClientUsage) plus the run so far of a job of `f`'s on an engine now, and the busy
+    time of its user queues, so that a
     long kernel's time grows while it runs (nvtop turns the growth between two reads
     into the process's GPU share) rather than all at once when it ends."""
     out = dict(f.usage.engine_ns)
@@ -51,6 +52,12 @@ def engine_ns(dev, f) -> dict[str, int]:
         job = ring.running
         if job is not None and job.file is f and job.segment_start is not None:
             out[ring.kind] = out.get(ring.kind, 0) + int((job.run_time + now - job.segment_start) * 1e9)
+    # Its user queues' engine time counts as its ring jobs' does (kmd/userq.py).
+    for q in list(f.userqs.values()):
+        kind = "sdma" if q.ip_type == uapi.AMDGPU_HW_IP_DMA else "compute"
+        started = q.worker.run_started if q.worker is not None else None
+        running = now - started if started is not None else 0.0
+        out[kind] = out.get(kind, 0) + int((q.busy_time + running) * 1e9)
     return out
 
 

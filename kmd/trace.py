@@ -58,6 +58,8 @@ EVENTS: dict[str, dict[str, str]] = {
     "vgpu": {
         "vgpu_job_preempt": "sched_job=%d, ring_name=%s, seqno=%d, reason=%s, run_us=%d",
         "vgpu_job_resume": "sched_job=%d, ring_name=%s, seqno=%d, preemptions=%d",
+        "vgpu_userq_run": "queue=%s, client=%d, queue_id=%d, rptr=%d, dwords=%d",
+        "vgpu_userq_done": "queue=%s, client=%d, queue_id=%d, rptr=%d, status=%s, run_us=%d",
     },
 }
 SYSTEM_OF = {event: system for system, events in EVENTS.items() for event in events}
@@ -498,6 +500,22 @@ class Tracer:
         if self._recordings:
             self.record({"type": "job_resumed" if resumed else "job_run", "ts": time.monotonic(), "job": job.id,
                          "ring": ring.name, "hw_seq": job.hw_seq})
+
+    def userq_run(self, q, dwords: int) -> None:
+        """vgpu_userq_run: user queue `q`'s worker hands `dwords` new dwords (from its
+        rptr) to its engine (kmd/userq_worker.py)."""
+        self.event("vgpu_userq_run", (q.file.comm, q.file.pid), q.name, q.file.id, q.id, q.rptr, dwords)
+
+    def userq_done(self, q, dwords: int, rptr: int, status: str, start: float, end: float) -> None:
+        """vgpu_userq_done: the run ended (`status` ok, preempted, fault, illegal,
+        aborted), `rptr` the read pointer after it (past it when ok); recordings get a "userq_run" span
+        that `vgpu timeline` draws on the queue's own lane."""
+        self.event("vgpu_userq_done", (q.file.comm, q.file.pid), q.name, q.file.id, q.id, rptr, status,
+                   int((end - start) * 1e6))
+        if self._recordings:
+            self.record({"type": "userq_run", "ts": start, "end": end, "queue": q.name, "queue_id": q.id,
+                         "client": q.file.id, "pid": q.file.pid, "comm": q.file.comm, "dwords": dwords,
+                         "status": status})
 
     def job_preempted(self, ring, job, reason: str) -> None:
         """vgpu_job_preempt: the engine stopped `job` mid-job (`reason`: priority,

@@ -104,9 +104,15 @@ class Arbiter:
     boundary; the preempted run resumes where it stopped once the higher ones are
     idle). Queues of one priority run side by side, each on its engine."""
 
-    def __init__(self) -> None:
+    def __init__(self, by_slot: dict) -> None:
+        self._by_slot = by_slot       # the device's queues: a running one may not be in _wanting
         self._cv = threading.Condition()
         self._wanting: dict[int, dict[UserQueue, int]] = {}
+        #: queues per IP: a queue alone on its IP skips arbitration (the common case)
+        self.queues: dict[int, int] = {}
+
+    def contended(self, q: UserQueue) -> bool:
+        return self.queues.get(q.ip_type, 0) > 1
 
     # The checks outside the lock read dicts whole under the GIL: the fast path of a
     # queue alone on its IP takes no lock.
@@ -119,7 +125,7 @@ class Arbiter:
             if q in wanting:
                 return
             wanting[q] = rank
-            lower = [o for o, r in wanting.items() if r < rank]
+        lower = [o for o in list(self._by_slot.values()) if o.ip_type == q.ip_type and RANK[o.priority] < rank]
         for o in lower:
             w = o.worker
             if w is not None and w.running:
@@ -147,7 +153,7 @@ class UserQueues:
     def __init__(self, dev) -> None:
         self.dev = dev
         self.by_slot: dict[int, UserQueue] = {}
-        self.arbiter = Arbiter()
+        self.arbiter = Arbiter(self.by_slot)
         self.watchdog = None
 
     def by_ring_id(self, ring_id: int) -> UserQueue | None:

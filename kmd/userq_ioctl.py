@@ -73,6 +73,7 @@ def _create(dev, file, a, extra: bytes) -> int:
     db.queues = getattr(db, "queues", 0) + 1
     queues[qid] = q
     uq.by_slot[q.slot] = q
+    uq.arbiter.queues[q.ip_type] = uq.arbiter.queues.get(q.ip_type, 0) + 1
     userq_worker.start(dev, q)
     dev.kmsg.log(f"client {file.id} (pid {file.pid}) created {q.name}: queue {qid}, "
                  f"{PRIO_NAMES[q.priority]} priority, ring {a.queue_va:#x} size {a.queue_size}")
@@ -89,7 +90,8 @@ def destroy(dev, q: UserQueue, why: str = "freed") -> None:
         q.state = "freed"
     userq_sync.fail_fences(q, errno.ECANCELED)
     q.file.userqs.pop(q.id, None)
-    dev.userqs.by_slot.pop(q.slot, None)
+    if dev.userqs.by_slot.pop(q.slot, None) is not None:
+        dev.userqs.arbiter.queues[q.ip_type] -= 1
     q.doorbell_bo.pin_count -= 1
     q.doorbell_bo.queues -= 1
     dev.kmsg.log(f"client {q.file.id}: {q.name} (queue {q.id}) {why}")

@@ -20,17 +20,14 @@ a bad packet makes it 'faulted' the same way (EFAULT / EINVAL).
 """
 from __future__ import annotations
 
-import ctypes
 import errno
-import struct
 import threading
 import time
 
-from vgpu import futex, pm4, uapi
+from vgpu import futex
 
 from . import devcoredump, hw, userq_sync
 from .hw.cp import CommandProcessor
-from .hw.sdma import IllegalPacket, packet_length
 from .userq import DMA, read_u64
 
 POLL_S = 0.001
@@ -55,7 +52,7 @@ class QueueWorker:
         self.suspends = 0
         self.revalidate = False
         self.stopping = False
-        self.pending = None          # a preempted run: (va, dwords, fence VAs, resume)
+        self.pending = None          # a preempted run: (va, dwords, resume)
         self.last_work = time.monotonic()
         db = q.doorbell_bo
         self.db_addr = db.storage.ctypes.data + q.doorbell_offset * 8
@@ -75,42 +72,48 @@ class QueueWorker:
             if revalidate:
                 self._validate()
                 continue
-            db = ctypes.c_uint32.from_address(self.db_addr).value
-            if not self._has_work():
-                arbiter.idle(q)
-                idle = time.monotonic() - self.last_work
-                futex.wait(self.db_addr, db, POLL_S if idle < IDLE_AFTER_S else POLL_IDLE_S)
-                continue
-            if arbiter.outranked(q):      # a higher-priority queue of this IP has work
-                arbiter.wait_turn(POLL_S)
-                continue
-            with self.cv:
-                if self.suspends or self.stopping:
+            pt = q.file.vm.page_table
+            wptr = -1                     # -1: a preempted run to finish, or wptr unreadable
+            if self.pending is None:
+                wptr = hw.userq_wait(pt, self.db_addr, q.wptr_va, q.rptr, 0.0)
+                if wptr == -1:            # nothing new: let others of the IP run, then sleep
+                    arbiter.idle(q)
+                    idle = time.monotonic() - self.last_work
+                    wptr = hw.userq_wait(pt, self.db_addr, q.wptr_va, q.rptr,
+                                         POLL_S if idle < IDLE_AFTER_S else POLL_IDLE_S)
+                    if wptr == -1:
+                        continue
+                if wptr == -2:            # unreachable: moved out (the restore may be due), retry once
+                    self._validate()
+                    wptr = -1             # _step reads it again and reports a real fault
+            # A queue with work says so to the arbiter, which preempts the running
+            # queues of its IP of a lower priority, and waits while a higher one has work.
+            if arbiter.contended(q):
+                arbiter.want(q)
+                if arbiter.outranked(q):
+                    arbiter.wait_turn(POLL_S)
                     continue
-                self.running = True
+            # The handshake with suspend() needs no lock (each step is atomic under the
+            # GIL): running is set before suspends is read here, suspends is set before
+            # running is read there, so one of the two sides always sees the other.
+            self.running = True
+            if self.suspends or self.stopping or self.revalidate:   # (revalidate: at the loop's top)
+                self._not_running()
+                continue
             try:
-                self._step()
+                self._step(wptr)
             except Exception as e:  # an engine or KMD bug must not leave the queue silent
                 self._stopped("faulted", errno.EIO, f"internal error {e!r}")
             finally:
-                with self.cv:
-                    self.running = False
-                    self.run_started = None
-                    self.cv.notify_all()
+                self._not_running()
             self.last_work = time.monotonic()
 
-    def _has_work(self) -> bool:
-        """Packets wait (or a preempted run): then the queue wants its engine, and
-        says so to the arbiter, which preempts lower-priority queues of its IP."""
-        q = self.q
-        if self.pending is None:
-            try:
-                if read_u64(q.file.vm.page_table, q.wptr_va) == q.rptr:
-                    return False
-            except hw.GpuFault:
-                pass                  # _step reports it
-        self.dev.userqs.arbiter.want(q)
-        return True
+    def _not_running(self) -> None:
+        self.running = False
+        self.run_started = None
+        if self.suspends:
+            with self.cv:
+                self.cv.notify_all()
 
     def _validate(self) -> None:
         """After a move: bring the VM's BOs back where engines reach them (amdgpu's
@@ -122,19 +125,21 @@ class QueueWorker:
             except Exception as e:  # no room: the queue's packets will fault, and say so
                 dev.kmsg.log(f"[{self.q.name}] cannot bring its BOs back: {e}")
 
-    def _step(self) -> bool:
-        """Run what is new on the ring. False when there was nothing to run."""
+    def _step(self, wptr: int) -> bool:
+        """Run what is new on the ring, up to `wptr` (-1: read it, or finish the
+        preempted run). False when there was nothing to run."""
         q = self.q
         pt = q.file.vm.page_table
         if self.pending is not None:
-            va, n, fences, resume = self.pending
+            va, n, resume = self.pending
             self.pending = None
-            return self._run(pt, va, n, fences, resume)
-        try:
-            wptr = read_u64(pt, q.wptr_va)
-        except hw.GpuFault as e:
-            self._stopped("faulted", errno.EFAULT, f"wptr unreadable: {e}")
-            return False
+            return self._run(pt, va, n, resume)
+        if wptr < 0:
+            try:
+                wptr = read_u64(pt, q.wptr_va)
+            except hw.GpuFault as e:
+                self._stopped("faulted", errno.EFAULT, f"wptr unreadable: {e}")
+                return False
         if wptr == q.rptr:
             return False
         n = wptr - q.rptr
@@ -145,21 +150,25 @@ class QueueWorker:
         pos = q.rptr % q.ring_dwords
         first = min(n, q.ring_dwords - pos)
         for va, cnt in ((q.queue_va + pos * 4, first), (q.queue_va, n - first)):
-            if cnt and not self._run(pt, va, cnt, fence_vas(pt, va, cnt, q.ip_type), None):
+            if cnt and not self._run(pt, va, cnt, None):
                 return True
         return True
 
-    def _run(self, pt, va: int, n: int, fences: list[int], resume) -> bool:
+    def _run(self, pt, va: int, n: int, resume) -> bool:
         """Run `n` dwords at `va`; on success publish rptr and wake the waiters.
         False when the queue stopped (fault, hang, preempted: retried later)."""
         q = self.q
-        start = time.monotonic()
-        with self.cv:
-            self.run_started = start
+        trace = self.dev.trace
+        if trace.on:
+            trace.userq_run(q, n)
+        start = self.run_started = time.monotonic()
         res = self.engine.run(pt, va, n, q.id, q.ring_id, resume=resume)
-        q.busy_time += time.monotonic() - start
+        end = time.monotonic()
+        q.busy_time += end - start
+        if trace.on:
+            trace.userq_done(q, n, q.rptr + n if res.status == "ok" else q.rptr, res.status, start, end)
         if res.status == "preempted":
-            self.pending = (va, n, fences, res.resume)
+            self.pending = (va, n, res.resume)
             q.preemptions += 1
             return False
         if res.status != "ok":
@@ -172,15 +181,12 @@ class QueueWorker:
         q.rptr += n
         q.segments += 1
         q.dwords_done += n
-        try:
-            pt.write(q.rptr_va, struct.pack("<Q", q.rptr))
-        except hw.GpuFault:
-            pass                      # the client unmapped its rptr: its loss, the queue goes on
-        for fva in (q.rptr_va, *fences):
-            addr, _ = pt.translate(fva & ~3)
-            if addr is not None:
-                futex.wake(addr)
-        userq_sync.signal_fences(q)
+        # rptr published and every word the run's fence packets wrote woken, in one
+        # call without the GIL (kmd/hw/_userq.pxi); no BO moves while the queue runs
+        # (suspend waits for `running` to clear).
+        hw.userq_done(pt, va, n, q.ip_type == DMA, q.rptr_va, q.rptr)
+        if q.fences:
+            userq_sync.signal_fences(q)
         return True
 
     # -- failures -----------------------------------------------------------------
@@ -215,40 +221,6 @@ class QueueWorker:
         addr, _ = f.vm.page_table.translate(q.rptr_va)
         if addr is not None:
             futex.wake(addr)          # a waiter on rptr sees no progress and asks why
-
-
-def fence_vas(pt, va: int, n: int, ip_type: int) -> list[int]:
-    """The VAs the fence packets among `n` dwords at `va` write (SDMA FENCE and
-    WRITE_LINEAR; PM4 RELEASE_MEM and WRITE_DATA): the words to FUTEX_WAKE once
-    they ran. A packet the scan does not know ends it (the engine reports it)."""
-    try:
-        dws = struct.unpack(f"<{n}I", pt.read(va, 4 * n))
-    except hw.GpuFault:
-        return []
-    out, pos = [], 0
-    while pos < n:
-        hdr = dws[pos]
-        if ip_type == DMA:
-            try:
-                length = packet_length(dws, pos)
-            except IllegalPacket:
-                break
-            if hdr & 0xFF in (5, 2) and pos + 2 < n:      # FENCE, WRITE: addr in dwords 1-2
-                out.append(dws[pos + 1] | dws[pos + 2] << 32)
-        else:
-            if hdr == pm4.PM4_NOP_FILLER or hdr >> 30 == 2:
-                pos += 1
-                continue
-            if hdr >> 30 != 3:
-                break
-            length = (hdr >> 16 & 0x3FFF) + 2
-            op = hdr >> 8 & 0xFF
-            if op == pm4.PKT3_RELEASE_MEM and pos + 4 < n:
-                out.append(dws[pos + 3] | dws[pos + 4] << 32)
-            elif op == pm4.PKT3_WRITE_DATA and pos + 3 < n:
-                out.append(dws[pos + 2] | dws[pos + 3] << 32)
-        pos += length
-    return out
 
 
 class _DumpRing:
@@ -307,7 +279,7 @@ def suspend(q) -> None:
     has not stopped within SUSPEND_BOUND_S (a cooperative dispatch, say)."""
     w = q.worker
     with w.cv:
-        w.suspends += 1
+        w.suspends += 1               # before running is read: see QueueWorker._loop
         if w.running:
             w.engine.preempt()
         if not w.cv.wait_for(lambda: not w.running, SUSPEND_BOUND_S):

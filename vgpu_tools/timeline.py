@@ -289,6 +289,23 @@ def build(records: list[dict], keep=lambda pid: True, umd_events=()) -> dict:
             ev.append({"ph": "f", "bp": "e", "cat": "submit", "name": "CS -> job", "id": flow, "pid": GPU_PID,
                        "tid": tid, "ts": start + min(0.0005, (end - start) / 2)})
 
+    # user-queue runs (kmd/userq_worker.py), each queue on a lane of its own after the rings
+    queue_tid: dict[str, int] = {}
+    for r in records:
+        if r.get("type") != "userq_run" or not keep(r["pid"]):
+            continue
+        tid = queue_tid.get(r["queue"])
+        if tid is None:
+            tid = queue_tid[r["queue"]] = len(ring_tid) + len(queue_tid) + 1
+            ev.append({"ph": "M", "name": "thread_name", "pid": GPU_PID, "tid": tid,
+                       "args": {"name": f"{r['queue']} (user queue)"}})
+            ev.append({"ph": "M", "name": "thread_sort_index", "pid": GPU_PID, "tid": tid,
+                       "args": {"sort_index": tid}})
+        ev.append({"ph": "X", "cat": "userq", "name": f"{r['comm']} queue {r['queue_id']}", "pid": GPU_PID,
+                   "tid": tid, "ts": _us(r["ts"]), "dur": max(_us(r["end"]) - _us(r["ts"]), 0.001),
+                   "args": {"pid": r["pid"], "process": r["comm"], "client": r["client"], "dwords": r["dwords"],
+                            "status": r["status"]}})
+
     # fence signal -> the wait it ended
     for w, wtid in waits:
         for ring, seq, signaled_at in w["fences"]:

@@ -12,13 +12,14 @@ if os.environ.get("VGPU_HW") == "ref":
     from kmd.hw.cu_ref import ComputeEngine
     from kmd.hw.l2_ref import L2Cache
     from kmd.hw.ref import PageTable, SdmaEngine
+    from kmd.hw.userq_ref import userq_done, userq_wait
 else:
     from kmd.hw._aperture import Aperture, bus_repairs
-    from kmd.hw._core import ComputeEngine, L2Cache, PageTable, SdmaEngine
+    from kmd.hw._core import ComputeEngine, L2Cache, PageTable, SdmaEngine, userq_done, userq_wait
 
 from kmd.hw.ih import IhEntry, InterruptRing
 from kmd.hw.mmu import PTE_EXEC, PTE_READ, PTE_WRITE, GpuFault, PinnedBuffers
 from kmd.hw.sdma import SdmaIb, SdmaResult
 
 __all__ = ["Aperture", "bus_repairs", "PageTable", "SdmaEngine", "ComputeEngine", "L2Cache", "InterruptRing", "IhEntry", "GpuFault",
-           "PinnedBuffers", "SdmaResult", "SdmaIb", "PTE_READ", "PTE_WRITE", "PTE_EXEC"]
+           "PinnedBuffers", "SdmaResult", "SdmaIb", "PTE_READ", "PTE_WRITE", "PTE_EXEC", "userq_wait", "userq_done"]

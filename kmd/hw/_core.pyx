@@ -27,7 +27,7 @@ from kmd.hw.sdma import (REASON_ILLEGAL_OPCODE, REASON_TRUNCATED, SdmaResult, Sd
 include "_sdma_defs.pxi"
 
 __all__ = ["PageTable", "SdmaEngine", "ComputeEngine", "L2Cache", "InterruptRing", "GpuFault", "PTE_READ", "PTE_WRITE",
-           "PTE_EXEC"]
+           "PTE_EXEC", "userq_wait", "userq_done"]
 
 # Large copies bypass the cache with streaming (non-temporal) stores, as glibc's
 # memmove does past its own threshold, which a 64 MiB numpy copy reaches but a 4 MiB
@@ -817,3 +817,4 @@ cdef class SdmaEngine:
 
 include "_l2.pxi"
 include "_cu.pxi"
+include "_userq.pxi"

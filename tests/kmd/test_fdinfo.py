@@ -6,7 +6,7 @@ from kmd import fdinfo
 
 
 def test_engine_time_includes_the_run_in_progress():
-    f, other = SimpleNamespace(usage=SimpleNamespace(engine_ns={"sdma": 5, "compute": 7})), SimpleNamespace()
+    f, other = SimpleNamespace(usage=SimpleNamespace(engine_ns={"sdma": 5, "compute": 7}), userqs={}), SimpleNamespace()
     now = time.monotonic()
     running = SimpleNamespace(file=f, segment_start=now - 0.5, run_time=0.25)
     dev = SimpleNamespace(rings={"comp": SimpleNamespace(kind="compute", running=running),

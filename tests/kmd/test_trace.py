@@ -33,8 +33,11 @@ FIELDS = {  # the TP_printk output of each event (Linux 6.6)
     "dma_fence_signaled": r"driver=\S+ timeline=\S+ context=\d+ seqno=\d+",
     "vgpu_job_preempt": r"sched_job=\d+, ring_name=\S+, seqno=\d+, reason=[a-z ]+, run_us=\d+",
     "vgpu_job_resume": r"sched_job=\d+, ring_name=\S+, seqno=\d+, preemptions=\d+",
+    "vgpu_userq_run": r"queue=\S+, client=\d+, queue_id=\d+, rptr=\d+, dwords=\d+",
+    "vgpu_userq_done": r"queue=\S+, client=\d+, queue_id=\d+, rptr=\d+, status=\w+, run_us=\d+",
 }
 PREEMPTION = {"vgpu_job_preempt", "vgpu_job_resume"}  # only a preempted job has them (test_preempt.py)
+USERQ = {"vgpu_userq_run", "vgpu_userq_done"}         # only user queues have them (test_userq_is_traced)
 
 
 def tracing(dev, *path):
@@ -74,7 +77,7 @@ def test_every_event_in_ftrace_format_in_time_order(dev, client):
     seq = copy_and_wait(s)
     dev.close_file(client)  # unmaps: amdgpu_vm_bo_unmap
     events = parse(pipe.read(1 << 20).decode())
-    assert {e["event"] for e in events} == set(FIELDS) - PREEMPTION
+    assert {e["event"] for e in events} == set(FIELDS) - PREEMPTION - USERQ
     for e in events:
         assert re.fullmatch(FIELDS[e["event"]], e["fields"]), e
     stamps = [float(e["ts"]) for e in events]
@@ -236,3 +239,31 @@ def test_a_record_names_the_calling_thread_its_process_and_the_node(dev, client,
     assert (failed["tid"], failed["error"]) == (tid, errno.EINVAL)
     wait = [r for r in ioctls if r["name"] == "AMDGPU_WAIT_CS"][-1]
     assert wait["tid"] == tid and wait["error"] == 0
+
+
+def test_userq_is_traced_and_recorded(dev, client):
+    """A user queue's runs: vgpu_userq_run/done in trace_pipe, charged to the client,
+    and a "userq_run" span in a recording (what `vgpu timeline` draws)."""
+    from .test_userq import Queue
+    pipe = dev.trace.open_pipe()
+    rec = dev.open_timeline()
+    enable_all(dev)
+    s = Setup(dev, client, domain=uapi.AMDGPU_GEM_DOMAIN_GTT)
+    q = Queue(s)
+    q.wait_rptr(q.write(SdmaIb().fence(VA_A, 1).dwords))
+    events = [e for e in parse(pipe.read(1 << 20).decode()) if e["event"] in USERQ]
+    assert [e["event"] for e in events[:2]] == ["vgpu_userq_run", "vgpu_userq_done"]
+    for e in events:
+        assert re.fullmatch(FIELDS[e["event"]], e["fields"]), e
+        assert (e["comm"].strip(), e["pid"]) == ("test", "1000")
+    assert "queue=sdma_userq0, client=%d, queue_id=1, rptr=0, dwords=4" % client.id == events[0]["fields"]
+    assert "rptr=4, status=ok" in events[1]["fields"]
+    spans = [r for r in (json.loads(line) for line in rec.read(1 << 22).decode().splitlines())
+             if r["type"] == "userq_run"]
+    rec.close()
+    assert spans and (spans[0]["queue"], spans[0]["dwords"], spans[0]["status"], spans[0]["pid"]) == \
+        ("sdma_userq0", 4, "ok", 1000)
+    from vgpu_tools.timeline import build
+    ev = build([{"type": "header", "rings": ["sdma0"]}, *spans])["traceEvents"]
+    lane = next(e for e in ev if e.get("name") == "thread_name" and "user queue" in e["args"]["name"])
+    assert any(e.get("cat") == "userq" and e["tid"] == lane["tid"] for e in ev)

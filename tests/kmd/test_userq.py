@@ -463,3 +463,11 @@ def test_debugfs_lists_the_queues(s):
     q.wait_rptr(q.write(SdmaIb().fence(VA_A, 1).dwords))
     line = debugfs.files(s.dev)["vgpu_userqs"]()
     assert line.startswith(f"sdma_userq0: client {s.f.id} queue 1 normal-low active, ring 0x40000000 size 4096, rptr 4")
+
+
+def test_fdinfo_counts_queue_engine_time(s):
+    from kmd import fdinfo
+    before = fdinfo.engine_ns(s.dev, s.f).get("sdma", 0)
+    q = Queue(s)
+    q.wait_rptr(q.write(SdmaIb().constant_fill(VA_A, 7, 65536).dwords))
+    assert fdinfo.engine_ns(s.dev, s.f)["sdma"] > before
