@@ -90,6 +90,12 @@ struct vgpu_reply_header {
 #define AMDGPU_INFO_SENSOR_PEAK_PSTATE_GFX_MCLK	0xb
 #endif
 
+/* AMDGPU_HW_IP_VPE, as Linux 6.7's amdgpu_drm.h defines it; Debian's libdrm-dev
+ * (2.4.114) stops at VCN_JPEG. HW_IP_INFO and HW_IP_COUNT answer it (no such block). */
+#ifndef AMDGPU_HW_IP_VPE
+#define AMDGPU_HW_IP_VPE		9
+#endif
+
 /* AMDGPU_INFO_GPUVM_FAULT, as Linux 6.x's amdgpu_drm.h defines it; Debian's
  * libdrm-dev (2.4.114) predates it. The answer is the last page fault of the
  * calling file's VM, all zero if none. status: the VM_L2_PROTECTION_FAULT_STATUS

@@ -4,6 +4,9 @@ the stable power state (GET/SET_STABLE_PSTATE, DRM 3.45).
 A context carries a scheduling priority and its reset state: `guilty` when one of
 its jobs faulted or hung, and the device's reset counter at creation, so that a
 later reset is reported to every context (innocent or guilty), as amdgpu does.
+QUERY_STATE2 tells guilty from innocent; the old QUERY_STATE, as amdgpu_ctx_query
+answers it, only says whether the device was reset since the context's last
+QUERY_STATE (UNKNOWN_RESET, else NO_RESET), with flags and hangs always zero.
 
 The stable pstate is the device's (amdgpu's forced DPM level): one context at a
 time may pin it (SET_STABLE_PSTATE STANDARD, MIN_SCLK, MIN_MCLK or PEAK), others
@@ -40,6 +43,11 @@ class Context:
     errors: list[str] = field(default_factory=list)
     csa: object = None            # its context save area BO, once made (kmd/csa.py)
     freed: bool = False           # CTX_OP_FREE_CTX or its file's close: no new CSA after it
+    reset_counter_query: int = -1  # device resets seen at the last QUERY_STATE (creation before one)
+
+    def __post_init__(self):
+        if self.reset_counter_query < 0:
+            self.reset_counter_query = self.reset_counter
 
 
 def priority_permitted(file, priority: int) -> bool:
@@ -143,11 +151,14 @@ def ctx_ioctl(dev, file, args, extra):
         return
     reset = dev.reset_counter != ctx.reset_counter
     if a.op == uapi.AMDGPU_CTX_OP_QUERY_STATE:
+        # amdgpu_ctx_query: "a GPU reset since the last call", never GUILTY or
+        # INNOCENT (IGT's amd_dispatch hang tests expect UNKNOWN_RESET); flags and
+        # hangs are always zero there.
         args.out.state.flags = 0
-        args.out.state.hangs = ctx.hangs
-        args.out.state.reset_status = (uapi.AMDGPU_CTX_GUILTY_RESET if ctx.guilty
-                                       else uapi.AMDGPU_CTX_INNOCENT_RESET if reset
-                                       else uapi.AMDGPU_CTX_NO_RESET)
+        args.out.state.hangs = 0
+        args.out.state.reset_status = (uapi.AMDGPU_CTX_NO_RESET if ctx.reset_counter_query == dev.reset_counter
+                                       else uapi.AMDGPU_CTX_UNKNOWN_RESET)
+        ctx.reset_counter_query = dev.reset_counter
         return
     flags = 0
     if reset or ctx.guilty:

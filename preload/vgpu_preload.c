@@ -29,6 +29,9 @@
  *              of a dma-buf fd: the BO's own file, found through the token
  *   fds        control files are tracked across dup/dup2/dup3/F_DUPFD/close/exec/
  *              SCM_RIGHTS, token fds remember their token
+ *   exec       a child started with an environment of the program's own (execve,
+ *              execvpe, execle, fexecve, execveat, posix_spawn[p], envp NULL
+ *              included; sudo's env_reset) gets LD_PRELOAD and VGPU_MOUNT back
  *   Yama       where ptrace_scope >= 1, a process that opens a control file declares the
  *              daemon its tracer (PR_SET_PTRACER), so the daemon may reach its memory
  *
@@ -53,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -131,6 +135,14 @@ DECLARE_REAL(int, dup3, int, int, int);
 DECLARE_REAL(int, fcntl, int, int, ...);
 DECLARE_REAL(int, fcntl64, int, int, ...);
 DECLARE_REAL(ssize_t, recvmsg, int, struct msghdr *, int);
+DECLARE_REAL(int, execve, const char *, char *const[], char *const[]);
+DECLARE_REAL(int, execvpe, const char *, char *const[], char *const[]);
+DECLARE_REAL(int, fexecve, int, char *const[], char *const[]);
+DECLARE_REAL(int, execveat, int, const char *, char *const[], char *const[], int);
+DECLARE_REAL(int, posix_spawn, pid_t *, const char *, const posix_spawn_file_actions_t *,
+	     const posix_spawnattr_t *, char *const[], char *const[]);
+DECLARE_REAL(int, posix_spawnp, pid_t *, const char *, const posix_spawn_file_actions_t *,
+	     const posix_spawnattr_t *, char *const[], char *const[]);
 
 /* glibc before 2.33 compiled stat() into calls of these; old binaries still make them. */
 int __xstat(int, const char *, struct stat *);
@@ -1311,6 +1323,177 @@ int ioctl(int fd, unsigned long request, ...)
 }
 
 /* ------------------------------------------------------------------------------------
+ * exec: the library stays in the child's environment.
+ *
+ * A child that inherits `environ` keeps LD_PRELOAD and VGPU_MOUNT by itself. One
+ * started with an environment of its own loses them: IGT's amd_queue_reset
+ * posix_spawn()s its background half with envp NULL (an empty environment), sudo's
+ * env_reset drops LD_* and everything not kept (IGT runs `sudo cat
+ * /sys/kernel/debug/dri/...` through popen). So the calls that take an envp put
+ * the two variables back when they are missing: our library first in LD_PRELOAD
+ * (as `vgpu run` does), VGPU_MOUNT as this process has it. An envp that has both
+ * is passed on untouched.
+ * ---------------------------------------------------------------------------------- */
+static char preload_entry[PATH_MAX + 16]; /* "LD_PRELOAD=<this library>" */
+static char mount_entry[PATH_MAX / 2 + 16]; /* "VGPU_MOUNT=<mount>" */
+
+static int has_word(const char *list, const char *word)
+{
+	size_t n = strlen(word);
+	for (const char *p = list; (p = strstr(p, word)); p += n)
+		if ((p == list || p[-1] == ' ' || p[-1] == ':') && (p[n] == '\0' || p[n] == ' ' || p[n] == ':'))
+			return 1;
+	return 0;
+}
+
+/* envp with the library's two variables, or envp itself when it has them already
+ * (or the library is inactive). A new array is malloc'ed, with the one string it may
+ * allocate kept after its terminating NULL; the caller frees both with free_env()
+ * once the exec has failed (or the spawn returned). */
+static char **env_with_library(char *const envp[])
+{
+	if (!mount_len || !preload_entry[0])
+		return (char **)envp;
+	const char *lib = preload_entry + strlen("LD_PRELOAD=");
+	size_t n = 0;
+	int have_mount = 0, preload_at = -1, have_lib = 0;
+	for (; envp && envp[n]; n++) {
+		if (!strncmp(envp[n], "VGPU_MOUNT=", 11))
+			have_mount = 1;
+		else if (!strncmp(envp[n], "LD_PRELOAD=", 11)) {
+			preload_at = (int)n;
+			have_lib = has_word(envp[n] + 11, lib);
+		}
+	}
+	if (have_mount && have_lib)
+		return (char **)envp;
+	char **out = calloc(n + 4, sizeof(char *));
+	if (!out)
+		return (char **)envp;
+	size_t k = 0;
+	char *made = NULL;
+	for (size_t i = 0; i < n; i++) {
+		if ((int)i == preload_at && !have_lib) {
+			/* keep the program's own preloads, after ours */
+			size_t len = strlen(preload_entry) + 1 + strlen(envp[i] + 11) + 1;
+			char *e = malloc(len);
+			if (!e) {
+				free(out);
+				return (char **)envp;
+			}
+			snprintf(e, len, "%s %s", preload_entry, envp[i] + 11);
+			out[k++] = made = e;
+		} else
+			out[k++] = envp[i];
+	}
+	if (preload_at < 0)
+		out[k++] = preload_entry;
+	if (!have_mount)
+		out[k++] = mount_entry;
+	out[k] = NULL;
+	out[k + 1] = made;
+	DBG("exec: LD_PRELOAD and VGPU_MOUNT put back into the child's environment");
+	return out;
+}
+
+static void free_env(char **env, char *const envp[])
+{
+	if (env == (char **)envp)
+		return;
+	size_t k = 0;
+	while (env[k])
+		k++;
+	free(env[k + 1]);
+	free(env);
+}
+
+int execve(const char *path, char *const argv[], char *const envp[])
+{
+	char **env = env_with_library(envp);
+	int r = REAL(execve)(path, argv, env);
+	int saved = errno;
+	free_env(env, envp);
+	errno = saved;
+	return r;
+}
+
+int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	char **env = env_with_library(envp);
+	int r = REAL(execvpe)(file, argv, env);
+	int saved = errno;
+	free_env(env, envp);
+	errno = saved;
+	return r;
+}
+
+int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	char **env = env_with_library(envp);
+	int r = REAL(fexecve)(fd, argv, env);
+	int saved = errno;
+	free_env(env, envp);
+	errno = saved;
+	return r;
+}
+
+int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags)
+{
+	char **env = env_with_library(envp);
+	int r = REAL(execveat)(dirfd, path, argv, env, flags);
+	int saved = errno;
+	free_env(env, envp);
+	errno = saved;
+	return r;
+}
+
+/* execle(path, arg0, ..., NULL, envp): glibc's calls its internal execve, which a
+ * wrapper of execve does not see. */
+int execle(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	size_t argc = 1;
+	va_start(ap, arg);
+	while (va_arg(ap, const char *))
+		argc++;
+	va_end(ap);
+	const char **argv = malloc((argc + 1) * sizeof(char *));
+	if (!argv) {
+		errno = ENOMEM;
+		return -1;
+	}
+	va_start(ap, arg);
+	argv[0] = arg;
+	for (size_t i = 1; i <= argc; i++)
+		argv[i] = va_arg(ap, const char *); /* the last is the terminating NULL */
+	char *const *envp = va_arg(ap, char *const *);
+	va_end(ap);
+	int r = execve(path, (char *const *)argv, envp);
+	int saved = errno;
+	free(argv);
+	errno = saved;
+	return r;
+}
+
+int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
+		const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	char **env = env_with_library(envp);
+	int r = REAL(posix_spawn)(pid, path, actions, attr, argv, env);
+	free_env(env, envp);
+	return r;
+}
+
+int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
+		 const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	char **env = env_with_library(envp);
+	int r = REAL(posix_spawnp)(pid, file, actions, attr, argv, env);
+	free_env(env, envp);
+	return r;
+}
+
+/* ------------------------------------------------------------------------------------
  * Start: read the configuration, take over the device fds inherited across exec.
  * ---------------------------------------------------------------------------------- */
 __attribute__((constructor)) static void vgpu_preload_init(void)
@@ -1327,6 +1510,11 @@ __attribute__((constructor)) static void vgpu_preload_init(void)
 	while (mount_len > 1 && mount_path[mount_len - 1] == '/')
 		mount_path[--mount_len] = '\0';
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	snprintf(mount_entry, sizeof(mount_entry), "VGPU_MOUNT=%s", mount_path);
+	Dl_info self_info;
+	if (dladdr((void *)vgpu_preload_init, &self_info) && self_info.dli_fname &&
+	    self_info.dli_fname[0] == '/')
+		snprintf(preload_entry, sizeof(preload_entry), "LD_PRELOAD=%s", self_info.dli_fname);
 
 	DIR *dir = REAL(opendir)("/proc/self/fd");
 	if (!dir)

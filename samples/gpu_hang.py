@@ -4,7 +4,9 @@ A job polls memory for a value that never arrives (SDMA POLL_REGMEM), the ring
 timeout fires (set at mount: `vgpu mount --timeout SECONDS`, default 2 s), the
 driver resets the GPU: the hung job's fence signals with ETIME, the jobs queued
 behind it on the same context are cancelled (ECANCELED), an innocent context's job
-still runs, and CTX query state reports the reset to both contexts.
+still runs, and CTX query state reports the reset to both contexts: QUERY_STATE2's
+flags say which one was guilty (as Mesa reads them); the old QUERY_STATE says only
+that a reset happened (UNKNOWN_RESET), as amdgpu_ctx_query does.
 
     python samples/gpu_hang.py --device /tmp/vgpu
 """
@@ -33,14 +35,24 @@ def wait(label: str, ctx, req) -> None:
               f"after {time.monotonic() - t0:.2f} s")
 
 
+def reset_of(flags: int) -> int:
+    """The reset a context saw, from its QUERY_STATE2 flags, as Mesa tells guilty from
+    innocent (radeonsi's amdgpu_ctx_query_reset_status)."""
+    if not flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_RESET:
+        return uapi.AMDGPU_CTX_NO_RESET
+    return (uapi.AMDGPU_CTX_GUILTY_RESET if flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY
+            else uapi.AMDGPU_CTX_INNOCENT_RESET)
+
+
 def state(label: str, ctx) -> tuple[int, int]:
     status, hangs = ctx.query_reset_state()
     flags = ctx.query_state()
     names = [n for n, b in (("RESET", uapi.AMDGPU_CTX_QUERY2_FLAGS_RESET),
                             ("GUILTY", uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY)) if flags & b]
-    print(f"  {label} context {ctx.id}: reset_status={RESET_NAMES.get(status, status)} hangs={hangs} "
-          f"QUERY_STATE2 flags={'|'.join(names) or '0'}")
-    return status, flags
+    print(f"  {label} context {ctx.id}: {RESET_NAMES[reset_of(flags)]} "
+          f"(QUERY_STATE2 flags={'|'.join(names) or '0'}; QUERY_STATE reset_status="
+          f"{RESET_NAMES.get(status, status)} hangs={hangs})")
+    return reset_of(flags), flags
 
 
 def main() -> int:

@@ -77,8 +77,13 @@ def signaled(fence) -> int | None:
 
 
 def reset_state(what: str, ctx) -> int:
-    status, hangs = ctx.query_reset_state()
-    print(f"  {what} context {ctx.id}: {RESET_NAMES.get(status, status)}, hangs {hangs}")
+    """The reset `ctx` saw, from QUERY_STATE2 as Mesa reads it (RESET, and GUILTY for
+    the culprit); the old QUERY_STATE only says UNKNOWN_RESET, as amdgpu's does."""
+    flags = ctx.query_state()
+    status = (uapi.AMDGPU_CTX_NO_RESET if not flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_RESET
+              else uapi.AMDGPU_CTX_GUILTY_RESET if flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY
+              else uapi.AMDGPU_CTX_INNOCENT_RESET)
+    print(f"  {what} context {ctx.id}: {RESET_NAMES.get(status, status)}")
     return status
 
 

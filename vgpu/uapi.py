@@ -906,6 +906,9 @@ AMDGPU_HW_IP_VCN_DEC = 6
 AMDGPU_HW_IP_VCN_ENC = 7
 AMDGPU_HW_IP_VCN_JPEG = 8
 AMDGPU_HW_IP_NUM = 9
+# Linux 6.7's amdgpu_drm.h adds VPE (and AMDGPU_HW_IP_NUM 10); Debian's libdrm-dev
+# 2.4.114 stops at VCN_JPEG. Only INFO answers it (an IP block this part lacks).
+AMDGPU_HW_IP_VPE = 9
 
 AMDGPU_HW_IP_INSTANCE_MAX_COUNT = 1
 

@@ -68,11 +68,11 @@ with lv.device_initialize(M) as dev:
     print(vram.total_heap_size == 64 * MiB)
     print(lv.get_cap(dev, uapi.DRM_CAP_PRIME) & uapi.DRM_PRIME_CAP_EXPORT != 0)
     try:
-        lv.query_hw_ip_info(dev, uapi.AMDGPU_HW_IP_NUM)
+        lv.query_hw_ip_info(dev, uapi.AMDGPU_HW_IP_VPE + 1)   # past every type amdgpu knows
     except lv.VgpuInvalidArgument as e:
         print(e.errno == errno.EINVAL)
     try:
-        lv.bo_alloc(dev, 4096, 4096, 0x40)       # no such domain
+        lv.bo_alloc(dev, 4096, 4096, 0x80)       # no such domain (0x40 is DOORBELL)
     except lv.VgpuInvalidArgument as e:
         print(e.errno == errno.EINVAL and isinstance(e, OSError))
     with lv.cs_ctx_create(dev) as ctx:

@@ -232,8 +232,8 @@ def test_hang_times_out_and_resets(dev, client):
     assert "ring sdma0 timeout" in log and "GPU reset begin!" in log and "GPU reset succeeded" in log
     assert other.wait(other.submit(SdmaIb().fence(VA_A, 3))) == 0
     a = uapi.drm_amdgpu_ctx()
-    a.in_.op, a.in_.ctx_id = uapi.AMDGPU_CTX_OP_QUERY_STATE, other.ctx
-    assert call(dev, other.f, "AMDGPU_CTX", a)[0].out.state.reset_status == uapi.AMDGPU_CTX_INNOCENT_RESET
+    a.in_.op, a.in_.ctx_id = uapi.AMDGPU_CTX_OP_QUERY_STATE2, other.ctx
+    assert call(dev, other.f, "AMDGPU_CTX", a)[0].out.state.flags == uapi.AMDGPU_CTX_QUERY2_FLAGS_RESET  # innocent
     dev.close_file(other.f)
 
 

@@ -30,17 +30,43 @@ def test_alloc_query_free(dev, client):
     fails(errno.ENOENT, dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_FREE_CTX, cid))
 
 
+def query2_flags(dev, f, cid) -> int:
+    out, _ = call(dev, f, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE2, cid))
+    return out.out.state.flags
+
+
+def reset_status(dev, f, cid) -> tuple[int, int, int]:
+    out, _ = call(dev, f, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE, cid))
+    return out.out.state.reset_status, out.out.state.flags, out.out.state.hangs
+
+
 def test_guilty_and_innocent_reset_reported(dev, client):
     guilty, innocent = alloc(dev, client), alloc(dev, client)
     client.contexts[guilty].guilty = True
+    client.contexts[guilty].hangs = 1
     dev.reset_counter += 1
-    out, _ = call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE, guilty))
-    assert out.out.state.reset_status == uapi.AMDGPU_CTX_GUILTY_RESET
-    out, _ = call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE, innocent))
-    assert out.out.state.reset_status == uapi.AMDGPU_CTX_INNOCENT_RESET
-    out, _ = call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE2, guilty))
-    assert out.out.state.flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY
-    assert out.out.state.flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_RESET
+    assert query2_flags(dev, client, guilty) == (uapi.AMDGPU_CTX_QUERY2_FLAGS_RESET
+                                                 | uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY)
+    assert query2_flags(dev, client, innocent) == uapi.AMDGPU_CTX_QUERY2_FLAGS_RESET
+
+
+def test_query_state_reports_a_reset_once_and_never_the_culprit(dev, client):
+    """amdgpu_ctx_query: UNKNOWN_RESET when the device was reset since this
+    context's last QUERY_STATE (or its creation), then NO_RESET; never GUILTY or
+    INNOCENT, flags and hangs 0. IGT's amd_dispatch slow-hang test asserts
+    UNKNOWN_RESET for the context whose job hung."""
+    guilty, innocent = alloc(dev, client), alloc(dev, client)
+    assert reset_status(dev, client, guilty) == (uapi.AMDGPU_CTX_NO_RESET, 0, 0)
+    client.contexts[guilty].guilty = True
+    client.contexts[guilty].hangs = 1
+    dev.reset_counter += 1
+    for cid in (guilty, innocent):
+        assert reset_status(dev, client, cid) == (uapi.AMDGPU_CTX_UNKNOWN_RESET, 0, 0)
+        assert reset_status(dev, client, cid) == (uapi.AMDGPU_CTX_NO_RESET, 0, 0)   # once per reset
+    later = alloc(dev, client)        # made after the reset: it saw none
+    assert reset_status(dev, client, later) == (uapi.AMDGPU_CTX_NO_RESET, 0, 0)
+    # QUERY_STATE2 is not consumed by QUERY_STATE: it still names the culprit
+    assert query2_flags(dev, client, guilty) & uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY
 
 
 def test_priorities(dev, client, root_client):

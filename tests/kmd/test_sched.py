@@ -184,8 +184,8 @@ def test_debugfs_gpu_recover_aborts_the_running_job(dev, client):
     assert s.wait(behind) == 0 and s.bo(s.b).read(0, 4) == struct.pack("<I", 9)  # innocent job ran
     assert dev.reset_counter >= 1 and "GPU reset begin!" in dev.kmsg.text()
     a = uapi.drm_amdgpu_ctx()
-    a.in_.op, a.in_.ctx_id = uapi.AMDGPU_CTX_OP_QUERY_STATE, s.ctx
-    assert call(dev, client, "AMDGPU_CTX", a)[0].out.state.reset_status == uapi.AMDGPU_CTX_GUILTY_RESET
+    a.in_.op, a.in_.ctx_id = uapi.AMDGPU_CTX_OP_QUERY_STATE2, s.ctx
+    assert call(dev, client, "AMDGPU_CTX", a)[0].out.state.flags & uapi.AMDGPU_CTX_QUERY2_FLAGS_GUILTY
 
 
 def test_ring_debugfs_lists_entities(dev, client):
