@@ -90,6 +90,8 @@ class DeviceArray:
 
     def is_c_contiguous(self) -> bool:
         """Whether the elements are one C-order run (Numba's DeviceNDArray method)."""
+        if self._strides is None:       # C strides by construction (the launch's common case)
+            return True
         return all(s == c for s, c, n in zip(self.strides, _c_strides(self.shape, self.itemsize),
                                              self.shape) if n > 1)
 
@@ -239,7 +241,8 @@ class DeviceArray:
         if tuple(out.shape) == self.shape and out.dtype == self.dtype:
             target = out
         elif out.flags.c_contiguous and out.nbytes == self.nbytes:
-            target = out.view(np.uint8).reshape(-1).view(self.dtype).reshape(self.shape)
+            # reshape first: a 0-d array (a kernel's r[()]) cannot change its dtype
+            target = out.reshape(-1).view(np.uint8).view(self.dtype).reshape(self.shape)
         else:
             raise ValueError(f"copy_to_host: into a {out.dtype} array of shape {out.shape}; give one of "
                              f"shape {self.shape} and dtype {self.dtype}, or a C-contiguous one of "

@@ -98,6 +98,17 @@ const = Namespace("umd.const", "const", ("array_like",))        # const.array_li
 local = Namespace("umd.local", "local", ("array",))             # local.array(shape, dtype)
 # Cooperative groups (Numba's cuda.cg): g = cg.this_grid(); g.sync(), g.size, g.thread_rank()
 cg = Namespace("umd.cg", "cg", ("this_grid",))
+
+
+class GridGroup:
+    """The type of ``umd.cg.this_grid()`` in a kernel (Numba's ``cuda.cg.GridGroup``):
+    ``g.sync()``, ``g.size``, ``g.thread_rank()``, compiled by the kernel compiler. It
+    exists on the host only to be named; a grid group is made in kernels."""
+
+    sync = Intrinsic("cg.sync", "umd.cg.GridGroup.sync")
+
+
+cg.GridGroup = GridGroup
 syncthreads = Intrinsic("syncthreads", "umd.syncthreads")
 # (pred) -> i32: a barrier that also counts / ands / ors a predicate over the block
 syncthreads_count = Intrinsic("syncthreads_count", "umd.syncthreads_count")

@@ -185,3 +185,17 @@ def cheap_expression(expr: str | None) -> bool:
         return False
     calls = [n for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Call)]
     return all(isinstance(c.func, ast.Name) and c.func.id in _CHEAP_CALLS for c in calls)
+
+
+def offset_views(arr, step: int, count: int) -> list:
+    """``count`` views of the 1-D ``arr`` that start 1, 2... ``step`` elements in, for a
+    generated kernel's unrolled accesses (reduce, vectorize). A DeviceArray's are device
+    addresses into its memory (the kernel's Ptr arguments): the launch packs a plain
+    address for nothing, where each view array cost it an array's checks (together most
+    of a small reduction's host time), and ``arr`` itself, passed beside them, carries
+    the buffer to the launch. A numpy array's (the executors' tests) are views."""
+    from .array import DeviceArray
+    if isinstance(arr, DeviceArray):
+        at, bytes_step = arr.ptr, step * arr.dtype.itemsize
+        return [at + u * bytes_step for u in range(1, count + 1)]
+    return [arr[u * step:] for u in range(1, count + 1)]

@@ -2,12 +2,14 @@
 for each (docs/umd.md, "Numba CUDA -> umd").
 
 The list is written from numba-cuda's reference pages (reference/host.rst: device
-management, measurement, streams; reference/kernel.rst: kernel declaration and the
-intrinsics; reference/memory.rst; user/ pages for reduce, random, cooperative groups,
-the FFI and jit_module). A name umd provides under the same spelling is in
-`PROVIDED`; one it does not is in `MISSING` with what to use instead, and
+management, measurement, streams, compilation, linkable code; reference/kernel.rst:
+kernel declaration and the intrinsics; reference/memory.rst; user/ pages for reduce,
+random, cooperative groups, the FFI, external memory managers, IPC, and jit_module).
+A name umd provides under the same spelling is in `PROVIDED`; one it does not is in
+`MISSING` with what to use instead, and
 `umd.<name>` raises the AttributeError `missing()` makes: `umd.NAME: not in umd; ...`.
-tests/umd/test_numba_host.py checks every name of both against umd.
+tests/umd/test_numba_host.py checks every name of both against umd, and
+tests/umd/test_numba_names.py the documentation's own list against both.
 """
 from __future__ import annotations
 
@@ -46,7 +48,9 @@ PROVIDED = (
     # numba's GPU ufuncs, here under umd (numba.vectorize / numba.guvectorize with target='cuda')
     "vectorize", "guvectorize",
     # cooperative groups and the FFI (user/cooperative_groups.rst, user/cudapysupported.rst)
-    "cg", "cg.this_grid", "declare_device",
+    "cg", "cg.this_grid", "cg.GridGroup", "cg.GridGroup.sync", "declare_device",
+    # user/external-memory.rst: get_memory_info's result
+    "MemoryInfo",
 )
 
 _NOT_SUPPORTED = "not supported: see docs/umd.md, \"Numba CUDA -> umd\""
@@ -91,6 +95,20 @@ MISSING = {
     "int32x4": "vector types are " + _NOT_SUPPORTED + "; use tuples or local arrays",
     "simulator": "use a vgpu mount: every device is emulated already (VGPU_HW=ref runs the "
                  "pure-Python executor)",
+    "compile_all": "use umd.compiler.compile_kernel(fn): umd compiles one vISA code object, "
+                   "there is no PTX/LTO-IR to gather",
+    # the external memory manager (EMM) plugin interface, user/external-memory.rst
+    **{name: "umd allocates from its own pool (umd.memory.MemoryPool, umd.memory_stats()): an "
+             "external memory manager plugin is " + _NOT_SUPPORTED
+       for name in ("set_memory_manager", "BaseCUDAMemoryManager", "HostOnlyCUDAMemoryManager",
+                    "GetIpcHandleMixin", "MemoryPointer", "MappedMemory", "PinnedMemory", "IpcHandle")},
+    # linkable code objects for link= (reference/host.rst)
+    **{name: "use link= with a Python file of umd.jit(device=True) functions (docs/umd.md, "
+             "\"Linking device functions\"): CUDA C, PTX, cubins and LTO-IR cannot run on the vISA"
+       for name in ("LinkableCode", "PTXSource", "CUSource", "Cubin", "Fatbin", "Object", "Archive", "LTOIR")},
+    "cudadrv": "use umd.DeviceArray, umd.Device, umd.Stream and umd.Event: the CUDA driver's objects "
+               "have no vgpu counterpart",
+    "dispatcher": "use umd.Kernel, umd.jit's result (kernel[grid, block], .forall, .overloads)",
     "forall": "forall is a kernel's method: kernel.forall(n)(args), or kernel[blocks, threads](args)",
 }
 

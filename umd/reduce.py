@@ -10,8 +10,8 @@
 The binary function becomes a device function (the host may still call it as Python)
 and is compiled, once per element type, into a generated kernel (umd/kernel_source.py):
 
-1. Each block takes one segment of the array (at most MAX_BLOCKS of them) and each of
-   its threads folds every BLOCK-th element of it into one value (its first element,
+1. Each block (one wave) takes one segment of the array (at most MAX_BLOCKS of them)
+   and each of its threads folds every BLOCK-th element of it into one value (its first element,
    then `fn(acc, x)`); the block folds its threads' values in LDS as a tree
    (`fn(buf[t], buf[t + s])` with s halving; a thread past the end takes no part,
    so no identity element is needed), and thread 0 writes the block's value.
@@ -30,22 +30,25 @@ from __future__ import annotations
 import numpy as np
 
 from .kernel_source import (SCALAR_TYPES, cheap_expression, define, device_function, function_namespace,
-                            inline_expression, kernel_globals, kernel_type, shadowed_builtins)
+                            inline_expression, kernel_globals, kernel_type, offset_views, shadowed_builtins)
 
-BLOCK = 256                    # threads per block
-MAX_BLOCKS = 64                # of the first pass (one pass-2 block folds their values): enough
-                               # to keep the CUs' workers busy, few enough that each thread
-                               # has many elements to pay for its block's tree
-UNROLL = 16                    # block-strides per iteration of the main loop (cheap functions)
+BLOCK = 32                     # threads per block: one wave (vgpu.isa.WAVE_SIZE), see below
+MAX_BLOCKS = 32                # of the first pass: enough to keep the CUs' workers busy, and
+                               # at most BLOCK, so the one pass-2 block's segment (the kernel
+                               # computes it with MAX_BLOCKS) holds every partial value
+UNROLL = 32                    # block-strides per iteration of the main loop (cheap functions)
 CHUNK = BLOCK * UNROLL
 
 # Block b folds the segment [b * seg, min((b + 1) * seg, n)) (seg: plan()): its threads
 # read it a block-width apart, so a wave's loads stay in one page (a grid-wide stride would take
-# a TLB miss per load). The main loop's counter is uniform (one scalar compare per
-# iteration) and its steps constants; its unrolled loads read `src` and the views
-# s1, s2... of it that start 1, 2... block-widths later at one index, so all of them share
-# one byte offset (one add and one shift per iteration: the vISA's loads take no constant
-# offset from the compiler, docs/umd-compiler.md 11): a load and fn per element.
+# a TLB miss per load). A block is one wave because an engine worker runs a workgroup's
+# waves one after another up to a barrier: with 8 waves each walked the whole segment and
+# took its own TLB miss for every page (8x the misses: half of a 16M first pass's time in
+# a mount's daemon); one wave walks each page once. The main loop's counter is uniform (one
+# scalar compare per iteration) and its steps constants; its unrolled loads read `src` and
+# the views s1, s2... of it that start 1, 2... block-widths later at one index, so all of
+# them share one byte offset (one add and one shift per iteration: the vISA's loads take no
+# constant offset from the compiler, docs/umd-compiler.md 11): a load and fn per element.
 _SOURCE = """
 def reduce_{T}(src: {T}[:], {views}out: Ptr[{T}], init: {T}, use_init: i32):
     buf = umd.shared.array({B}, {T})
@@ -124,8 +127,8 @@ def source_views(kernel, arr) -> list:
     block-widths in (``arr`` itself where it is too short for the main loop, which then
     never runs)."""
     if arr.size < BLOCK * kernel.unroll:
-        return [arr] * kernel.unroll
-    return [arr] + [arr[u * BLOCK:] for u in range(1, kernel.unroll)]
+        return [arr] + offset_views(arr, 0, kernel.unroll - 1)
+    return [arr] + offset_views(arr, BLOCK, kernel.unroll - 1)
 
 
 def plan(n: int) -> tuple[int, int]:

@@ -35,7 +35,7 @@ import re
 import numpy as np
 
 from .kernel_source import (KERNEL_TYPES, cheap_expression, define, device_function, function_namespace,
-                            inline_expression, kernel_globals, shadowed_builtins)
+                            inline_expression, kernel_globals, offset_views, shadowed_builtins)
 from .types import PtrType, ScalarType, Signature, split_type_list
 
 # Numba's type names (numba/core/types/__init__.py) as numpy dtypes.
@@ -104,14 +104,17 @@ def _tname(dtype: np.dtype) -> str:
     return KERNEL_TYPES[np.dtype(dtype).name]
 
 
-BLOCK = 256                     # threads per block
+BLOCK = 32                      # threads per block: one wave (see below)
 UNROLL = 8                      # block-strides per iteration of the main loop (cheap functions)
 CHUNK = BLOCK * UNROLL
 MAX_BLOCKS = 256
 
 # Block b maps the segment [b * seg, min((b + 1) * seg, n)) (seg: launch_blocks()),
 # its threads a block-width apart: a wave's accesses stay in one page, and the loop's
-# counter is uniform with constant steps. Its unrolled copies read (and write) the
+# counter is uniform with constant steps. A block is one wave, as reduce's (umd/reduce.py):
+# an engine worker runs a workgroup's waves in turn, so 8 waves each walked the whole
+# segment and took a TLB miss per page each (8x the misses, 4x the engine's time over
+# 16M floats in a mount). Its unrolled copies read (and write) the
 # arrays and views of them that start 1, 2... block-widths later (a0, a0_1, a0_2...) at
 # one index, so every access shares one byte offset: an element costs its loads, its
 # store and the function, plus an add and a shift per iteration (the vISA's loads take
@@ -197,8 +200,8 @@ def ufunc_args(kernel, values: list, scalars, out) -> list:
         if kernel.unroll == 1:
             return []
         if out.size < BLOCK * kernel.unroll:
-            return [a] * (kernel.unroll - 1)
-        return [a[u * BLOCK:] for u in range(1, kernel.unroll)]
+            return offset_views(a, 0, kernel.unroll - 1)
+        return offset_views(a, BLOCK, kernel.unroll - 1)
     args = []
     for v, scalar in zip(values, scalars):
         args.append(v)

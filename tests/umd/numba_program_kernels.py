@@ -197,3 +197,56 @@ def uses_declared(x: f32[:], out: f32[:]):
     i = umd.grid(1)
     if i < x.size:
         out[i] = clamp_linked(x[i], -0.5, 0.5) + sum_reduce(x, 4)
+
+
+@umd.jit
+def disjoint_views(out: i32[:]):
+    """Numba's documentation example: disjoint dynamic shared arrays as slices of the
+    one region (`shared.array(0, T)[1:]` starts one element in)."""
+    f32_arr = umd.shared.array(0, dtype=np.float32)
+    i32_arr = umd.shared.array(0, dtype=np.int32)[1:]
+    f32_arr[0] = 3.14
+    i32_arr[0] = 1
+    umd.syncthreads()
+    whole = umd.shared.array(0, dtype=np.int32)
+    out[0] = i32_arr[0]
+    out[1] = whole[0]
+    out[2] = whole[1]
+    out[3] = len(i32_arr)
+
+
+@umd.jit
+def slice_reads(x: f32[:], m: f32[:, :], lo: i32, hi: i32, out: f32[:]):
+    """Slices of a 1-D argument with run-time bounds (Python's clamping), a negative
+    constant bound and a negative index into a slice, a slice of a row, a slice of a
+    slice, and an atomic through a slice; out[0:4] get the lengths."""
+    s = x[lo:hi]
+    tail = x[-3:]
+    r = m[1][2:]
+    ss = x[1:][2:6]
+    i = umd.grid(1)
+    if i == 0:
+        out[0] = len(s)
+        out[1] = tail[-1] + tail[0]
+        out[2] = len(r) + r[0]
+        out[3] = ss.shape[0] + ss[-1]
+        umd.atomic.add(out[4:], 0, 1.0)
+    if i < len(s):
+        out[5 + i] = s[i]
+
+
+# Numba's FFI example test_ex_from_buffer: a CPointer(float32) parameter, given
+# cffi's ffi.from_buffer(array); the 0-d result array is a Ptr[f32] written as r[()].
+sum_pointer = umd.declare_device("sum_reduce", "float32(CPointer(float32), int32)",
+                                 link=["linked_functions.py"])
+try:
+    import cffi
+    ffi = cffi.FFI()
+except ImportError:                     # the test that uses it is skipped
+    ffi = None
+
+
+@umd.jit
+def from_buffer_caller(result: umd.Ptr[f32], array: f32[:]):
+    array_ptr = ffi.from_buffer(array)
+    result[()] = sum_pointer(array_ptr, len(array))

@@ -69,6 +69,7 @@ def run_views(compiled, grid, block, *args, engine, mem_size=64 << 20):
     assert result.status == "ok", result
     for base, at in placed.values():
         base[...] = rig.mem[at:at + base.nbytes].view(base.dtype).reshape(base.shape)
+    return result
 
 
 def _reduce_on(engine, fn, x, init):
@@ -111,6 +112,27 @@ def test_reduce_kernels_max_min_and_64_bit(engine):
     assert _reduce_on(engine, larger_magnitude, y, np.float32(0)) == y[np.argmax(np.abs(y))]
     big = RNG.integers(1 << 40, 1 << 41, 600).astype(np.int64)
     assert _reduce_on(engine, lambda a, b: a + b, big, np.int64(0)) == big.sum()
+    # past one unrolled chunk per block: the main loop on register pairs
+    many = np.random.default_rng(7).integers(1 << 40, 1 << 41, MAX_BLOCKS * (BLOCK + CHUNK) + 77).astype(np.int64)
+    assert _reduce_on(engine, lambda a, b: a + b, many, np.int64(0)) == many.sum()
+
+
+def test_reduce_first_pass_translates_each_page_in_one_wave():
+    # A first-pass block is one wave on its own segment, so each page of the array is
+    # translated once (a TLB miss fills 8 pages: kmd/hw/_cu.pxi). Blocks of 8 waves
+    # walking one segment took a miss per page per wave: 8x the misses, the mount's
+    # slowest part of a 16M reduction (bench (k), docs/umd.md).
+    n = 1 << 21
+    kernel = reduce_kernel(device_function(lambda a, b: a + b, "test"), np.float32)
+    x = np.random.default_rng(5).integers(-8, 8, n).astype(np.float32)
+    blocks, _ = plan(n)
+    partials = np.zeros(blocks, np.float32)
+    result = run_views(build(kernel), blocks, BLOCK, *source_views(kernel, x), partials, np.float32(0), 0,
+                       engine="cython", mem_size=16 << 20)
+    assert partials.sum() == x.sum()
+    pages = x.nbytes // 4096
+    assert result.counters["tlb_misses"] <= pages // 8 + 4 * blocks, result.counters
+    assert MAX_BLOCKS <= BLOCK                  # pass 2, one block, covers every partial
 
 
 def test_reduce_of_an_empty_array_returns_init_without_a_device():
@@ -132,6 +154,23 @@ def test_reduce_refuses_types_kernels_do_not_compute_in():
 
 
 # -- vectorize ----------------------------------------------------------------------------
+def test_vectorize_translates_each_page_in_one_wave():
+    # As reduce's first pass: a block is one wave on its own segment, so each page of
+    # the three arrays is translated once (blocks of 8 waves took 8x the misses and
+    # 4x the engine's time over 16M floats in a mount).
+    n = 1 << 20
+    rng = np.random.default_rng(6)
+    x, y = rng.uniform(1, 2, (2, n)).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    k = ufunc_kernel(K.rel_diff._fn, [x.dtype] * 2, x.dtype, (False, False))
+    grid = launch_blocks(n)
+    result = run_views(build(k), grid, VBLOCK, *ufunc_args(k, [x, y], (False, False), out),
+                       engine="cython", mem_size=16 << 20)
+    np.testing.assert_array_equal(out, (np.float32(2) * (x - y) / (x + y)).astype(np.float32))
+    pages = 3 * x.nbytes // 4096
+    assert result.counters["tlb_misses"] <= pages // 8 + 6 * grid, result.counters
+
+
 @pytest.mark.parametrize("engine", EXECUTORS)
 @pytest.mark.parametrize("n", [1, 1000, 3 * VCHUNK + 77])
 def test_vectorize_kernels(engine, n):
@@ -216,7 +255,9 @@ def test_guvectorize_kernels(engine):
     C = np.zeros((6, 3, 5))
     f64_3 = (np.dtype(np.float64), 3)
     run(build(gufunc_kernel(K.matmul._fn, [f64_3] * 3)), 1, 32, A, B, C, 6, engine=engine)
-    np.testing.assert_allclose(C, A @ B, rtol=1e-13)
+    # a sum in another order than numpy's: within a few ulp of the terms' magnitude
+    # (a cancelling sum's relative error is unbounded)
+    assert (np.abs(C - A @ B) <= 1e-14 * (np.abs(A) @ np.abs(B))).all()
 
 
 def test_guvectorize_checks_layout_and_signatures():

@@ -47,6 +47,40 @@ def test_dynamic_shared_arrays_alias_one_region(engine):
     assert out[1] == 4                                  # 16 bytes of float32
 
 
+def test_disjoint_dynamic_shared_arrays_are_slices_of_the_region(engine):
+    # Numba's user/memory.rst example: f32_arr[0] is 3.14, i32_arr (one word in) is 1
+    out = np.zeros(4, np.int32)
+    run(build(K.disjoint_views), 1, 1, out, shared_bytes=8, engine=engine)
+    assert out.tolist() == [1, np.float32(3.14).view(np.int32), 1, 1]
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 20), (2, 5), (-4, -1), (5, 2), (-100, 100), (19, 40)])
+def test_slices_in_kernels_are_views_as_in_numpy(engine, lo, hi):
+    x = RNG.standard_normal(20).astype(np.float32)
+    m = RNG.standard_normal((3, 7)).astype(np.float32)
+    out = np.zeros(5 + 20, np.float32)
+    run(build(K.slice_reads), 1, 32, x, m, lo, hi, out, engine=engine)
+    s = x[lo:hi]
+    assert out[0] == len(s)
+    assert out[1] == x[-3:][-1] + x[-3:][0]
+    assert out[2] == np.float32(len(m[1][2:])) + m[1][2]
+    assert out[3] == np.float32(4) + x[1:][2:6][-1]
+    assert out[4] == 1.0
+    np.testing.assert_array_equal(out[5:5 + len(s)], s)
+
+
+def test_unsupported_slices_say_what_to_use():
+    def strided(x: f32[:], out: f32[:]):
+        out[0] = x[::2][0]
+
+    def two_d(m: f32[:, :], out: f32[:]):
+        out[0] = m[1:][0, 0]
+    for fn, what in ((strided, "step"), (two_d, "2-D")):
+        with pytest.raises(KernelCompileError, match=what) as e:
+            build(umd.jit(fn))
+        assert "a[lo + i]" in str(e.value) or "index" in str(e.value)
+
+
 def test_dynamic_shared_memory_follows_the_static_arrays(engine):
     compiled = build(K.static_and_dynamic)
     assert compiled.lds_bytes == 64                     # 16 f32, the dynamic part after
@@ -335,8 +369,17 @@ def test_declared_device_functions_are_linked_from_python_files(engine):
     np.testing.assert_array_equal(out, (np.clip(x, f(-0.5), f(0.5)) + head).astype(f))
 
 
+def test_a_cpointer_parameter_takes_cffi_from_buffer_of_an_array(engine):
+    pytest.importorskip("cffi")
+    x = np.arange(10, dtype=np.float32)
+    r = np.ndarray((), dtype=np.float32)
+    run(build(K.from_buffer_caller, K.from_buffer_caller.options), 1, 1, r, x, engine=engine)
+    assert r[()] == 45.0
+
+
 def test_declare_device_signatures():
     from umd.compiler.linking import parse_signature
+    assert parse_signature("float32(CPointer(float32), int32)")[1][0] == umd.Ptr[umd.f32]
     ret, args = parse_signature("float32(float32[:, ::1], int32, u8)")
     assert ret == umd.f32
     assert args[0].ndim == 2 and args[1] == umd.i32 and args[2] == umd.u64   # Numba's u8: uint64

@@ -84,6 +84,18 @@ def test_dynamic_shared_and_grid_sync_end_to_end(vgpu_mount):
         assert (out == (np.clip(x, f(-0.5), f(0.5)) + head).astype(f)).all()
         print("declare_device ok")
 
+        # Numba's FFI example: ffi.from_buffer(x) for a CPointer(float32) parameter, the
+        # result in a host 0-d array (r[()]), copied in and back by the launch
+        x = np.arange(10, dtype=np.float32)
+        r0 = np.ndarray((), dtype=np.float32)
+        K.from_buffer_caller[1, 1](r0, x)
+        assert r0[()] == 45.0, r0
+        # slices: disjoint dynamic shared arrays (Numba's user/memory.rst example)
+        got = umd.device_array(4, np.int32)
+        K.disjoint_views[1, 1, 0, 8](got)
+        assert got.copy_to_host().tolist() == [1, np.float32(3.14).view(np.int32), 1, 1]
+        print("from_buffer and slices ok")
+
         # ufuncs on whole arrays with an output, one thread (Numba's example)
         x = rng.uniform(-3, 3, 64).astype(np.float32)
         r = umd.device_array(64, np.float32)
@@ -93,5 +105,5 @@ def test_dynamic_shared_and_grid_sync_end_to_end(vgpu_mount):
     """, vgpu_mount))
     for line in ("dynamic shared ok", "aliased ok", "lds limit ok", "grid sync ok",
                  "cooperative limit ok", "sync loop ok", "captured ok",
-                 "declare_device ok", "ufunc ok"):
+                 "declare_device ok", "from_buffer and slices ok", "ufunc ok"):
         assert line in r.stdout, r.stdout

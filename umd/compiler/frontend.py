@@ -179,10 +179,15 @@ class LocalArray:
 class _View:
     """`a[i]` of a 2-D or 3-D array (Numba's row view), known at compile time: the
     array and the leading indices; indexing it indexes the array (`a[i][j]` is
-    `a[i, j]`), and it has the remaining dimensions' shape."""
+    `a[i, j]`), and it has the remaining dimensions' shape.
 
-    def __init__(self, arr, prefix: list) -> None:
+    A slice `a[lo:hi]` of a 1-D array or row is one too, with `start` (the element of
+    dimension len(prefix) where it begins) and `length` (its one extent): `v[j]` is
+    `a[..., start + j]`. Both are values in registers or constants."""
+
+    def __init__(self, arr, prefix: list, start=None, length=None) -> None:
         self.arr, self.prefix = arr, prefix
+        self.start, self.length = start, length
 
     @property
     def name(self) -> str:
@@ -257,6 +262,12 @@ def _hashable(obj) -> bool:
 def _is_array(v) -> bool:
     return isinstance(v, (ir.SharedArray, LocalArray, _View, _Choice)) or (
         isinstance(v, ir.Var) and isinstance(v.type, PtrType))
+
+
+def _is_cffi_from_buffer(fn) -> bool:
+    """Whether fn is `ffi.from_buffer` of a cffi.FFI object (without importing cffi)."""
+    owner = getattr(fn, "__self__", None)
+    return getattr(fn, "__name__", None) == "from_buffer" and type(owner).__module__ == "cffi.api"
 
 
 def _elem(arr) -> ScalarType:
@@ -1046,6 +1057,8 @@ class FunctionLowering:
 
     def shape_of(self, arr, k: int):
         if isinstance(arr, _View):
+            if arr.start is not None:           # a slice: 1-D
+                return arr.length
             return self.shape_of(arr.arr, len(arr.prefix) + k)
         if isinstance(arr, _Choice):        # the extent of the array it names now
             node = ast.Constant(0)
@@ -1089,8 +1102,8 @@ class FunctionLowering:
         if len(indices) != nd:
             n = len(indices)
             raise self.error(node, f"{n} {'index' if n == 1 else 'indices'} for a {nd}-D array "
-                             f"{self.array_name(arr)!r} (there are no array views: index every "
-                             "dimension)")
+                             f"{self.array_name(arr)!r} (index every dimension; slices are "
+                             "of 1-D arrays and rows)")
         idx = None
         for k, part in enumerate(indices):
             self.check_value(part, node)
@@ -1125,9 +1138,12 @@ class FunctionLowering:
         """(array, element number) of an indexing expression, or (None, item) for a tuple."""
         base = self.expr(node.value)
         sl = node.slice
-        if isinstance(sl, ast.Slice) or (isinstance(sl, ast.Tuple) and
-                                         any(isinstance(e, ast.Slice) for e in sl.elts)):
-            raise self.error(node, "unsupported construct: a slice (there are no array views)")
+        if isinstance(sl, ast.Slice):
+            return None, self.slice_view(base, sl, node)
+        if isinstance(sl, ast.Tuple) and any(isinstance(e, ast.Slice) for e in sl.elts):
+            raise self.error(node, "unsupported construct: a slice in a tuple index: slices are of "
+                             "1-D arrays and rows (a[i][lo:hi]); index with an offset instead "
+                             "(a[i, lo + j])")
         if isinstance(base, _Tuple):
             k = self.expr(sl)
             self.check_value(k, node)
@@ -1153,8 +1169,10 @@ class FunctionLowering:
                              "argument, a shared or a local array) or a tuple")
         idx = self.expr(sl)
         parts = idx.items if isinstance(idx, _Tuple) else [idx]
+        if not parts and isinstance(base, ir.Var) and not base.type.ndim:
+            parts = [ir.Const(0, i32)]          # r[()]: a 0-d array's element, given as Ptr[T]
         if isinstance(base, _View):
-            base, parts = base.arr, base.prefix + parts
+            base, parts = self.view_parts(base, parts, node)
         nd = self.ndim_of(base)
         if len(parts) < nd and not (isinstance(base, ir.Var) and not base.type.ndim
                                     or isinstance(base, _Choice) and base.flat):
@@ -1164,6 +1182,72 @@ class FunctionLowering:
                     raise self.error(node, f"an array index must be an integer, not {part.type!r}")
             return None, _View(base, parts)
         return base, self.flat_index(base, parts, node)
+
+    def view_parts(self, view, parts: list, node):
+        """(array, indices) of view[parts]: the row's leading indices, then for a slice
+        its start plus the index (a negative one counts from the slice's end)."""
+        if view.start is None or not parts:
+            return view.arr, view.prefix + parts
+        first = parts[0]
+        self.check_value(first, node)
+        if not first.type.is_int:
+            raise self.error(node, f"an array index must be an integer, not {first.type!r}")
+        if first.type == bool_ or first.type.wide:
+            first = self.convert(first, i32, node)
+        first = self.wrap_index(view, 0, first, node)
+        return view.arr, view.prefix + [self.binop("add", view.start, first, node)] + parts[1:]
+
+    def slice_view(self, base, sl, node):
+        """`a[lo:hi]` of a 1-D array or row (Numba's basic slicing): a _View of its
+        elements lo..hi-1, the bounds as Python's (negative ones count from the end,
+        both clamped to the extent), step 1. Other slices are compile errors that say
+        what to write instead."""
+        instead = "index with an offset instead (a[lo + i])"
+        if not _is_array(base):
+            raise self.error(node, f"{ast.unparse(node.value)!r} is not an array, so it cannot be sliced")
+        if isinstance(base, (_Choice, LocalArray)) or isinstance(base, ir.Var) and not base.type.ndim:
+            raise self.error(node, f"unsupported construct: a slice of {self.what_sliced(base)}; "
+                             f"slices are of 1-D array arguments, shared arrays and rows: {instead}")
+        nd = self.ndim_of(base)
+        if nd != 1:
+            raise self.error(node, f"unsupported construct: a slice of a {nd}-D array: slices are of "
+                             f"1-D arrays and rows (a[i][lo:hi]); {instead}")
+        if sl.step is not None:
+            step = self.expr(sl.step)
+            if not (isinstance(step, ir.Const) and step.value == 1):
+                raise self.error(node, f"unsupported construct: a slice with a step; {instead}, "
+                                 "multiplied (a[lo + step * i])")
+        extent = self.shape_of(base, 0)
+        lo = self.slice_bound(sl.lower, ir.Const(0, i32), extent, node)
+        hi = self.slice_bound(sl.upper, extent, extent, node)
+        length = self.fold_or_emit("max", i32, [self.binop("sub", hi, lo, node), ir.Const(0, i32)], node)
+        if isinstance(base, _View):
+            start = lo if base.start is None else self.binop("add", base.start, lo, node)
+            return _View(base.arr, base.prefix, start, length)
+        return _View(base, [], lo, length)
+
+    def what_sliced(self, base) -> str:
+        if isinstance(base, _Choice):
+            return f"{base.name!r}, a name bound to several arrays"
+        if isinstance(base, LocalArray):
+            return f"the local array {base.name!r} (it lives in registers)"
+        return f"{base.name!r}, a flat pointer of no known length"
+
+    def slice_bound(self, expr, default, extent, node):
+        """A slice bound as Python computes it: a negative one counts from the end,
+        then it is clamped to [0, extent]."""
+        if expr is None:
+            return default
+        v = self.expr(expr)
+        self.check_value(v, node)
+        if not v.type.is_int:
+            raise self.error(node, f"a slice bound must be an integer, not {v.type!r}")
+        if v.type != i32:
+            v = self.convert(v, i32, node)
+        negative = self.fold_or_emit("lt", bool_, [v, ir.Const(0, i32)], node)
+        v = self.fold_or_emit("select", i32, [negative, self.binop("add", v, extent, node), v], node)
+        v = self.fold_or_emit("max", i32, [v, ir.Const(0, i32)], node)
+        return self.fold_or_emit("min", i32, [v, extent], node)
 
     def load(self, arr, idx, node):
         if isinstance(arr, _Choice):
@@ -1734,6 +1818,13 @@ class FunctionLowering:
 
         if isinstance(fn, K.Intrinsic):
             return self.intrinsic(fn, name, node, args, nargs, values, discard)
+        if _is_cffi_from_buffer(fn):
+            # Numba's FFI: cffi's ffi.from_buffer(arr) is arr's data pointer, for a
+            # function declared with a CPointer(T) parameter; an array is that already
+            nargs(1)
+            if not (isinstance(args[0], ir.Var) and isinstance(args[0].type, PtrType)):
+                raise self.error(node, f"{name}(): the argument must be an array argument of the kernel")
+            return args[0]
         if isinstance(fn, ScalarType) and fn != bool_ or (_hashable(fn) and fn in _NUMPY_CASTS):
             nargs(1)
             values()
@@ -1841,7 +1932,13 @@ class FunctionLowering:
         args = []
         for k, (a, t) in enumerate(zip(node.args, decl.args)):
             v = self.expr(a)
-            if isinstance(t, PtrType):
+            if isinstance(t, PtrType) and t.ndim == 0:     # CPointer(T): a 1-D array's data
+                if not (isinstance(v, ir.Var) and isinstance(v.type, PtrType) and v.type.elem == t.elem
+                        and v.type.ndim <= 1):
+                    raise self.error(a, f"{decl.name}(): argument {k + 1} is CPointer({t.elem!r}) "
+                                     f"({decl.sig}), given {self.what(v)}: pass a 1-D {t.elem!r} array "
+                                     "argument (or ffi.from_buffer of one)")
+            elif isinstance(t, PtrType):
                 if not _is_array(v) or _storage(v) != t.elem or self.ndim_of(v) != t.ndim:
                     raise self.error(a, f"{decl.name}(): argument {k + 1} is {t!r} ({decl.sig}), "
                                      f"given {self.what(v)}")
@@ -2344,8 +2441,8 @@ class FunctionLowering:
         arr = args[0]
         if isinstance(arr, _View) and kind != "compare_and_swap":      # a row: index the array
             index = args[1]
-            parts = index.items if isinstance(index, _Tuple) else [index]
-            arr, args = arr.arr, [arr.arr, _Tuple(arr.prefix + parts)] + list(args[2:])
+            base, parts = self.view_parts(arr, index.items if isinstance(index, _Tuple) else [index], node)
+            arr, args = base, [base, _Tuple(parts)] + list(args[2:])
         if not (isinstance(arr, ir.SharedArray) or (isinstance(arr, ir.Var) and isinstance(arr.type, PtrType))):
             raise self.error(node, f"{qualname}(): the first argument must be an array argument or a "
                              "shared array")

@@ -35,6 +35,7 @@ TYPE_NAMES = {"float32": f32, "float64": f64, "int32": i32, "int64": i64, "uint3
               "uintp": u64, "float_": f32, "double": f64}
 PYTHON_SUFFIXES = (".py",)
 _SIG = re.compile(r"^\s*(\w+)\s*\((.*)\)\s*$", re.S)
+_CPOINTER = re.compile(r"^\s*CPointer\s*\(\s*(\w+)\s*\)\s*$")
 _ARG = re.compile(r"^\s*(\w+)\s*(\[([:,\s]*)(?:::1)?\])?\s*$")
 
 
@@ -65,6 +66,9 @@ def _type(name: str, sig: str) -> ScalarType:
 
 
 def _arg_type(text: str, sig: str):
+    m = _CPOINTER.match(text)
+    if m:                       # Numba's CPointer(T): a C pointer, umd's Ptr[T]
+        return PtrType(_type(m.group(1), sig), 0)
     m = _ARG.match(text)
     if not m:
         raise LinkError(f"declare_device: cannot read the argument type {text.strip()!r} in {sig!r}")
