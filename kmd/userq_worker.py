@@ -24,7 +24,7 @@ import errno
 import threading
 import time
 
-from vgpu import futex
+from vgpu import futex, uapi
 
 from . import devcoredump, hw, userq_sync
 from .hw.cp import CommandProcessor
@@ -233,9 +233,20 @@ class _DumpRing:
         return self._q.describe()
 
 
+#: A queue's priority as the context priority a crash dump names (kmd/sched.py levels).
+_CTX_PRIORITY = {uapi.AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_LOW: uapi.AMDGPU_CTX_PRIORITY_LOW,
+                 uapi.AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_NORMAL_LOW: uapi.AMDGPU_CTX_PRIORITY_NORMAL,
+                 uapi.AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_NORMAL_HIGH: uapi.AMDGPU_CTX_PRIORITY_NORMAL,
+                 uapi.AMDGPU_USERQ_CREATE_FLAGS_QUEUE_PRIORITY_HIGH: uapi.AMDGPU_CTX_PRIORITY_HIGH}
+
+
 class _DumpCtx:
+    """The queue as the dump's context: a queue has no CTX, so its "ctx" line names the
+    queue id and the priority level of the queue's own priority."""
+
     def __init__(self, q) -> None:
-        self.id, self.priority, self.guilty, self.hangs = q.id, 0, True, int(q.state == "hung")
+        self.id, self.guilty, self.hangs = q.id, True, int(q.state == "hung")
+        self.priority = _CTX_PRIORITY[q.priority]
 
 
 class _DumpJob:

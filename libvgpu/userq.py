@@ -16,6 +16,7 @@ packet cut in two).
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import struct
@@ -132,7 +133,11 @@ class UserQueue(Handle):
             self.wptr += ring_dw - pos
             pos = 0
         self._room(n)
-        self._ring32[pos:pos + n] = memoryview(struct.pack(f"<{n}I", *(d & 0xFFFFFFFF for d in dwords))).cast("I")
+        try:
+            data = array.array("I", dwords)          # the common case: dwords already in range
+        except OverflowError:
+            data = array.array("I", [d & 0xFFFFFFFF for d in dwords])
+        self._ring32[pos:pos + n] = memoryview(data)
         self.wptr += n
         return self.wptr
 
@@ -140,12 +145,19 @@ class UserQueue(Handle):
         while self.wptr + n - self.rptr > self.size // 4:
             self.wait(self.wptr + n - self.size // 4)
 
-    def commit(self) -> int:
+    def commit(self, wake: bool | None = True) -> int:
         """Publish wptr, ring the doorbell and FUTEX_WAKE the queue's worker; the
-        returned wptr is the fence value of everything written so far."""
+        returned wptr is the fence value of everything written so far. ``wake=None``
+        skips the FUTEX_WAKE (a system call) when the engine has not yet passed the
+        previous commit: a worker with work in hand reads the doorbell again before
+        it sleeps, and its FUTEX_WAIT on the doorbell does not sleep once the value
+        changed. ``wake=False``: never (the worker notices within its poll interval)."""
+        if wake is None:
+            wake = self._rptr_word.value >= self._wptr_word.value
         self._wptr_word.value = self.wptr
         self._db_word.value = self.wptr
-        futex.wake(self.db_addr, 1)
+        if wake:
+            futex.wake(self.db_addr, 1)
         return self.wptr
 
     def submit(self, dwords) -> int:

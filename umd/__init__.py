@@ -35,6 +35,7 @@ from .memcheck import MemcheckError
 from .launch import ArgSpec, CompiledKernel, kernel_from_code_object, launch_kernel
 from .profiler import LaunchProfile, Profile, profile
 from .stream import Stream, default_stream, stream
+from . import userq_stream as _userq_stream  # registers the user-queue Stream (Stream.user_queue_variant)
 from .types import Ptr, f32, f64, float32, float64, i32, i64, int32, int64, u32, u64, uint32, uint64
 from .types import b1, boolean, i8, i16, int8, int16, u8, u16, uint8, uint16
 from .guvectorize import guvectorize

@@ -21,8 +21,9 @@ kept with it, umd/memory.py), with the ordering of CUDA's synchronous cudaMemcpy
 - GPU errors of the earlier work are raised by the copy (the wait sees them).
 
 Device-to-device copies and memset stay on the GPU: COPY_LINEAR / CONSTANT_FILL
-packets batched in the stream's IB (no submission, no wait), 4 MiB per packet (the
-packet's count field).
+packets batched in the stream's IB (no submission, no wait), or written into the
+stream's DMA user queue (umd/userq_stream.py), 4 MiB per packet (the packet's count
+field).
 """
 from __future__ import annotations
 
@@ -71,12 +72,9 @@ def _device_bytes(device, ptr: int, n: int, what: str) -> np.ndarray:
 
 
 def _wait_queued(s) -> None:
-    """Wait until every command queued on stream ``s`` so far is done."""
-    if s._next_deps:     # wait_event() with no command after it yet: a NOP carries the dependency
-        s.sdma(lambda ib: ib.nop(), 1, "NOP (a host copy waits for the events the stream waits for)")
-    mark = s.busy_mark()
-    if mark is not None:
-        s.wait_mark(mark)
+    """Wait until every command queued on stream ``s`` so far is done (and the events
+    it was told to wait for)."""
+    s.wait_queued()
 
 
 def _host_bytes(host) -> np.ndarray:

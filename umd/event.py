@@ -72,10 +72,11 @@ class Event:
         (stream or default_stream(self.device)).wait_event(self)
 
     def fence(self):
-        """The CS fence of the submission holding the event (None if already done)."""
+        """A fence of the event for another stream to wait on (``Stream.wait_fence``):
+        the CS fence of the submission holding it, or on a user queue stream the
+        memory word and value that say the queue passed it; None if already done."""
         self._check_recorded("fence")
-        sub = self.stream.submission_of(self.mark)
-        return sub.fence if sub is not None else None
+        return self.stream.fence_of(self.mark)
 
     def timestamp(self) -> int:
         """The device clock (ns) when the GPU passed the event; waits for it."""

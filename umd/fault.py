@@ -9,6 +9,10 @@ address), and AMDGPU_INFO_GPUVM_FAULT gives the VM's last faulting address. Both
 are set before the fence signals. The program address names the kernel (the
 runtime knows where it loaded each one), and the kernel's line table maps the PC
 to a source line.
+
+A user queue's failure (umd/userq_stream.py) carries the same errno and names its
+crash dump in VGPU_INFO_USERQ_STATE; :func:`error_from_dump` turns either into the
+exception.
 """
 from __future__ import annotations
 
@@ -48,32 +52,53 @@ def gpu_error(stream, sub, cause: OSError) -> GPUError:
         return GPUError(f"stream {stream.name}: {seg.ring} job seq {sub.fence.fence} was cancelled "
                         f"(a job it depended on failed, or its context was reset)", err)
     last = _last_fault_of(device, stream.ctx.id, sub.fence.fence)
-    dump_path = dump = None
-    if last is not None:
-        dump_path = os.path.join(device.mount, "sys", "class", "devcoredump", f"devcd{last.devcd}", "data")
+    dump_path = dump_path_of(device, last.devcd if last is not None else None)
+    return error_from_dump(device, err, dump_path, seg.programs, seg.notes, seg.ring == "comp_1.0.0",
+                           f"{seg.ring} job", f"stream {stream.name}, seq {sub.fence.fence}",
+                           vm_fault=last is not None)
+
+
+def dump_path_of(device, devcd: int | None) -> str | None:
+    """MOUNT/sys/class/devcoredump/devcd<N>/data, or None for no dump."""
+    if devcd is None:
+        return None
+    return os.path.join(device.mount, "sys", "class", "devcoredump", f"devcd{devcd}", "data")
+
+
+def error_from_dump(device, err: int, dump_path: str | None, programs, notes, compute: bool,
+                    job: str, context: str, vm_fault: bool = True) -> GPUError:
+    """GPUFault / GPUHang for work that failed with ``err`` and left the crash dump at
+    ``dump_path`` (None: none was made, or it aged out). ``programs`` are the
+    (code VA, compiled kernel) pairs of the work that may have failed (the one kernel
+    when the dump names none), ``notes`` its commands (an SDMA failure names them);
+    ``job`` names it when no kernel does, ``context`` says where it ran (the hang
+    message); ``vm_fault`` allows the VM's last fault (AMDGPU_INFO_GPUVM_FAULT) as the
+    address when the dump has none. CS jobs and user queues share it."""
+    dump = None
+    if dump_path is not None:
         try:
             with open(dump_path) as f:
                 dump = f.read()
         except OSError:    # aged out: the device keeps its last 16 dumps
-            dump = None
+            dump, dump_path = None, None
     pc = _hex(_dump_field(dump, "PC")) if dump else None
     reason = _dump_field(dump, "reason") if dump else None
     address = _hex(_dump_field(dump, "address")) if dump else None
-    if address is None and last is not None and err == E.EFAULT:
+    if address is None and vm_fault and err == E.EFAULT:
         fault = libvgpu.query_gpuvm_fault(device.lv)
         address = fault.addr if fault.status else None
     program = _hex(_dump_field(dump, "program address")) if dump else None
 
-    # Which kernel: the program address, else the one dispatch of the segment.
+    # Which kernel: the program address, else the one dispatch of the work.
     compiled = name = None
     if program is not None:
         compiled = device.programs.get(program)
-    elif len(seg.programs) == 1:
-        compiled = seg.programs[0][1]
+    elif len(programs) == 1:
+        compiled = programs[0][1]
     if compiled is not None:
         name = getattr(compiled, "name", None)
-    elif seg.ring != "comp_1.0.0":
-        name = f"SDMA ({'; '.join(seg.notes[:3])}{'...' if len(seg.notes) > 3 else ''})"
+    elif not compute:
+        name = f"SDMA ({'; '.join(notes[:3])}{'...' if len(notes) > 3 else ''})"
     line = None
     table = getattr(compiled, "line_table", None) or {}
     if pc is not None and table:
@@ -83,7 +108,7 @@ def gpu_error(stream, sub, cause: OSError) -> GPUError:
             line = table[max(earlier)] if earlier else None
     source = getattr(compiled, "source_file", None)
 
-    where = f"kernel '{name}'" if name else f"{seg.ring} job"
+    where = f"kernel '{name}'" if name else job
     if pc is not None:
         where += f" at PC {pc:#x}"
     if line is not None:
@@ -91,8 +116,7 @@ def gpu_error(stream, sub, cause: OSError) -> GPUError:
     dump_note = f"; crash dump: {dump_path}" if dump_path else ""
     if err in (E.ETIME, E.ETIMEDOUT):
         return GPUHang(f"GPU hang: {where} ran past the ring timeout and was aborted "
-                       f"(stream {stream.name}, seq {sub.fence.fence}){dump_note}", err,
-                       kernel=name, pc=pc, dump=dump_path)
+                       f"({context}){dump_note}", err, kernel=name, pc=pc, dump=dump_path)
     if err == E.EFAULT or reason == "lds_bounds":     # memcheck explains these
         checked = device.pool.explain_fault(compiled, dump, pc, line, err, source_file=source,
                                             reason=reason, dump=dump_path)

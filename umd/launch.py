@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import struct
+import weakref
 
 import numpy as np
 
@@ -241,8 +242,7 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
     """The kernarg bytes and the BOs the pointer arguments point into; ``consts`` gives
     the DeviceArray of each constant array (hidden __const_<k>, see const_arrays),
     ``print_buffer`` the launch's print buffer (hidden __print_buf, umd/kernel_print.py)."""
-    specs = list(compiled.args)
-    user = [a for a in specs if not a.name.startswith("__")]
+    specs, user, size = _layout(compiled)
     if isinstance(args, dict):
         unknown = set(args) - {a.name for a in user}
         missing = [a.name for a in user if a.name not in args]
@@ -255,13 +255,15 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
             raise LaunchError(f"{compiled.name} takes {len(user)} arguments "
                               f"({', '.join(a.name for a in user)}), got {len(values)}")
     by_name = {spec.name: v for spec, v in zip(user, values)}
-    by_name.update(captured or {})
-    size = max([compiled.kernarg_size] + [a.offset + a.size for a in specs])
+    if captured:
+        by_name.update(captured)
     out = bytearray(size)
     bos = []
     dims = {"grid": grid, "block": block}
     for spec in specs:
-        if spec.name.startswith("__shape_"):
+        if spec.name[:2] != "__":        # the caller's arguments: every hidden name starts with __
+            value = _user_value(compiled, spec, by_name[spec.name], bos)
+        elif spec.name.startswith("__shape_"):
             value = _shape_of(compiled, specs, by_name, spec.name)
         elif spec.name.startswith("__const_"):
             if not consts or spec.name not in consts:
@@ -291,27 +293,6 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
                 raise LaunchError(f"{compiled.name}: unknown hidden argument {spec.name}")
             where, i = _HIDDEN[spec.name]
             value = dims[where][i]
-        else:
-            value = by_name[spec.name]
-            if spec.kind == "ptr":
-                check_array(compiled, spec, value)
-                if hasattr(value, "ptr"):
-                    bo = getattr(value, "bo", None)
-                    if bo is not None:
-                        bos.append(bo)
-                    value = value.ptr
-                elif isinstance(value, np.ndarray):
-                    raise LaunchError(f"{compiled.name}: argument {spec.name} is a numpy array: "
-                                      "launch_kernel takes DeviceArrays (kernel[grid, block](...) "
-                                      "copies numpy arrays in and out)")
-                elif not isinstance(value, (int, np.integer)):
-                    raise LaunchError(f"{compiled.name}: argument {spec.name} is a pointer; pass a "
-                                      f"DeviceArray or a device address, not {type(value).__name__}")
-            elif spec.kind in _INT_KINDS and not isinstance(value, (int, np.integer, np.bool_)):
-                raise LaunchError(f"{compiled.name}: argument {spec.name} is {spec.kind}; got "
-                                  f"{type(value).__name__} {value!r}")
-            elif spec.kind in SMALL_BYTES:
-                value = ScalarType(spec.kind).narrow(value)
         if spec.kind not in _FORMATS:
             raise LaunchError(f"{compiled.name}: argument {spec.name} of unknown kind {spec.kind!r}")
         try:
@@ -323,6 +304,50 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
     return bytes(out), bos
 
 
+#: id(compiled) -> (weakref to it, its args list, specs, user specs, kernarg size); an
+#: entry goes with its kernel.
+_LAYOUTS: dict[int, tuple] = {}
+
+
+def _layout(compiled) -> tuple[list, list, int]:
+    """The kernel's ArgSpecs, those the caller gives (no ``__`` name) and the kernarg
+    segment's size; computed once per CompiledKernel and args list (a launch's hot
+    path)."""
+    key = id(compiled)
+    hit = _LAYOUTS.get(key)
+    if hit is None or hit[0]() is not compiled or hit[1] is not compiled.args or len(hit[2]) != len(compiled.args):
+        specs = list(compiled.args)
+        user = [a for a in specs if not a.name.startswith("__")]
+        size = max([compiled.kernarg_size] + [a.offset + a.size for a in specs])
+        ref = weakref.ref(compiled, lambda _, k=key: _LAYOUTS.pop(k, None))
+        hit = _LAYOUTS[key] = (ref, compiled.args, specs, user, size)
+    return hit[2], hit[3], hit[4]
+
+
+def _user_value(compiled, spec, value, bos: list):
+    """The kernarg value of a caller's argument (a pointer's BO appended to ``bos``)."""
+    if spec.kind == "ptr":
+        check_array(compiled, spec, value)
+        if hasattr(value, "ptr"):
+            bo = getattr(value, "bo", None)
+            if bo is not None:
+                bos.append(bo)
+            return value.ptr
+        if isinstance(value, np.ndarray):
+            raise LaunchError(f"{compiled.name}: argument {spec.name} is a numpy array: "
+                              "launch_kernel takes DeviceArrays (kernel[grid, block](...) "
+                              "copies numpy arrays in and out)")
+        if not isinstance(value, (int, np.integer)):
+            raise LaunchError(f"{compiled.name}: argument {spec.name} is a pointer; pass a "
+                              f"DeviceArray or a device address, not {type(value).__name__}")
+    elif spec.kind in _INT_KINDS and not isinstance(value, (int, np.integer, np.bool_)):
+        raise LaunchError(f"{compiled.name}: argument {spec.name} is {spec.kind}; got "
+                          f"{type(value).__name__} {value!r}")
+    elif spec.kind in SMALL_BYTES:
+        value = ScalarType(spec.kind).narrow(value)
+    return value
+
+
 def stage_host_arrays(compiled, args, stream):
     """Numba's host-array rule: each numpy array given for an array argument is
     checked, copied to a device array for the launch, and copied back after it.
@@ -332,7 +357,7 @@ def stage_host_arrays(compiled, args, stream):
     ``__cuda_array_interface__`` goes as the DeviceArray :func:`as_cuda_array` makes.
     Returns the arguments to pass and the (staged copy, original) pairs to copy back."""
     from .array import DeviceArray, as_cuda_array, is_cuda_array, to_device
-    user = [a for a in compiled.args if not a.name.startswith("__")]
+    user = _layout(compiled)[1]
     named = isinstance(args, dict)
     items = [(a, args.get(a.name)) for a in user] if named else list(zip(user, args))
     out = dict(args) if named else list(args)
@@ -389,7 +414,7 @@ def load_kernel(device, compiled):
         device.programs[loaded.code_va] = compiled
         debug.log(DebugFlag.CACHE, f"loaded kernel {compiled.name}: {len(loaded.obj.code)} bytes of code "
                                    f"at {loaded.code_va:#x}")
-    else:
+    elif debug.FLAGS:       # the hot path: no message formatted for nothing
         debug.log(DebugFlag.CACHE, f"kernel {compiled.name} already loaded at {loaded.code_va:#x}")
     return loaded
 
@@ -437,9 +462,10 @@ def launch_kernel(compiled, grid, block, args=(), stream=None, sharedmem: int = 
         if buf is not None:
             printer.release(buf)
         raise
-    debug.log(DebugFlag.API, f"launch {compiled.name} grid={grid} block={block} stream={s.name} "
-                             f"kernargs={kernarg.hex()}")
-    profiler.launch_alone(s, compiled.name, grid, block, lambda: s.dispatch(
+    if debug.FLAGS:
+        debug.log(DebugFlag.API, f"launch {compiled.name} grid={grid} block={block} stream={s.name} "
+                                 f"kernargs={kernarg.hex()}")
+    profiler.launch_alone(s, compiled.name, grid, block, lambda st: st.dispatch(
         loaded, grid, block, kernarg, f"DISPATCH {compiled.name} {grid}x{block}", bos, compiled,
         on_retire))
     for dev, host in back:               # waits for the kernel, as Numba's copy back does

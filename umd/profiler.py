@@ -71,13 +71,16 @@ def active() -> Profile | None:
 
 
 def launch_alone(stream, name: str, grid, block, dispatch) -> int:
-    """Run ``dispatch()`` (which queues one dispatch on ``stream`` and returns its mark)
-    as a job of its own when a profile is active, and record it. Returns the mark."""
+    """Run ``dispatch(s)`` (which queues one dispatch on stream ``s`` and returns its
+    mark) on ``stream``; when a profile is active, as a job of its own on the stream's
+    ``profiling_stream()`` (itself, or a user queue stream's CS twin: counters are a
+    CS job's), and record it. Returns the mark."""
     prof = active()
     if prof is None:
-        return dispatch()
+        return dispatch(stream)
+    stream = stream.profiling_stream()
     stream.flush()
-    mark = dispatch()
+    mark = dispatch(stream)
     stream.flush()
     sub = stream.submission_of(mark)
     if sub is not None:

@@ -20,6 +20,10 @@ anything after it in the stream (a copy, an event, the host) can look.
 
 Positions in a stream are *marks* (a count of commands); events and freed memory
 blocks remember a mark and wait for it.
+
+This module is the CS path. Where the device offers user queues (and VGPU_USERQ is
+not 0), ``Stream(...)`` makes a :class:`umd.userq_stream.UserqStream` instead: the
+same contract, with commands written into user queues and no ioctl per command.
 """
 from __future__ import annotations
 
@@ -91,9 +95,27 @@ class Submission:
 class Stream:
     """An in-order queue of GPU work on ``device`` (the current device if None; see
     the module docstring). The stream keeps its device: every command, wait and
-    buffer it uses is that device's."""
+    buffer it uses is that device's.
 
-    def __init__(self, device: Device | None = None, priority="normal", name: str | None = None):
+    ``userq``: None picks the device's path (user queues where offered and
+    VGPU_USERQ is not 0, umd/userq_stream.py), False the CS path of this class."""
+
+    #: (the user-queue Stream class, its "enabled for this device" test), set by
+    #: umd/userq_stream.py when it is imported (umd/__init__.py imports it), so that
+    #: this module, which it builds on, does not import it back.
+    user_queue_variant: tuple | None = None
+
+    def __new__(cls, device: Device | None = None, priority="normal", name: str | None = None,
+                userq: bool | None = None):
+        variant = Stream.user_queue_variant
+        if cls is Stream and userq is not False and variant is not None:
+            userq_cls, enabled = variant
+            if enabled(device if device is not None else get_device()):
+                return super().__new__(userq_cls)
+        return super().__new__(cls)
+
+    def __init__(self, device: Device | None = None, priority="normal", name: str | None = None,
+                 userq: bool | None = None):
         self.device = device if device is not None else get_device()
         self.priority = priority
         self.ctx_priority = context_priority(priority)
@@ -173,9 +195,14 @@ class Stream:
             seg.builder.timestamp(va)
         return self._added(seg, note, [bo])
 
-    def wait_fence(self, fence: libvgpu.CsFence) -> None:
-        """Make the stream's next commands wait for ``fence`` (of another stream)."""
-        self._next_deps.append(fence)
+    def wait_fence(self, fence) -> None:
+        """Make the stream's next commands wait for ``fence`` (of another stream): a
+        CsFence becomes a dependency; a user queue stream's fence is waited for here,
+        on the host (the two paths meet only there)."""
+        if isinstance(fence, libvgpu.CsFence):
+            self._next_deps.append(fence)
+        else:
+            fence.wait()
 
     # -- submission -------------------------------------------------------------------
     def flush(self) -> None:
@@ -290,6 +317,12 @@ class Stream:
                 return sub
         return None
 
+    def fence_of(self, mark: int):
+        """A fence another stream can wait for that signals once command ``mark`` is
+        done (the CsFence of its submission), or None when it is already done."""
+        sub = self.submission_of(mark)
+        return sub.fence if sub is not None else None
+
     def wait_mark(self, mark: int) -> None:
         """Wait until the stream's command ``mark`` is done."""
         sub = self.submission_of(mark)
@@ -308,6 +341,19 @@ class Stream:
         if done:
             self._retire_through(sub)
         return done
+
+    def wait_queued(self) -> None:
+        """Wait for every command queued so far, and for the events the stream was
+        told to wait for (a host copy's order)."""
+        if self._next_deps:     # wait_event() with no command after it yet: a NOP carries the dependency
+            self.sdma(lambda ib: ib.nop(), 1, "NOP (a host copy waits for the events the stream waits for)")
+        mark = self.busy_mark()
+        if mark is not None:
+            self.wait_mark(mark)
+
+    def profiling_stream(self) -> "Stream":
+        """The stream a profiled launch of this one runs on (umd/profiler.py): itself."""
+        return self
 
     def busy_mark(self) -> int | None:
         """The mark of the latest command if it may not be done yet, else None."""

@@ -116,6 +116,8 @@ def userq_done(PageTable pt not None, uint64_t va, uint64_t n, bint sdma, uint64
             vgpu_store64(addr, rptr)
             vgpu_futex_wake(addr)
         for i in range(found):
+            if i and vas[i] & ~(<uint64_t>3) == vas[i - 1] & ~(<uint64_t>3):
+                continue                  # the same word again (a fence per dispatch): woken already
             addr = _host_of(pt, vas[i] & ~(<uint64_t>3), C_PTE_READ)
             if addr:
                 vgpu_futex_wake(addr)

@@ -72,7 +72,9 @@ def userq_done(pt, va: int, n: int, sdma: bool, rptr_va: int, rptr: int) -> None
     if addr is not None and flags & PTE_WRITE:
         ctypes.c_uint64.from_address(addr).value = rptr
         futex.wake(addr)
-    for fva in fences:
+    for i, fva in enumerate(fences):
+        if i and fva & ~3 == fences[i - 1] & ~3:
+            continue                  # the same word again: woken already
         addr, _ = pt.translate(fva & ~3)
         if addr is not None:
             futex.wake(addr)
