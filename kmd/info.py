@@ -239,7 +239,13 @@ def gb_addr_config() -> int:
 
 def _busy(dev, ip_type: int, index: int) -> bool:
     ring = dev.rings.get((ip_type, index))
-    return ring is not None and ring.running is not None
+    if ring is not None and ring.running is not None:
+        return True
+    # A user queue's run keeps its IP's engine busy too (kmd/userq.py); a DMA queue
+    # counts as sdma0's, as the SDMA engine 0 serves its queue slots.
+    if ip_type == uapi.AMDGPU_HW_IP_DMA and index != 0:
+        return False
+    return any(q.ip_type == ip_type and q.running_since() is not None for q in list(dev.userqs.by_slot.values()))
 
 
 def read_register(dev, offset: int) -> int | None:

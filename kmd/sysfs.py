@@ -79,7 +79,11 @@ class BusyMeter:
         return ring.perf.busy_percent(ring.running_since())
 
     def percent(self) -> int:
-        return max((self.ring_percent(r) for r in self.dev.rings.values()), default=0)
+        """The busiest ring's or user queue's share (kmd/userq.py: a queue's runs keep
+        its IP's engine busy as jobs do)."""
+        queues = list(self.dev.userqs.by_slot.values())
+        return max([*(self.ring_percent(r) for r in self.dev.rings.values()),
+                    *(q.perf.busy_percent(q.running_since()) for q in queues)], default=0)
 
 
 def engine_files(dev) -> dict:

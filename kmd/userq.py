@@ -22,6 +22,8 @@ import threading
 
 from vgpu import uapi
 
+from . import perf
+
 
 COMPUTE, DMA = uapi.AMDGPU_HW_IP_COMPUTE, uapi.AMDGPU_HW_IP_DMA
 IP_NAMES = {COMPUTE: "comp", DMA: "sdma"}
@@ -76,6 +78,14 @@ class UserQueue:
         self.fences: list = []
         self.lock = threading.Lock()  # fences, state
         self.worker = None            # kmd.userq_worker.QueueWorker
+        # Its runs, for the busy window of gpu_busy_percent, GRBM status and the SMU
+        # model (kmd/sysfs.py BusyMeter): queue work keeps the engines busy as jobs do.
+        self.perf = perf.RingPerf("sdma" if self.ip_type == DMA else "compute")
+
+    def running_since(self) -> float | None:
+        """When the run on its engine now began, None when idle (Ring.running_since)."""
+        w = self.worker
+        return w.run_started if w is not None else None
 
     @property
     def ring_dwords(self) -> int:

@@ -165,6 +165,7 @@ class QueueWorker:
         res = self.engine.run(pt, va, n, q.id, q.ring_id, resume=resume)
         end = time.monotonic()
         q.busy_time += end - start
+        q.perf.ran(start, end)
         if trace.on:
             trace.userq_done(q, n, q.rptr + n if res.status == "ok" else q.rptr, res.status, start, end)
         if res.status == "preempted":

@@ -291,6 +291,7 @@ def build(records: list[dict], keep=lambda pid: True, umd_events=()) -> dict:
 
     # user-queue runs (kmd/userq_worker.py), each queue on a lane of its own after the rings
     queue_tid: dict[str, int] = {}
+    queue_busy: list[tuple[str, float, float]] = []
     for r in records:
         if r.get("type") != "userq_run" or not keep(r["pid"]):
             continue
@@ -298,13 +299,15 @@ def build(records: list[dict], keep=lambda pid: True, umd_events=()) -> dict:
         if tid is None:
             tid = queue_tid[r["queue"]] = len(ring_tid) + len(queue_tid) + 1
             ev.append({"ph": "M", "name": "thread_name", "pid": GPU_PID, "tid": tid,
-                       "args": {"name": f"{r['queue']} (user queue)"}})
+                       "args": {"name": r["queue"]}})
             ev.append({"ph": "M", "name": "thread_sort_index", "pid": GPU_PID, "tid": tid,
                        "args": {"sort_index": tid}})
+        s0, s1 = _us(r["ts"]), max(_us(r["end"]), _us(r["ts"]) + 0.001)
         ev.append({"ph": "X", "cat": "userq", "name": f"{r['comm']} queue {r['queue_id']}", "pid": GPU_PID,
-                   "tid": tid, "ts": _us(r["ts"]), "dur": max(_us(r["end"]) - _us(r["ts"]), 0.001),
+                   "tid": tid, "ts": s0, "dur": s1 - s0,
                    "args": {"pid": r["pid"], "process": r["comm"], "client": r["client"], "dwords": r["dwords"],
                             "status": r["status"]}})
+        queue_busy.append((r["queue"], s0, s1))
 
     # fence signal -> the wait it ended
     for w, wtid in waits:
@@ -332,6 +335,10 @@ def build(records: list[dict], keep=lambda pid: True, umd_events=()) -> dict:
         for s0, s1, _ in job.get("runs", ()):
             ev.append({"ph": "C", "name": f"{job['ring']} busy", "pid": GPU_PID, "ts": s0, "args": {"busy": 1}})
             ev.append({"ph": "C", "name": f"{job['ring']} busy", "pid": GPU_PID, "ts": s1, "args": {"busy": 0}})
+
+    for name, s0, s1 in queue_busy:
+        ev.append({"ph": "C", "name": f"{name} busy", "pid": GPU_PID, "ts": s0, "args": {"busy": 1}})
+        ev.append({"ph": "C", "name": f"{name} busy", "pid": GPU_PID, "ts": s1, "args": {"busy": 0}})
 
     ev.extend(e for e in umd_events if "pid" not in e or keep(e["pid"]))
     lost = sum(r.get("count", 0) for r in records if r.get("type") == "lost")
@@ -384,8 +391,10 @@ def run(mount: str, out: str, command: list[str], everything: bool = False) -> i
         json.dump(trace, f)
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     jobs = sum(e["cat"] == "job" for e in spans)
-    print(f"vgpu timeline: {jobs} jobs, {sum(e['cat'] == 'ioctl' for e in spans)} ioctls, "
-          f"{len(spans) - jobs - sum(e['cat'] == 'ioctl' for e in spans)} UMD spans -> {out} "
+    runs = sum(e["cat"] == "userq" for e in spans)
+    ioctls = sum(e["cat"] == "ioctl" for e in spans)
+    print(f"vgpu timeline: {jobs} jobs, {runs} user-queue runs, {ioctls} ioctls, "
+          f"{len(spans) - jobs - runs - ioctls} UMD spans -> {out} "
           f"(open it in ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
     if trace["otherData"]["records_lost"]:
         print(f"vgpu timeline: {trace['otherData']['records_lost']} records were lost (the recording "

@@ -10,7 +10,7 @@ import zlib
 GPU_PID = 1 << 30  # vgpu_tools.timeline's track group of the rings
 
 ROW, GAP, LABEL, COUNTER = 22, 6, 190, 40
-COLORS = {"job": "#e8743b", "ioctl": "#5b8ff9", "kernel": "#19a979", "memcpy": "#945ecf",
+COLORS = {"job": "#e8743b", "userq": "#e8743b", "ioctl": "#5b8ff9", "kernel": "#19a979", "memcpy": "#945ecf",
           "sync": "#c9a227"}
 
 
@@ -109,7 +109,7 @@ def _tick(span_us: float) -> float:
 
 
 # Text: one character per column; the span's kind decides the character.
-TEXT_MARKS = {"job": "#", "kernel": "K", "memcpy": "=", "sync": "~"}
+TEXT_MARKS = {"job": "#", "userq": "#", "kernel": "K", "memcpy": "=", "sync": "~"}
 IOCTL_MARKS = {"AMDGPU_CS": "C", "AMDGPU_WAIT_CS": "W", "AMDGPU_WAIT_FENCES": "W", "SYNCOBJ_WAIT": "W",
                "SYNCOBJ_TIMELINE_WAIT": "W", "AMDGPU_GEM_CREATE": "G", "AMDGPU_GEM_VA": "V"}
 SPARK = " ▁▂▃▄▅▆▇█"
@@ -172,6 +172,6 @@ def render_text(trace: dict, width: int = 100) -> str:
             line.append(SPARK[round(8 * peak / top)])
         out.append(f"  {name[:label - 2]:<{label - 2}} " + "".join(line).rstrip())
     out.append("")
-    out.append("# job on a ring   K kernel launch   = memcpy/memset   ~ synchronize   "
+    out.append("# job on a ring or a user-queue run   K kernel launch   = memcpy/memset   ~ synchronize   "
                "C CS   W wait   G GEM_CREATE   V GEM_VA   - other ioctl")
     return "\n".join(out) + "\n"

@@ -46,8 +46,12 @@ def test_umd_programs_are_right_with_the_model_on(cache_model_mount, tmp_path):
     KMD's job frame) keep umd programs right; their kernels went through the L2."""
     for name, args in (("umd_saxpy", ["--n", "5000"]), ("umd_matmul", []), ("umd_softmax", ["--rows", "3", "--cols", "300"])):
         passed(run_sample(name, cache_model_mount, *args, cache_dir=tmp_path))
+    # umd's streams ran on user queues (docs/userq.md): the device's L2 counters, which
+    # every engine's traffic goes through, show the kernels' hits and write-backs.
+    l2 = dict(line.split(None, 1) for line in read_text(os.path.join(cache_model_mount, CACHE)).splitlines())
+    assert int(l2["l2_hits"]) > 0 and int(l2["l2_writebacks"]) > 0 and int(l2["l2_misses"]) > 0
+    # and on the CS path (VGPU_USERQ=0) the compute ring's job frame did its ACQUIRE_MEM
+    passed(run_sample("umd_saxpy", cache_model_mount, "--n", "5000", cache_dir=tmp_path, env={"VGPU_USERQ": "0"}))
     engine = read_text(os.path.join(cache_model_mount, "sys/class/drm/card0/device/vgpu_engines/comp_1.0.0/counters"))
     counters = dict(line.split() for line in engine.splitlines())
-    assert int(counters["l2_hits"]) > 0 and int(counters["l2_writebacks"]) > 0
-    assert int(counters["pkt_ACQUIRE_MEM"]) > 0
-    assert re.search(r"^l2_misses [1-9]", read_text(os.path.join(cache_model_mount, CACHE)), re.M)
+    assert int(counters["l2_hits"]) > 0 and int(counters["pkt_ACQUIRE_MEM"]) > 0

@@ -240,7 +240,7 @@ except KeyboardInterrupt:
 """
 
 CTRL_C_UMD = r"""
-import sys, numpy as np, umd
+import os, sys, numpy as np, umd
 from vgpu import asm
 src = '''.kernel spin
 .arg flag ptr
@@ -263,8 +263,12 @@ try:
     umd.synchronize()
     print("returned", flush=True)
 except KeyboardInterrupt:
-    ring = open(sys.argv[1] + "/sys/kernel/debug/dri/0/vgpu_ring_comp_1.0.0").read()
-    print("interrupted", "idle" if "running:      idle" in ring else "busy", flush=True)
+    if os.environ.get("VGPU_USERQ") == "0":
+        ring = open(sys.argv[1] + "/sys/kernel/debug/dri/0/vgpu_ring_comp_1.0.0").read()
+        busy = "running:      idle" not in ring
+    else:    # umd on user queues: the spin is the compute queue's run
+        busy = "comp_userq" in open(sys.argv[1] + "/sys/kernel/debug/dri/0/vgpu_userqs").read()
+    print("interrupted", "busy" if busy else "idle", flush=True)
     other = umd.Stream()      # end the spin (it would otherwise run until the ring timeout)
     umd.memcpy_htod(flag.ptr, np.ones(1, np.int32), stream=other)
     other.synchronize()
@@ -272,14 +276,32 @@ except KeyboardInterrupt:
 """
 
 
-def ctrl_c(mount, code, request):
+SYS_FUTEX = 202
+
+
+def main_thread_in_futex(pid: int) -> bool:
+    """The main thread of `pid` sleeps in futex(2) (umd's wait on a user queue's rptr)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/syscall") as f:
+            return f.read().split()[0] == str(SYS_FUTEX)
+    except (OSError, IndexError):
+        return False
+
+
+def ctrl_c(mount, code, request, env=None):
+    """SIGINT to a client blocked in `request` (an ioctl), or with request None in a
+    futex wait, ends it at once with KeyboardInterrupt."""
     client = subprocess.Popen([sys.executable, "-c", code, mount], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, cwd="/",
-                              env={k: v for k, v in dict(os.environ, PYTHONPATH=ROOT, VGPU_MOUNT=mount).items()
+                              env={k: v for k, v in dict(os.environ, PYTHONPATH=ROOT, VGPU_MOUNT=mount,
+                                                         **(env or {})).items()
                                    if k != "VGPU_TRANSPORT"})
     with watchdog(client):
         assert client.stdout.readline().split() == ["waiting"]
-        wait_threads_in_ioctl(client.pid, 1, request)
+        if request is None:
+            wait_for(lambda: main_thread_in_futex(client.pid), "the client's futex wait")
+        else:
+            wait_threads_in_ioctl(client.pid, 1, request)
         t0 = time.monotonic()
         client.send_signal(signal.SIGINT)
         out, err = client.communicate()
@@ -304,7 +326,13 @@ def _libvgpu_uses_ioctl() -> bool:
 
 @pytest.mark.skipif(not _libvgpu_uses_ioctl(), reason="libvgpu still speaks the frame protocol")
 def test_ctrl_c_of_umd_synchronize_ends_the_client(mount):
-    ctrl_c(mount, CTRL_C_UMD, uapi.DRM_IOCTL_AMDGPU_WAIT_CS)
+    """On CS (VGPU_USERQ=0): synchronize blocks in WAIT_CS, EINTR ends it."""
+    ctrl_c(mount, CTRL_C_UMD, uapi.DRM_IOCTL_AMDGPU_WAIT_CS, env={"VGPU_USERQ": "0"})
+
+
+def test_ctrl_c_of_umd_synchronize_on_user_queues_ends_the_client(mount):
+    """On user queues (umd's default): synchronize sleeps in futex on the queue's rptr."""
+    ctrl_c(mount, CTRL_C_UMD, None)
 
 
 # -- many waiters ---------------------------------------------------------------------------------

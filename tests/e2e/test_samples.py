@@ -41,12 +41,14 @@ DEVICE_PATHS = {"mount": "", "render-node": "dev/dri/renderD128"}   # --device, 
 
 
 def run_sample(name: str, device: str | None, *args, cache_dir=None, mount_env: str | None = None,
-               timeout: float = 120) -> subprocess.CompletedProcess:
+               timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``samples/<name>.py --device DEVICE ARGS`` (no --device when ``device`` is None)
     as a user would, with this repository on PYTHONPATH; ``cache_dir`` becomes
-    VGPU_CACHE_DIR (the umd kernel cache), ``mount_env`` VGPU_MOUNT."""
-    env = _env(mount_env)
+    VGPU_CACHE_DIR (the umd kernel cache), ``mount_env`` VGPU_MOUNT; ``env`` adds
+    variables (VGPU_USERQ=0: umd on CS)."""
+    extra, env = env, _env(mount_env)
     env.pop("VGPU_DEBUG", None)
+    env.update(extra or {})
     if cache_dir is not None:
         env["VGPU_CACHE_DIR"] = str(cache_dir)
     device_args = [] if device is None else ["--device", device]

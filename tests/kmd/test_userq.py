@@ -471,3 +471,17 @@ def test_fdinfo_counts_queue_engine_time(s):
     q = Queue(s)
     q.wait_rptr(q.write(SdmaIb().constant_fill(VA_A, 7, 65536).dwords))
     assert fdinfo.engine_ns(s.dev, s.f)["sdma"] > before
+
+
+def test_queue_work_keeps_the_engine_busy(s):
+    """gpu_busy_percent, GRBM/SDMA status and the SMU model see a queue's run as they
+    see a ring job (radeontop and nvtop read them)."""
+    from kmd import info
+    q = Queue(s)
+    q.write(SdmaIb().poll_regmem(VA_A + 128, 1).dwords)       # runs until we say
+    time.sleep(0.3)
+    assert s.dev.busy_meter.percent() > 50
+    assert info._busy(s.dev, DMA, 0) and not info._busy(s.dev, DMA, 1)
+    s.bo(s.a).write(128, struct.pack("<I", 1))
+    q.wait_rptr(q.wptr)
+    assert not info._busy(s.dev, DMA, 0)
