@@ -121,7 +121,8 @@ print("done", flush=True)
 
 def test_a_ring_kept_busy_by_a_long_kernel_reads_at_least_90_percent(long_timeout_mount):
     sysfs = os.path.join(long_timeout_mount, *SYSFS)
-    client = start_client(SPIN, mount=long_timeout_mount)
+    # on the compute ring: umd on CS (on user queues the queue's engine is busy instead)
+    client = start_client("import os; os.environ['VGPU_USERQ'] = '0'\n" + SPIN, mount=long_timeout_mount)
     try:
         assert client.stdout.readline().strip() == "running"
         # Let the kernel fill a whole busy window (BUSY_WINDOW, 1 s) before reading.
@@ -187,3 +188,24 @@ def test_smi_loop_repeats_the_screen(vgpu_mount):
         proc.terminate()
         proc.wait(timeout=30)
     assert screens == 3
+
+
+def test_a_user_queue_kept_busy_by_a_long_kernel_keeps_the_gpu_busy(long_timeout_mount):
+    """umd's default: the kernel spins on a compute user queue; gpu_busy_percent and
+    smi's device row count the queue's run, and the process's fdinfo time grows."""
+    sysfs = os.path.join(long_timeout_mount, *SYSFS)
+    client = start_client(SPIN, mount=long_timeout_mount)
+    try:
+        assert client.stdout.readline().strip() == "running"
+        time.sleep(perf.BUSY_WINDOW + 0.5)
+        busy = int(read_text(os.path.join(sysfs, "gpu_busy_percent")))
+        s = smi_json(long_timeout_mount)
+    finally:
+        client.stdin.write("\n")
+        client.stdin.flush()
+        out = client.stdout.readline().strip()
+        client.wait(timeout=30)
+    assert out == "done"
+    assert busy >= 90 and s["device"]["busy_percent"] >= 90
+    row, = [p for p in s["processes"] if p["pid"] == client.pid]
+    assert row["engine_ns"]["compute"] >= 0.9e9
