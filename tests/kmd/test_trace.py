@@ -265,5 +265,5 @@ def test_userq_is_traced_and_recorded(dev, client):
         ("sdma_userq0", 4, "ok", 1000)
     from vgpu_tools.timeline import build
     ev = build([{"type": "header", "rings": ["sdma0"]}, *spans])["traceEvents"]
-    lane = next(e for e in ev if e.get("name") == "thread_name" and "user queue" in e["args"]["name"])
+    lane = next(e for e in ev if e.get("name") == "thread_name" and e["args"]["name"] == "sdma_userq0")
     assert any(e.get("cat") == "userq" and e["tid"] == lane["tid"] for e in ev)
