@@ -166,6 +166,9 @@ class QueueWorker:
         end = time.monotonic()
         q.busy_time += end - start
         q.perf.ran(start, end)
+        # The engine is idle from here: say so before rptr tells a waiter the run is
+        # done, so a status read after the wait sees it idle (GRBM, gpu_busy_percent).
+        self.run_started = None
         if trace.on:
             trace.userq_done(q, n, q.rptr + n if res.status == "ok" else q.rptr, res.status, start, end)
         if res.status == "preempted":
