@@ -11,8 +11,11 @@ from libc.stdint cimport int8_t, int16_t, int32_t, uint16_t
 from libc.math cimport (ceil, copysign, cos, exp, exp2, floor, log, log2, rint, sin, sqrt,
                         tanh, trunc)
 from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcmp
 
 include "_cu_defs.pxi"    # generated from vgpu/isa.py by kmd/hw/gen_defs.py
+
+import numpy as np
 
 from kmd.hw import compute as _cu_py
 from vgpu import isa as _isa
@@ -2143,6 +2146,20 @@ cdef class ComputeEngine:
     cdef bint _running
     cdef bint _cooperative
     cdef object _trigger
+    cdef object _spare_csa      # the save area of dispatches given none (kept: see dispatch)
+    cdef tuple _checked_given   # the last dispatch's arguments as given, and as checked
+    cdef tuple _checked_key
+    # The decoded code window of the last dispatch (a launch of the same kernel reuses
+    # it when the code bytes are unchanged): raw words, their DInst records and what
+    # _dispatch derives from them; win_new is the scratch copy of the next window.
+    cdef uint64_t* _win_raw
+    cdef uint64_t* _win_new
+    cdef DInst* _win
+    cdef int64_t _win_bytes
+    cdef int _win_sgprs
+    cdef int _win_vgprs
+    cdef int _win_vzero
+    cdef bint _win_coop
 
     def __init__(self, str name, ih, int threads=2, L2Cache l2=None):
         if not 1 <= threads <= _cu_py.CSA_MAX_SLOTS:
@@ -2156,6 +2173,18 @@ cdef class ComputeEngine:
         self._running = False
         self._cooperative = False
         self._trigger = None
+        self._spare_csa = None
+        self._win_raw = <uint64_t*>malloc(CU_WINDOW)
+        self._win_new = <uint64_t*>malloc(CU_WINDOW)
+        self._win = <DInst*>malloc(sizeof(DInst) * (CU_WINDOW // 8))
+        self._win_bytes = -1
+        if self._win_raw == NULL or self._win_new == NULL or self._win == NULL:
+            raise MemoryError
+
+    def __dealloc__(self):
+        free(self._win_raw)
+        free(self._win_new)
+        free(self._win)
 
     def abort(self):
         """Stop the dispatch in progress before its next instruction (from another thread).
@@ -2196,9 +2225,23 @@ cdef class ComputeEngine:
 
     def dispatch(self, PageTable pt not None, code_va, *, sgprs, vgprs, lds_bytes, grid,
                  block, user_data, ctx_id=0, ring_id=0, resume=None, csa=None):
-        grid, block, user_data = _cu_py.check_dispatch(code_va, sgprs, vgprs, lds_bytes,
-                                                       grid, block, user_data)
-        key = (code_va, sgprs, vgprs, lds_bytes, grid, block, tuple(user_data))
+        # The checks are pure: a relaunch with the same arguments reuses their outcome.
+        given = (code_va, sgprs, vgprs, lds_bytes, tuple(grid), tuple(block), tuple(user_data))
+        if given == self._checked_given:
+            key = self._checked_key
+        else:
+            g, b, u = _cu_py.check_dispatch(code_va, sgprs, vgprs, lds_bytes, grid, block, user_data)
+            key = (code_va, sgprs, vgprs, lds_bytes, g, b, tuple(u))
+            self._checked_given, self._checked_key = given, key
+        grid, block, user_data = key[4], key[5], list(key[6])
+        own = csa is None
+        if own and getattr(resume, "own_csa", None) is None:     # (check_resume checks resume)
+            # A save area is only written when the dispatch is preempted: one kept
+            # buffer serves every dispatch that is not (allocating megabytes per
+            # dispatch cost a mmap and munmap each, tiny kernels included).
+            if self._spare_csa is None:
+                self._spare_csa = np.zeros(_cu_py.csa_bytes(self.threads), np.uint8)
+            csa = self._spare_csa
         area = _cu_py.check_resume(resume, key, csa, self.threads)
         self._stop.store(0 if self._trigger is None else STOP_COUNT)
         self._running = True
@@ -2213,8 +2256,10 @@ cdef class ComputeEngine:
             pin.release()
         if result.status == "preempted":
             result.resume.key = key
-            if csa is None:
+            if own:
                 result.resume.own_csa = area
+                if area is self._spare_csa:      # the resume keeps it now
+                    self._spare_csa = None
         if result.status == "fault":
             src, data = _cu_py.ih_entry(result.reason, result.fault, result.pc)
             self.ih.push(src, ring_id, ctx_id, data)
@@ -2228,6 +2273,7 @@ cdef class ComputeEngine:
         cdef uint64_t word, total, nwork
         cdef int64_t k, nwin, page_end
         cdef int i, nthreads, wi, lane
+        cdef uint32_t bx, by, bz, nthr, t
         cdef bint ok = True
         cdef uint8_t[::1] csa_view = area
         cdef PlanItem* coop_plan = NULL
@@ -2239,7 +2285,8 @@ cdef class ComputeEngine:
             return _cu_py.ComputeResult("ok", None, None, 0)
         plan = _cu_py.resume_plan(resume, total)
         nwork = sum(count for _, count, _ in plan)
-        layout = _cu_py.wave_layout(block)
+        bx, by, bz = block
+        nthr = bx * by * bz
         sh.ptes, sh.lock, sh.generation = &pt.ptes, &pt.lock, &pt.generation
         sh.stop, sh.next_wg, sh.fault_wg = &self._stop, &self._next_wg, &self._fault_wg
         sh.next_saved = &self._next_saved
@@ -2247,14 +2294,17 @@ cdef class ComputeEngine:
         sh.l2 = self.l2.c if self.l2 is not None else NULL
         sh.code_va, sh.sgprs, sh.vgprs, sh.lds_bytes = code_va, sgprs, vgprs, lds_bytes
         sh.gx, sh.gy, sh.gz, sh.total, sh.nwork = grid[0], grid[1], grid[2], total, nwork
-        sh.nwaves = len(layout)
+        sh.nwaves = (nthr + CU_WAVE - 1) // CU_WAVE
         sh.csa = &csa_view[0]
         sh.csa_slots = min(csa_view.shape[0] // _cu_py.CSA_SLOT_BYTES, _cu_py.CSA_MAX_SLOTS)
         sh.csa_used = &self._csa_used
         sh.wave_rec = _cu_py.csa_wave_bytes(sgprs, vgprs)
         sh.nparked = &self._nparked
         self._nparked.store(0)
-        cap = min(_cu_py.grid_barrier_capacity(block, sgprs, vgprs, lds_bytes, self.threads), total)
+        with nogil:
+            self._decode_window(pt, code_va, sgprs, vgprs, &sh)
+        cap = min(_cu_py.grid_barrier_capacity(block, sgprs, vgprs, lds_bytes, self.threads), total) \
+            if sh.cooperative else 0
         sh.gsa_slot = (_cu_py.CSA_SLOT_HEADER.size + sh.nwaves * sh.wave_rec + lds_bytes + 7) // 8 * 8
         used = 0
         for _, slot in (resume.saved if resume is not None else ()):
@@ -2284,17 +2334,17 @@ cdef class ComputeEngine:
                     k += count
             sh.wave_exec = <uint32_t*>calloc(sh.nwaves, 4)
             sh.lid = <uint32_t*>calloc(sh.nwaves * 3 * CU_WAVE, 4)
-            sh.win = <DInst*>malloc(sizeof(DInst) * (CU_WINDOW // 8))
-            if sh.wave_exec == NULL or sh.lid == NULL or sh.win == NULL:
+            sh.win = self._win
+            if sh.wave_exec == NULL or sh.lid == NULL:
                 raise MemoryError
-            sh.lid_rows = 1
-            for wi, (mask, ids) in enumerate(layout):
-                sh.wave_exec[wi] = mask
-                for lane, xyz in enumerate(ids):
-                    for k in range(3):
-                        sh.lid[(wi * 3 + k) * CU_WAVE + lane] = xyz[k]
-                        if xyz[k] and k >= sh.lid_rows:
-                            sh.lid_rows = k + 1
+            # Each wave's initial EXEC and its lanes' local ids, as compute.wave_layout.
+            sh.lid_rows = 1 if by * bz == 1 else (2 if bz == 1 else 3)
+            for t in range(nthr):
+                wi, lane = t // CU_WAVE, t % CU_WAVE
+                sh.wave_exec[wi] |= (<uint32_t>1) << lane
+                sh.lid[(wi * 3) * CU_WAVE + lane] = t % bx
+                sh.lid[(wi * 3 + 1) * CU_WAVE + lane] = t // bx % by
+                sh.lid[(wi * 3 + 2) * CU_WAVE + lane] = t // (bx * by)
             for i in range(nthreads):
                 threads[i].sh = &sh
                 threads[i].s = <uint32_t*>cu_zalloc(sh.nwaves * CU_MAX_SGPRS * 4)
@@ -2308,45 +2358,14 @@ cdef class ComputeEngine:
                         or threads[i].waves == NULL:
                     raise MemoryError
                 threads[i].gslot = -1
-                if resume is not None or cap:
+                if resume is not None or sh.cooperative:
                     threads[i].last_s = <uint32_t*>cu_zalloc(sgprs * 4)
                     threads[i].last_v = <uint32_t*>cu_zalloc(vgprs * CU_WAVE * 4)
                     if threads[i].last_s == NULL or threads[i].last_v == NULL:
                         raise MemoryError
             with nogil:
-                # Decode the exec-mapped pages from code_va once (docs/hw.md).
-                nwin = 0
-                if code_va & 7 == 0:
-                    pt.lock.lock_shared()
-                    while nwin < CU_WINDOW and code_va + <uint64_t>nwin >= code_va:
-                        it = pt.ptes.find((code_va + nwin) >> PAGE_SHIFT)
-                        if it == pt.ptes.end() or not (deref(it).second.flags & C_PTE_EXEC):
-                            break
-                        page_end = nwin + PAGE_SIZE - ((code_va + nwin) & PAGE_MASK)
-                        if page_end > CU_WINDOW:
-                            page_end = CU_WINDOW
-                        while nwin < page_end:
-                            memcpy(&word, deref(it).second.host + ((code_va + nwin) & PAGE_MASK),
-                                   8)
-                            cu_decode(word, sgprs, vgprs, &sh.win[nwin >> 3])
-                            nwin += 8
-                    pt.lock.unlock_shared()
-                sh.win_bytes = nwin
-                # The lowest VGPR an instruction of the window may write (a bad or
-                # unused dst field only lowers it): run_workgroup zeroes from there.
-                sh.vzero_from = vgprs
-                for i in range(nwin >> 3):
-                    if sh.win[i].status == CU_OK and sh.win[i].dst >= OPR_VGPR and \
-                            sh.win[i].dst - OPR_VGPR < sh.vzero_from:
-                        sh.vzero_from = sh.win[i].dst - OPR_VGPR
                 for i in range(nthreads):
                     threads[i].vzero_from = sh.vzero_from
-                # A cooperative dispatch (docs/isa.md 4.1): room for the workgroups held
-                # at the grid barrier, and no preemption (preempt() refuses it).
-                for i in range(nwin >> 3):
-                    if sh.win[i].status == CU_OK and sh.win[i].op == OP_S_BARRIER_GRID:
-                        sh.cooperative = True
-                        break
                 if sh.cooperative and cap:
                     sh.gsa = <uint8_t*>malloc(cap * sh.gsa_slot)
                     sh.parked = <uint64_t*>malloc(cap * 8)
@@ -2417,7 +2436,54 @@ cdef class ComputeEngine:
             free(sh.parked)
             free(sh.wave_exec)
             free(sh.lid)
-            free(sh.win)
+
+    cdef void _decode_window(self, PageTable pt, uint64_t code_va, int sgprs, int vgprs,
+                             CuShared* sh) noexcept nogil:
+        """sh.win, win_bytes, vzero_from and cooperative of the code at code_va: the
+        exec-mapped pages from there, at most CU_WINDOW bytes (docs/hw.md), decoded
+        once per dispatch, or taken from the last dispatch when its bytes and register
+        counts are the same (the bytes are read again each time, so code the CPU
+        rewrote between launches is decoded anew)."""
+        cdef int64_t nwin = 0, page_end, i
+        cdef uint64_t* tmp
+        if code_va & 7 == 0:
+            pt.lock.lock_shared()
+            while nwin < CU_WINDOW and code_va + <uint64_t>nwin >= code_va:
+                it = pt.ptes.find((code_va + nwin) >> PAGE_SHIFT)
+                if it == pt.ptes.end() or not (deref(it).second.flags & C_PTE_EXEC):
+                    break
+                page_end = nwin + PAGE_SIZE - ((code_va + nwin) & PAGE_MASK)
+                if page_end > CU_WINDOW:
+                    page_end = CU_WINDOW
+                memcpy(<uint8_t*>self._win_new + nwin,
+                       deref(it).second.host + ((code_va + nwin) & PAGE_MASK), page_end - nwin)
+                nwin = page_end
+            pt.lock.unlock_shared()
+        sh.win = self._win
+        sh.win_bytes = nwin
+        if nwin == self._win_bytes and sgprs == self._win_sgprs and vgprs == self._win_vgprs \
+                and memcmp(self._win_new, self._win_raw, nwin) == 0:
+            sh.vzero_from, sh.cooperative = self._win_vzero, self._win_coop
+            return
+        tmp = self._win_raw                 # the new bytes become the cached ones
+        self._win_raw = self._win_new
+        self._win_new = tmp
+        for i in range(nwin >> 3):
+            cu_decode(self._win_raw[i], sgprs, vgprs, &self._win[i])
+        # The lowest VGPR an instruction of the window may write (a bad or unused dst
+        # field only lowers it): run_workgroup zeroes from there.
+        sh.vzero_from = vgprs
+        sh.cooperative = False
+        for i in range(nwin >> 3):
+            if self._win[i].status == CU_OK and self._win[i].dst >= OPR_VGPR and \
+                    self._win[i].dst - OPR_VGPR < sh.vzero_from:
+                sh.vzero_from = self._win[i].dst - OPR_VGPR
+            # A cooperative dispatch (docs/isa.md 4.1): room for the workgroups held at
+            # the grid barrier, and no preemption (preempt() refuses it).
+            if self._win[i].status == CU_OK and self._win[i].op == OP_S_BARRIER_GRID:
+                sh.cooperative = True
+        self._win_bytes, self._win_sgprs, self._win_vgprs = nwin, sgprs, vgprs
+        self._win_vzero, self._win_coop = sh.vzero_from, sh.cooperative
 
     cdef _result(self, CuShared* sh, vector[CuThread]& threads, resume, plan):
         """ComputeResult of the run: the lowest faulting workgroup, else an abort, else a
@@ -2441,7 +2507,7 @@ cdef class ComputeEngine:
                         and threads[i].stop_wg == fault_wg:
                     pick = &threads[i]
         left = []
-        if pick == NULL:                        # a preemption left work for later
+        if pick == NULL and not self._all_ran(sh, threads):    # a preemption left work for later
             for i in range(threads.size()):
                 T = &threads[i]
                 if T.stop == CU_PREEMPTED:
@@ -2505,6 +2571,15 @@ cdef class ComputeEngine:
                                      instructions=inst, lane_instructions=lane,
                                      trap_code=f.trap_code, counters=counters)
         return self._thread_wave(r, sh, T, T.stop_wg, T.stop_wave)
+
+    cdef bint _all_ran(self, CuShared* sh, vector[CuThread]& threads):
+        """Whether every position of the plan was handed out and none was preempted
+        (the usual end of a dispatch: nothing for plan_left to find)."""
+        cdef size_t i
+        for i in range(threads.size()):
+            if threads[i].stop == CU_PREEMPTED:
+                return False
+        return sh.next_saved.load() >= sh.nsaved and sh.next_wg.load() >= sh.nwork
 
     cdef dict _counters(self, CuShared* sh, vector[CuThread]& threads, bint first_part):
         """The dispatch's performance counters (kmd/hw/compute.py dispatch_counters),

@@ -99,3 +99,61 @@ def test_unmap_between_dispatches_is_seen():
     rig.pt.unmap(MEM_VA, 4096)
     r = rig.run(text, (1, 1, 1), (32, 1, 1), user_data=ud, vgprs=8)
     assert (r.status, r.reason) == ("fault", "unmapped")
+
+
+# -- the decoded window kept between dispatches (a relaunch of the same kernel) --------
+STORE_CONST = "v_mov_b32 v1, {value}\n v_mov_b32 v2, 0\n global_store_dword v2, v1, s[2:3]\n s_endpgm"
+UD_MEM = [0, 0, MEM_VA & 0xFFFFFFFF, MEM_VA >> 32]
+
+
+def test_code_rewritten_between_launches_runs_as_rewritten():
+    """The engine reuses the last dispatch's decoded code only when the bytes are the
+    same: code the CPU rewrote in place (same address, same register counts) runs new."""
+    rig = Rig(_core.ComputeEngine, _core.PageTable)
+    for value in (7, 7, 9, 7):
+        assert rig.run(STORE_CONST.format(value=value), (1, 1, 1), (32, 1, 1), user_data=UD_MEM,
+                       vgprs=8, sgprs=24).status == "ok"
+        assert rig.u32(0, 1)[0] == value
+
+
+def test_same_code_with_fewer_registers_is_checked_again():
+    """Decoding checks register numbers against the dispatch's counts, so the same bytes
+    with fewer VGPRs are decoded again: v9 is out of range with 8."""
+    rig = Rig(_core.ComputeEngine, _core.PageTable)
+    text = "v_mov_b32 v9, 1\n s_endpgm"
+    assert rig.run(text, (1, 1, 1), (32, 1, 1), user_data=UD_MEM, vgprs=16, sgprs=24).status == "ok"
+    r = rig.run(text, (1, 1, 1), (32, 1, 1), user_data=UD_MEM, vgprs=8, sgprs=24)
+    assert (r.status, r.reason) == ("fault", "bad_register")
+    assert rig.run(text, (1, 1, 1), (32, 1, 1), user_data=UD_MEM, vgprs=16, sgprs=24).status == "ok"
+
+
+def test_a_preempted_dispatch_keeps_its_save_area_from_the_next_ones():
+    """A dispatch given no CSA saves into the engine's own; when one is preempted its
+    resume keeps that buffer, and dispatches in between use another."""
+    rig = Rig(_core.ComputeEngine, _core.PageTable)
+    spin = """
+    s_mov_b32 s20, 3000
+top:
+    s_sub_u32 s20, s20, 1
+    s_cmp_gt_u32 s20, 0
+    s_cbranch_scc1 top
+    v_mov_b32 v1, 5
+    s_lshl_b32 s21, s16, 2
+    v_mov_b32 v2, s21
+    global_store_dword v2, v1, s[2:3]
+    s_endpgm"""
+    rig.engine.preempt_after(500)
+    first = rig.run(spin, (8, 1, 1), (32, 1, 1), user_data=UD_MEM, vgprs=8, sgprs=24)
+    assert first.status == "preempted" and first.resume.own_csa is not None
+    other = Rig(_core.ComputeEngine, _core.PageTable)     # same engine, another VM
+    other.engine = rig.engine
+    assert other.run(STORE_CONST.format(value=3), (1, 1, 1), (32, 1, 1), user_data=UD_MEM,
+                     vgprs=8, sgprs=24).status == "ok"
+    obj = rig.load(spin)
+    r = rig.engine.dispatch(rig.pt, CODE_VA + obj.entry, sgprs=24, vgprs=8, lds_bytes=0,
+                            grid=(8, 1, 1), block=(32, 1, 1), user_data=UD_MEM,
+                            resume=first.resume)
+    while r.status == "preempted":
+        r = rig.engine.dispatch(rig.pt, CODE_VA + obj.entry, sgprs=24, vgprs=8, lds_bytes=0,
+                                grid=(8, 1, 1), block=(32, 1, 1), user_data=UD_MEM, resume=r.resume)
+    assert r.status == "ok" and (rig.u32(0, 8) == 5).all()
