@@ -16,7 +16,7 @@ from vgpu import uapi
 
 from . import csa as _csa, ctx as _ctx, debugfs as _debugfs, devcoredump as _devcoredump, fdinfo as _fdinfo, hw
 from . import drm_auth as _drm_auth, gem_flink as _gem_flink
-from . import info as _info
+from . import info as _info, pci_hotplug as _pci_hotplug
 from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _sysfs, userq as _userq, userq_ioctl as _userq_ioctl
 from .drm_file import DrmFile
 from .errors import KmdError
@@ -99,6 +99,10 @@ class Device:
         self.pstate = _ctx.StablePstate()   # CTX GET/SET_STABLE_PSTATE (amdgpu_ctx.c)
         self.reserved_vmid = None           # the DrmFile holding AMDGPU_VM RESERVE_VMID (kmd/vm.py)
         self._t0 = time.monotonic()
+        # PCI hot unplug (kmd/pci_hotplug.py): removed from the bus, and how many
+        # times a rescan brought it back
+        self.unplugged = False
+        self.generation = 0
         # Closed BOs whose memory a job may still touch: {id(bo): bo}; for each job in
         # flight the groups of zombies waiting for it (see free_bo); zombies whose
         # jobs are done, released in slices by the IH thread (_release_ready).
@@ -148,6 +152,8 @@ class Device:
     # -- files ---------------------------------------------------------------
     def open_file(self, pid: int, uid: int, comm: str = "?", render: bool = True) -> DrmFile:
         with self.lock:
+            if self.unplugged:   # a stale node of a removed device (drm_minor_acquire)
+                raise KmdError(errno.ENODEV, "device removed from the bus")
             f = DrmFile(pid, uid, comm, render, self.limiter)
             f.vm.trace, f.vm.owner = self.trace, f
             _drm_auth.file_opened(self, f)  # master and authentication (kmd/drm_auth.py)
@@ -223,6 +229,10 @@ class Device:
             with self.lock:
                 if f.closed:
                     raise KmdError(errno.EBADF, "file is closed")
+                if f.unplugged:   # drm_ioctl: drm_dev_is_unplugged -> -ENODEV
+                    e = KmdError(errno.ENODEV, "device removed from the bus")
+                    e.quiet = True   # said once in kmsg at the remove
+                    raise e
                 self.collect_direct = True
                 try:
                     out = dispatch(IOCTL_TABLE, self, f, request, arg, extra)
@@ -491,6 +501,9 @@ class Device:
         f, ctx = job.file, job.ctx
         who = f"ctx {ctx.id} client {f.id} pid {f.pid} ({f.comm})"
         with self.lock:
+            if self.unplugged and r.status == "aborted":   # stopped by the remove (kmd/pci_hotplug.py)
+                job.error = errno.ENODEV
+                return
             ctx.guilty = True
             if r.status == "aborted":
                 job.error = errno.ETIME
@@ -598,6 +611,14 @@ class Device:
             self.kmsg.log(f"BO file truncated under the GPU: {count} page(s) past the end of a "
                           f"shrunk BO file now read as zero (last host address {address:#x}); "
                           f"a client must not ftruncate its BO files")
+
+    def pci_rescan(self) -> int:
+        """sys/bus/pci/rescan: probe the device again if it was removed (1), else 0."""
+        return _pci_hotplug.rescan(self)
+
+    def pci_bus_files(self) -> dict:
+        """MOUNT/sys/bus/pci/'s files (rescan), kmd/pci_hotplug.py."""
+        return _pci_hotplug.bus_files(self)
 
     @property
     def partitions(self) -> list["Device"]:

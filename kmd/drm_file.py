@@ -51,6 +51,7 @@ class DrmFile:
         self._next_list = 1
         self._next_syncobj = 1
         self.closed = False
+        self.unplugged = False   # its device was removed from the bus: every ioctl ENODEV (kmd/pci_hotplug.py)
 
     @property
     def master(self) -> bool:

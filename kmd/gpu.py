@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from . import partition as _partition
+from . import partition as _partition, pci_hotplug as _pci_hotplug
 from .devcoredump import CoredumpStore
 from .device import MiB, Device
 from .kmsg import KernelLog
@@ -83,6 +83,14 @@ class PartitionedGpu:
                   "clients": [c for h in heads for c in h["clients"]],
                   **{k: sum(h[k] for h in heads) for k in ("vram_total", "gtt_total", "vram_used", "gtt_used")}}
         return self.trace.open_recording(header)
+
+    def pci_rescan(self) -> int:
+        """sys/bus/pci/rescan: probe every removed partition (PCI function) again;
+        how many came back (kmd/pci_hotplug.py)."""
+        return sum(d.pci_rescan() for d in self.partitions)
+
+    def pci_bus_files(self) -> dict:
+        return _pci_hotplug.bus_files(self)
 
     def shutdown(self) -> None:
         """Stop every partition's engines, then remove the shared BO store."""

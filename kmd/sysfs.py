@@ -11,9 +11,10 @@ values are those of the part DEV_INFO reports, read from kmd/info.py at each ope
 import struct
 import time
 
+from vgpu import uapi
 from vgpu.paths import PCI_SLOT
 
-from . import info, partition, pm_sysfs
+from . import info, partition, pci_hotplug, pm_sysfs
 
 PCI_SLOT_NAME = PCI_SLOT  # the whole GPU's; partition N is function N (kmd/partition.py)
 # Board identity by PCI device id: (subsystem vendor, subsystem device, class), from
@@ -137,7 +138,37 @@ def partition_files(dev) -> dict:
     }
 
 
+# amdgpu_show_reset_mask's words for the AMDGPU_RESET_TYPE_* bits, in its order.
+RESET_WORDS = (("soft", 1 << 1), ("queue", 1 << 2), ("pipe", 1 << 3), ("full", 1 << 0))
+# What vgpu's KMD does on a hang or a fault: the ring's running job alone is stopped
+# and its context's queued jobs cancelled while every other ring and context runs on
+# (Device.job_failed, gpu_reset with a guilty context: a per-queue reset, which
+# bumps the reset counter as amdgpu_job_timedout does after a ring reset), and
+# amdgpu_gpu_recover resets the whole GPU (full). No soft recovery, no pipe reset.
+RING_RESETS = (1 << 2) | (1 << 0)
+
+
+def reset_mask(supported: int) -> str:
+    """amdgpu_show_reset_mask: each supported type's word and a space, then a newline."""
+    return "".join(f"{w} " for w, bit in RESET_WORDS if supported & bit) + "\n"
+
+
+def reset_mask_files(dev) -> dict:
+    """compute_reset_mask and sdma_reset_mask (amdgpu_gfx_sysfs_reset_mask_init,
+    amdgpu_sdma_sysfs_reset_mask_init), created for an IP that has rings; no
+    gfx_reset_mask on a part without GFX rings."""
+    ips = {r.ip_type for r in dev.rings.values()}
+    out = {}
+    if uapi.AMDGPU_HW_IP_COMPUTE in ips:
+        out["compute_reset_mask"] = lambda: reset_mask(RING_RESETS)
+    if uapi.AMDGPU_HW_IP_DMA in ips:
+        out["sdma_reset_mask"] = lambda: reset_mask(RING_RESETS)
+    return out
+
+
 def files(dev) -> dict:
+    if dev.unplugged:   # removed from the bus (kmd/pci_hotplug.py): its directory is gone
+        return {}
     m = dev.memory
     meter = dev.busy_meter
     return {
@@ -163,4 +194,6 @@ def files(dev) -> dict:
         **pm_sysfs.files(dev),   # hwmon/, pp_dpm_*, unique_id, link speed (kmd/pm_sysfs.py)
         "vgpu_engines": engine_files(dev),
         "vgpu_cache": lambda: cache_file(dev),
+        **reset_mask_files(dev),
+        "remove": pci_hotplug.remove_file(dev),   # echo 1 > remove: PCI hot unplug
     }

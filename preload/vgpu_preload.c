@@ -12,7 +12,7 @@
  * each of those lead to the mount:
  *
  *   paths      /dev/dri/..., /sys/dev/char/226:N/..., /sys/class/drm/...,
- *              /sys/kernel/debug/{dri,tracing}/..., /sys/module/drm/..., and the mount's
+ *              /sys/kernel/debug/{dri,tracing}/..., /sys/module/drm/..., /sys/bus/pci/rescan, and the mount's
  *              own entries of /sys/bus/pci/devices and /sys/devices  ->  MOUNT/<same path>
  *              (open*, fopen, opendir, stat*, access, readlink, realpath), absolute or
  *              relative to a directory fd whose path is remembered
@@ -188,6 +188,9 @@ static const char *const redirected_prefixes[] = {
 	"/sys/kernel/debug/dri",
 	"/sys/kernel/debug/tracing",
 	"/sys/module/drm",
+	/* the PCI bus's rescan, which brings back a device removed with its remove
+	 * file (IGT's amd_pci_unplug): the mount's bus, not the host's */
+	"/sys/bus/pci/rescan",
 };
 
 /* Directories of the host's sysfs in which only the entries the mount also has are

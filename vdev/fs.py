@@ -121,9 +121,9 @@ class VgpuFs(pyfuse3.Operations):
         for part in dev.partitions:   # card<i> and renderD<128 + i> drive partition i
             i = part.partition.index
             self._link(dri, f"card{i}", ControlFile(self._ino(), render=False, mode=perms.card_mode,
-                                                    gid=perms.gid, device=part))
+                                                    gid=perms.gid, device=part)).gone_with = part
             self._link(dri, f"renderD{128 + i}", ControlFile(self._ino(), render=True, mode=perms.render_mode,
-                                                             gid=perms.gid, device=part))
+                                                             gid=perms.gid, device=part)).gone_with = part
         self._link(dev_dir, "kmsg", GeneratedFile(self._ino(), lambda: dev.kmsg.text()))
         self.bo_dir = self._mkdir(root, "bo")
         self.prime_dir = self._mkdir(root, "prime")
@@ -135,7 +135,7 @@ class VgpuFs(pyfuse3.Operations):
         debug = self._mkdir(self._mkdir(sys_dir, "kernel"), "debug", mode=0o700)
         debug_dri = self._mkdir(debug, "dri")
         for part in dev.partitions:
-            self._mkdir(debug_dri, str(part.partition.index), provider=part.debugfs_files)
+            self._mkdir(debug_dri, str(part.partition.index), provider=part.debugfs_files).gone_with = part
         self._mkdir(debug, "tracing", provider=dev.tracing_files)
         self._mkdir(root, "proc", provider=dev.client_files, mode=0o555)  # proc/<pid>/fdinfo/<client>
 
@@ -184,6 +184,7 @@ class VgpuFs(pyfuse3.Operations):
             slot, i = part.partition.pci_slot, part.partition.index
             pci = self._mkdirs(sys_dir, f"devices/{PCI_ROOT}/{slot}")
             pci.provider = part.sysfs_files  # vendor, device, ..., uevent, mem_info_*
+            pci.gone_with = part   # `echo 1 > remove` takes it away (kmd/pci_hotplug.py)
             self._symlink(pci, "subsystem", "../../../bus/pci")
             self._symlink(pci, "driver", "../../../bus/pci/drivers/amdgpu")
             # hwmon<i>: a class device, as libsystemd's sd-device (nvtop) and `sensors` find
@@ -194,7 +195,7 @@ class VgpuFs(pyfuse3.Operations):
             self._symlink(hwmon, "device", f"../../../{slot}")
             self._symlink(hwmon, "subsystem", "../../../../../class/hwmon")
             self._symlink(self._mkdirs(sys_dir, "class/hwmon"), f"hwmon{i}",
-                          f"../../devices/{PCI_ROOT}/{slot}/hwmon/hwmon{i}")
+                          f"../../devices/{PCI_ROOT}/{slot}/hwmon/hwmon{i}").gone_with = part
             drm = self._mkdir(pci, "drm")
             for name, minor in ((f"card{i}", i), (f"renderD{128 + i}", 128 + i)):
                 node = self._mkdir(drm, name)
@@ -203,10 +204,14 @@ class VgpuFs(pyfuse3.Operations):
                 self._link(node, "dev", GeneratedFile(self._ino(), lambda m=minor: f"{DRM_MAJOR}:{m}\n"))
                 self._symlink(node, "device", f"../../../{slot}")
                 self._symlink(node, "subsystem", "../../../../../class/drm")
-                self._symlink(class_drm, name, f"../../devices/{PCI_ROOT}/{slot}/drm/{name}")
-                self._symlink(char, f"{DRM_MAJOR}:{minor}", f"../../devices/{PCI_ROOT}/{slot}/drm/{name}")
-            self._symlink(bus_devices, slot, f"../../../devices/{PCI_ROOT}/{slot}")
-            self._symlink(driver, slot, f"../../../../devices/{PCI_ROOT}/{slot}")
+                self._symlink(class_drm, name, f"../../devices/{PCI_ROOT}/{slot}/drm/{name}").gone_with = part
+                self._symlink(char, f"{DRM_MAJOR}:{minor}",
+                              f"../../devices/{PCI_ROOT}/{slot}/drm/{name}").gone_with = part
+            self._symlink(bus_devices, slot, f"../../../devices/{PCI_ROOT}/{slot}").gone_with = part
+            self._symlink(driver, slot, f"../../../../devices/{PCI_ROOT}/{slot}").gone_with = part
+        # bus/pci/rescan (0200): probes the removed functions again (kmd/pci_hotplug.py)
+        for name, (read_fn, write_fn, mode) in self.dev.pci_bus_files().items():
+            self._link(bus, name, GeneratedFile(self._ino(), read_fn, write_fn, mode))
         # Not in Linux: the daemon's pid, for clients to name it their ptracer
         # (PR_SET_PTRACER) under Yama, so that it may read their ioctl pointers.
         vgpu_mod = self._mkdirs(sys_dir, "module/vgpu")
@@ -244,10 +249,11 @@ class VgpuFs(pyfuse3.Operations):
                     node = d.children[name] = self._adopt(d, GeneratedFile(self._ino(), entry.read, None, 0o400))
                 node.read_fn, node.uid = entry.read, entry.uid
             else:
-                read_fn, write_fn = entry if isinstance(entry, tuple) else (entry, None)
+                # (read, write) or (read, write, mode): a write-only attribute is 0200 (remove)
+                read_fn, write_fn, *mode = entry if isinstance(entry, tuple) else (entry, None)
                 if not isinstance(node, GeneratedFile) or bool(node.write_fn) != bool(write_fn):
                     node = d.children[name] = self._adopt(d, GeneratedFile(self._ino(), read_fn, write_fn,
-                                                                           d.file_mode))
+                                                                           mode[0] if mode else d.file_mode))
                 node.read_fn, node.write_fn = read_fn, write_fn
             current[name] = node
         return current
@@ -348,7 +354,7 @@ class VgpuFs(pyfuse3.Operations):
         if parent is self.prime_dir:
             return self._attr(self._lookup_prime(text))
         node = self._refresh(parent).get(text)
-        if node is None:
+        if node is None or not node.present():   # present(): a removed PCI device's entries
             raise pyfuse3.FUSEError(errno.ENOENT)
         return self._attr(node)
 
@@ -430,7 +436,7 @@ class VgpuFs(pyfuse3.Operations):
         fh = next(self._next_fh)
         # bo/, sync/ and prime/ list nothing: their names are capabilities (GEM_MMAP, tokens).
         children = {} if node in (self.bo_dir, self.sync_dir, self.prime_dir) else self._refresh(node)
-        self._dir_listings[fh] = sorted(children.items())
+        self._dir_listings[fh] = sorted((n, c) for n, c in children.items() if c.present())
         return fh
 
     @_guard

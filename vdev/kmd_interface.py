@@ -38,14 +38,16 @@ __all__ = ["KmdError", "PendingReply", "Reply", "KernelLog", "BufferObject", "Pr
 
 #: A generated file in a provider's answer: ``read()`` -> its text, taken once per
 #: open(); or ``(read, write)`` for a writable entry, ``write(data: bytes)`` run in
-#: a worker thread (it may wait for engines; a KmdError fails the write()).
+#: a worker thread (it may wait for engines; a KmdError fails the write()), or
+#: ``(read, write, mode)`` with the file's mode (0200: a write-only attribute).
 #: An ``OwnedText(read, uid)`` is a file only ``uid`` (and root) may read, mode 0400
 #: (a client's fdinfo); a nested dict is a directory of entries. A ``Stream``
 #: (trace_pipe, vgpu_timeline): each open gets a ``Reader`` from its
 #: ``open_reader()``, whose ``read(size)`` never waits (b"" when empty) and whose
 #: ``subscribe(wake) -> cancel`` calls ``wake()`` once, from any thread, when
 #: entries may have come; ``close()`` at release.
-ProviderEntry = Union[Callable[[], str], Tuple[Callable[[], str], Callable[[bytes], object]], OwnedText, Stream]
+ProviderEntry = Union[Callable[[], str], Tuple[Callable[[], str], Callable[[bytes], object]],
+                      Tuple[Callable[[], str], Callable[[bytes], object], int], OwnedText, Stream]
 
 
 @runtime_checkable
@@ -162,6 +164,10 @@ class KmdGpu(Protocol):
         """The crash dumps kept now, {N: text}: sys/class/devcoredump/devcd<N>/data
         (docs/crash-dumps.md). Asked at each lookup and listing; does not wait."""
 
+    def pci_bus_files(self) -> dict[str, ProviderEntry]:
+        """The files of sys/bus/pci/ (``rescan``): (read, write, mode) each
+        (kmd/pci_hotplug.py)."""
+
     def shutdown(self) -> None:
         """Stop the engines and remove the BO store; the daemon calls it once, after
         the file system is unmounted."""
@@ -173,6 +179,7 @@ class KmdDevice(KmdGpu, Protocol):
     its sysfs directory and its debugfs dri/<i> reach."""
 
     partition: PartitionShare
+    unplugged: bool   # removed from the PCI bus (kmd/pci_hotplug.py): its nodes and sysfs are gone
 
     def open_file(self, pid: int, uid: int, comm: str = "?", render: bool = True) -> object:
         """A new DRM file for one open() of card0 (``render=False``) or renderD128

@@ -163,6 +163,14 @@ class Node:
         """The kernel dropped ``nlookup`` references; True when the inode may go."""
         return False
 
+    #: the partition (KmdDevice) whose removal from the PCI bus takes this entry away
+    #: (its sysfs directory and links, its nodes, its debugfs: kmd/pci_hotplug.py)
+    gone_with = None
+
+    def present(self) -> bool:
+        """False while ``gone_with`` is unplugged: lookups say ENOENT, listings skip it."""
+        return self.gone_with is None or not self.gone_with.unplugged
+
 
 class Dir(Node):
     """A directory: fixed children, plus children computed by ``provider`` each time

@@ -393,7 +393,8 @@ def _device_values(sysfs: str) -> tuple[dict[str, str], dict[str, str]]:
     """A device directory's text attributes (not the drm/ directory, the subsystem
     and driver links, or the binary PCI config space), and its vgpu_partition/ files."""
     names = sorted(n for n in os.listdir(sysfs) if n != "config"
-                   and os.path.isfile(os.path.join(sysfs, n)) and not os.path.islink(os.path.join(sysfs, n)))
+                   and os.path.isfile(os.path.join(sysfs, n)) and not os.path.islink(os.path.join(sysfs, n))
+                   and os.stat(os.path.join(sysfs, n)).st_mode & 0o444)   # not write-only ones (remove)
     part = os.path.join(sysfs, "vgpu_partition")
     partition = {n: _read(os.path.join(part, n)).strip() for n in os.listdir(part)} if os.path.isdir(part) else {}
     return {n: _read(os.path.join(sysfs, n)).strip() for n in names}, partition

@@ -20,8 +20,10 @@ SYSFS_TEXT = ["vendor", "device", "subsystem_vendor", "subsystem_device", "revis
               "mem_info_vram_total", "mem_info_vram_used", "mem_info_gtt_total", "mem_info_gtt_used",
               "gpu_busy_percent", "product_name", "vgpu_num_evictions", "vgpu_num_bytes_moved",
               "vgpu_cache", "pp_dpm_sclk", "pp_dpm_mclk", "power_dpm_force_performance_level", "unique_id",
-              "current_link_speed", "current_link_width", "max_link_speed", "max_link_width"]
-SYSFS_NAMES = SYSFS_TEXT + ["config", "drm", "subsystem", "driver", "vgpu_engines", "hwmon"]  # config is binary
+              "current_link_speed", "current_link_width", "max_link_speed", "max_link_width",
+              "compute_reset_mask", "sdma_reset_mask"]
+# config is binary; remove is write-only (PCI hot unplug, kmd/pci_hotplug.py)
+SYSFS_NAMES = SYSFS_TEXT + ["config", "drm", "subsystem", "driver", "vgpu_engines", "hwmon", "remove"]
 
 # Client prelude: raw os.write/os.read on a control file (tests.helpers.Drm).
 PRELUDE = """
