@@ -65,6 +65,8 @@ def kernel_from_code_object(image: bytes, source_file: str = "", line_table: dic
 
 
 def _dims(what: str, value, limit: int) -> tuple[int, int, int]:
+    if type(value) is int and 1 <= value <= limit:      # the common 1-D launch
+        return (value, 1, 1)
     dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
     if not 1 <= len(dims) <= 3:
         raise LaunchError(f"{what} {value!r}: give 1 to 3 dimensions")
@@ -242,7 +244,7 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
     """The kernarg bytes and the BOs the pointer arguments point into; ``consts`` gives
     the DeviceArray of each constant array (hidden __const_<k>, see const_arrays),
     ``print_buffer`` the launch's print buffer (hidden __print_buf, umd/kernel_print.py)."""
-    specs, user, size = _layout(compiled)
+    specs, user, size, plan, by_names = _layout(compiled)
     if isinstance(args, dict):
         unknown = set(args) - {a.name for a in user}
         missing = [a.name for a in user if a.name not in args]
@@ -254,26 +256,35 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
         if len(values) != len(user):
             raise LaunchError(f"{compiled.name} takes {len(user)} arguments "
                               f"({', '.join(a.name for a in user)}), got {len(values)}")
-    by_name = {spec.name: v for spec, v in zip(user, values)}
-    if captured:
-        by_name.update(captured)
+    by_name = None
+    if by_names:                        # shapes and globals look arguments up by name
+        by_name = {spec.name: v for spec, v in zip(user, values)}
+        if captured:
+            by_name.update(captured)
     out = bytearray(size)
     bos = []
-    dims = {"grid": grid, "block": block}
-    for spec in specs:
-        if spec.name[:2] != "__":        # the caller's arguments: every hidden name starts with __
-            value = _user_value(compiled, spec, by_name[spec.name], bos)
-        elif spec.name.startswith("__shape_"):
-            value = _shape_of(compiled, specs, by_name, spec.name)
-        elif spec.name.startswith("__const_"):
+    for spec, what, extra in plan:
+        if what is _ARG:
+            value = _user_value(compiled, spec, values[extra], bos)
+        elif what is _SHAPE:
+            shape = getattr(by_name[extra[0]], "shape", None) if extra is not None else None
+            if shape is not None and len(shape) > extra[1]:
+                value = int(shape[extra[1]])       # dimension k of an array argument
+                if value > MAX_EXTENT:
+                    value = _shape_of(compiled, specs, by_name, spec.name)   # says why
+            else:
+                value = _shape_of(compiled, specs, by_name, spec.name)
+        elif what is _DIM:
+            value = (grid if extra[0] == "grid" else block)[extra[1]]
+        elif what is _CONST:
             if not consts or spec.name not in consts:
                 raise LaunchError(f"{compiled.name}: its constant array {spec.name} is not on the "
                                   "device (launch through umd.launch_kernel)")
             bos.append(consts[spec.name].bo)
             value = consts[spec.name].ptr
-        elif spec.name == DYNAMIC_SHARED_ARG:
+        elif what is _DYN_SHARED:
             value = sharedmem
-        elif spec.name.startswith("__global_"):
+        elif what is _GLOBAL:
             if spec.name not in by_name:
                 raise LaunchError(f"{compiled.name} uses a device array it names as a global: launch "
                                   "it as kernel[grid, block](...), which looks the array up")
@@ -282,21 +293,19 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
             if getattr(value, "bo", None) is not None:
                 bos.append(value.bo)
             value = value.ptr
-        elif spec.name == prints.ARG_NAME:
+        elif what is _PRINT:
             if print_buffer is None:
                 raise LaunchError(f"{compiled.name} calls print(): launch it through "
                                   "umd.launch_kernel, which gives it a print buffer")
             bos.append(print_buffer.bo)
             value = print_buffer.address
-        elif spec.name.startswith("__"):
-            if spec.name not in _HIDDEN:
-                raise LaunchError(f"{compiled.name}: unknown hidden argument {spec.name}")
-            where, i = _HIDDEN[spec.name]
-            value = dims[where][i]
-        if spec.kind not in _FORMATS:
+        else:
+            raise LaunchError(f"{compiled.name}: unknown hidden argument {spec.name}")
+        fmt = _FORMATS.get(spec.kind)
+        if fmt is None:
             raise LaunchError(f"{compiled.name}: argument {spec.name} of unknown kind {spec.kind!r}")
         try:
-            struct.pack_into(_FORMATS[spec.kind], out, spec.offset,
+            struct.pack_into(fmt, out, spec.offset,
                              float(value) if spec.kind in ("f32", "f64") else int(value))
         except (struct.error, TypeError, ValueError) as e:
             raise LaunchError(f"{compiled.name}: argument {spec.name}={value!r} does not fit "
@@ -304,24 +313,58 @@ def pack_args(compiled, grid, block, args, consts: dict | None = None,
     return bytes(out), bos
 
 
-#: id(compiled) -> (weakref to it, its args list, specs, user specs, kernarg size); an
-#: entry goes with its kernel.
+# What fills each kernarg slot (_layout's plan): a caller's argument (by position), an
+# array's shape, a grid or block dimension, a constant array, the dynamic shared
+# memory size, a captured global, the print buffer, or an unknown hidden name.
+_ARG, _SHAPE, _DIM, _CONST, _DYN_SHARED, _GLOBAL, _PRINT, _UNKNOWN = (
+    "arg", "shape", "dim", "const", "dyn_shared", "global", "print", "unknown")
+
+
+def _slot(spec, user_index: dict, user_specs: dict) -> tuple:
+    """(spec, what, extra) of one kernarg slot of the plan."""
+    name = spec.name
+    if name[:2] != "__":                # every hidden name starts with __
+        return spec, _ARG, user_index[name]
+    if name.startswith("__shape_"):
+        arg, _, k = name[len("__shape_"):].rpartition("_")
+        if k.isdigit() and getattr(user_specs.get(arg), "ndim", 0):
+            return spec, _SHAPE, (arg, int(k))
+        return spec, _SHAPE, None       # a flat Ptr's size, or an error: _shape_of
+    if name.startswith("__const_"):
+        return spec, _CONST, None
+    if name == DYNAMIC_SHARED_ARG:
+        return spec, _DYN_SHARED, None
+    if name.startswith("__global_"):
+        return spec, _GLOBAL, None
+    if name == prints.ARG_NAME:
+        return spec, _PRINT, None
+    if name in _HIDDEN:
+        return spec, _DIM, _HIDDEN[name]
+    return spec, _UNKNOWN, None
+
+
+#: id(compiled) -> (weakref to it, its args list, specs, user specs, kernarg size,
+#: plan, whether the plan looks arguments up by name); an entry goes with its kernel.
 _LAYOUTS: dict[int, tuple] = {}
 
 
-def _layout(compiled) -> tuple[list, list, int]:
-    """The kernel's ArgSpecs, those the caller gives (no ``__`` name) and the kernarg
-    segment's size; computed once per CompiledKernel and args list (a launch's hot
-    path)."""
+def _layout(compiled) -> tuple[list, list, int, list, bool]:
+    """The kernel's ArgSpecs, those the caller gives (no ``__`` name), the kernarg
+    segment's size, and the plan of its slots; computed once per CompiledKernel and
+    args list (a launch's hot path)."""
     key = id(compiled)
     hit = _LAYOUTS.get(key)
     if hit is None or hit[0]() is not compiled or hit[1] is not compiled.args or len(hit[2]) != len(compiled.args):
         specs = list(compiled.args)
         user = [a for a in specs if not a.name.startswith("__")]
         size = max([compiled.kernarg_size] + [a.offset + a.size for a in specs])
+        index = {a.name: i for i, a in enumerate(user)}
+        ptrs = {a.name: a for a in user if a.kind == "ptr"}
+        plan = [_slot(spec, index, ptrs) for spec in specs]
+        by_names = any(what in (_SHAPE, _GLOBAL) for _, what, _ in plan)
         ref = weakref.ref(compiled, lambda _, k=key: _LAYOUTS.pop(k, None))
-        hit = _LAYOUTS[key] = (ref, compiled.args, specs, user, size)
-    return hit[2], hit[3], hit[4]
+        hit = _LAYOUTS[key] = (ref, compiled.args, specs, user, size, plan, by_names)
+    return hit[2], hit[3], hit[4], hit[5], hit[6]
 
 
 def _user_value(compiled, spec, value, bos: list):
@@ -359,6 +402,9 @@ def stage_host_arrays(compiled, args, stream):
     from .array import DeviceArray, as_cuda_array, is_cuda_array, to_device
     user = _layout(compiled)[1]
     named = isinstance(args, dict)
+    if not named and all(spec.kind != "ptr" or (type(value) is DeviceArray and value.is_c_contiguous())
+                         for spec, value in zip(user, args)):
+        return args, []             # the common launch: device arrays in C order, nothing to stage
     items = [(a, args.get(a.name)) for a in user] if named else list(zip(user, args))
     out = dict(args) if named else list(args)
     back = []

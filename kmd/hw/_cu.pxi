@@ -2151,9 +2151,8 @@ cdef class ComputeEngine:
     cdef tuple _checked_key
     # The decoded code window of the last dispatch (a launch of the same kernel reuses
     # it when the code bytes are unchanged): raw words, their DInst records and what
-    # _dispatch derives from them; win_new is the scratch copy of the next window.
+    # _dispatch derives from them.
     cdef uint64_t* _win_raw
-    cdef uint64_t* _win_new
     cdef DInst* _win
     cdef int64_t _win_bytes
     cdef int _win_sgprs
@@ -2175,15 +2174,13 @@ cdef class ComputeEngine:
         self._trigger = None
         self._spare_csa = None
         self._win_raw = <uint64_t*>malloc(CU_WINDOW)
-        self._win_new = <uint64_t*>malloc(CU_WINDOW)
         self._win = <DInst*>malloc(sizeof(DInst) * (CU_WINDOW // 8))
         self._win_bytes = -1
-        if self._win_raw == NULL or self._win_new == NULL or self._win == NULL:
+        if self._win_raw == NULL or self._win == NULL:
             raise MemoryError
 
     def __dealloc__(self):
         free(self._win_raw)
-        free(self._win_new)
         free(self._win)
 
     def abort(self):
@@ -2225,15 +2222,17 @@ cdef class ComputeEngine:
 
     def dispatch(self, PageTable pt not None, code_va, *, sgprs, vgprs, lds_bytes, grid,
                  block, user_data, ctx_id=0, ring_id=0, resume=None, csa=None):
-        # The checks are pure: a relaunch with the same arguments reuses their outcome.
-        given = (code_va, sgprs, vgprs, lds_bytes, tuple(grid), tuple(block), tuple(user_data))
+        # The checks are pure: a relaunch with the same shape (its user data, the
+        # kernarg address, changes every time) reuses their outcome.
+        given = (code_va, sgprs, vgprs, lds_bytes, tuple(grid), tuple(block), len(user_data))
         if given == self._checked_given:
-            key = self._checked_key
+            grid, block, nud = self._checked_key
+            user_data = [int(u) & 0xFFFFFFFF for u in user_data] + [0] * (USER_SGPRS - nud)
         else:
-            g, b, u = _cu_py.check_dispatch(code_va, sgprs, vgprs, lds_bytes, grid, block, user_data)
-            key = (code_va, sgprs, vgprs, lds_bytes, g, b, tuple(u))
-            self._checked_given, self._checked_key = given, key
-        grid, block, user_data = key[4], key[5], list(key[6])
+            grid, block, user_data = _cu_py.check_dispatch(code_va, sgprs, vgprs, lds_bytes,
+                                                           grid, block, user_data)
+            self._checked_given, self._checked_key = given, (grid, block, given[6])
+        key = (code_va, sgprs, vgprs, lds_bytes, grid, block, tuple(user_data))
         own = csa is None
         if own and getattr(resume, "own_csa", None) is None:     # (check_resume checks resume)
             # A save area is only written when the dispatch is preempted: one kept
@@ -2442,10 +2441,12 @@ cdef class ComputeEngine:
         """sh.win, win_bytes, vzero_from and cooperative of the code at code_va: the
         exec-mapped pages from there, at most CU_WINDOW bytes (docs/hw.md), decoded
         once per dispatch, or taken from the last dispatch when its bytes and register
-        counts are the same (the bytes are read again each time, so code the CPU
+        counts are the same (the bytes are compared each time, so code the CPU
         rewrote between launches is decoded anew)."""
         cdef int64_t nwin = 0, page_end, i
-        cdef uint64_t* tmp
+        cdef uint8_t* host
+        cdef uint8_t* raw = <uint8_t*>self._win_raw
+        cdef bint same = sgprs == self._win_sgprs and vgprs == self._win_vgprs
         if code_va & 7 == 0:
             pt.lock.lock_shared()
             while nwin < CU_WINDOW and code_va + <uint64_t>nwin >= code_va:
@@ -2455,19 +2456,20 @@ cdef class ComputeEngine:
                 page_end = nwin + PAGE_SIZE - ((code_va + nwin) & PAGE_MASK)
                 if page_end > CU_WINDOW:
                     page_end = CU_WINDOW
-                memcpy(<uint8_t*>self._win_new + nwin,
-                       deref(it).second.host + ((code_va + nwin) & PAGE_MASK), page_end - nwin)
+                host = deref(it).second.host + ((code_va + nwin) & PAGE_MASK)
+                if same and (page_end > self._win_bytes
+                             or memcmp(raw + nwin, host, page_end - nwin) != 0):
+                    same = False
+                if not same:
+                    memcpy(raw + nwin, host, page_end - nwin)
                 nwin = page_end
             pt.lock.unlock_shared()
         sh.win = self._win
         sh.win_bytes = nwin
-        if nwin == self._win_bytes and sgprs == self._win_sgprs and vgprs == self._win_vgprs \
-                and memcmp(self._win_new, self._win_raw, nwin) == 0:
+        if same and nwin == self._win_bytes:
             sh.vzero_from, sh.cooperative = self._win_vzero, self._win_coop
             return
-        tmp = self._win_raw                 # the new bytes become the cached ones
-        self._win_raw = self._win_new
-        self._win_new = tmp
+        # (a window that matched a prefix of the cached one left those bytes in place)
         for i in range(nwin >> 3):
             cu_decode(self._win_raw[i], sgprs, vgprs, &self._win[i])
         # The lowest VGPR an instruction of the window may write (a bad or unused dst

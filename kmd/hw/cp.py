@@ -120,6 +120,13 @@ def default_compute_engine(name: str, ih, cus: int = 2, l2=None):
     return ComputeEngine(name, ih, threads=cus)
 
 
+# The packet loop's constants (vgpu/pm4.py), bound once.
+_NOP_FILLER, _NOP, _TYPE3, _PREDICATE, _COUNT_MASK = (P.PM4_NOP_FILLER, P.PKT3_NOP, P.PM4_TYPE3,
+                                                      P.PM4_PREDICATE, P.PM4_COUNT_MASK)
+_SET_SH_REG, _DISPATCH_DIRECT, _RELEASE_MEM = P.PKT3_SET_SH_REG, P.PKT3_DISPATCH_DIRECT, P.PKT3_RELEASE_MEM
+_BODY_DW, _SH_REGS_KNOWN = P.PKT3_BODY_DW, P.SH_REGS_KNOWN
+_USER_DATA_REGS = tuple(P.COMPUTE_USER_DATA_0 + i for i in range(P.COMPUTE_USER_DATA_COUNT))
+
 _COMPARE = (
     lambda a, b: True, lambda a, b: a < b, lambda a, b: a <= b, lambda a, b: a == b,
     lambda a, b: a != b, lambda a, b: a >= b, lambda a, b: a > b,
@@ -143,6 +150,7 @@ class CommandProcessor:
         self._preempt = False
         self._dispatching = False
         self._lock = threading.Lock()
+        self._rsrc_key, self._rsrc = None, None
 
     @property
     def compute(self):
@@ -220,7 +228,7 @@ class CommandProcessor:
                 self._preempt = False
                 self._csa = self._resume_dispatch = None
                 pin.release()
-            res.sh_regs = dict(sorted(self._regs.items()))
+            res.sh_regs = self._regs        # this run's own dict (run() makes a new one)
             return res
 
     # -- packets ---------------------------------------------------------------
@@ -239,52 +247,57 @@ class CommandProcessor:
                 raise _Stop("fault", fault.reason, fault) from None
             pos, inner = 0, None
         ib = frame.dwords
-        while pos < len(ib):
+        end = len(ib)
+        ops = res.packet_ops
+        chain = res.ib_chain
+        execute = self._execute
+        # The loop runs for every packet of every IB: the header fields are decoded
+        # inline (vgpu.pm4's pm4_opcode, pm4_type, pm4_body_dw).
+        while pos < end:
             frame.offset = res.packet_offset = pos
             hdr = ib[pos]
-            res.opcode = P.pm4_opcode(hdr)
+            op = res.opcode = hdr >> 8 & 0xFF
             if self._abort:
                 raise _Stop("aborted")
             if self._preempt and not inner:     # a resumed chain first re-enters its IBs
                 raise _Stop("preempted")
             self._inner, inner = inner, None    # the chained IB a resumed packet re-enters
-            if hdr == P.PM4_NOP_FILLER:
+            if hdr == _NOP_FILLER:
                 pos += 1
                 res.packets += 1
-                res.packet_ops[P.PKT3_NOP] = res.packet_ops.get(P.PKT3_NOP, 0) + 1
+                ops[_NOP] = ops.get(_NOP, 0) + 1
                 continue
-            if P.pm4_type(hdr) != P.PM4_TYPE3 or hdr & P.PM4_PREDICATE:
+            if hdr >> 30 != _TYPE3 or hdr & _PREDICATE:
                 res.opcode = -1
                 raise _Stop("fault", REASON_ILLEGAL_PACKET)
-            n = P.pm4_body_dw(hdr)
-            if pos + 1 + n > len(ib):
+            n = (hdr >> 16 & _COUNT_MASK) + 1
+            if pos + 1 + n > end:
                 raise _Stop("fault", REASON_TRUNCATED)
-            op = res.opcode
-            self._execute(pt, op, ib[pos + 1: pos + 1 + n], res)
-            res.packet_ops[op] = res.packet_ops.get(op, 0) + 1
-            if res.ib_chain[-1] is not frame:  # back from a chained IB
-                res.ib_chain.pop()
+            execute(pt, op, ib[pos + 1: pos + 1 + n], res)
+            ops[op] = ops.get(op, 0) + 1
+            if chain[-1] is not frame:  # back from a chained IB
+                chain.pop()
                 res.packet_offset, res.opcode = pos, P.PKT3_INDIRECT_BUFFER
             res.packets += 1
             pos += 1 + n
 
     def _execute(self, pt, op: int, body, res: CpResult) -> None:
-        want = P.PKT3_BODY_DW.get(op)
+        want = _BODY_DW.get(op)
         if want is not None and len(body) != want:
             raise _Stop("fault", REASON_ILLEGAL_PACKET)
         try:
-            if op == P.PKT3_NOP:
-                return
-            if op == P.PKT3_ACQUIRE_MEM:
-                self.cache_sync(P.acquire_mem_l2_actions(body[0]), res)
-            elif op == P.PKT3_SET_SH_REG:
+            if op == _SET_SH_REG:                   # the most frequent packets first
                 self._set_sh_reg(body)
-            elif op == P.PKT3_DISPATCH_DIRECT:
+            elif op == _DISPATCH_DIRECT:
                 self._dispatch(pt, body, res)
+            elif op == _RELEASE_MEM:
+                self._release_mem(pt, body, res)
+            elif op == P.PKT3_NOP:
+                return
+            elif op == P.PKT3_ACQUIRE_MEM:
+                self.cache_sync(P.acquire_mem_l2_actions(body[0]), res)
             elif op == P.PKT3_INDIRECT_BUFFER:
                 self._indirect_buffer(pt, body, res)
-            elif op == P.PKT3_RELEASE_MEM:
-                self._release_mem(pt, body, res)
             elif op == P.PKT3_WAIT_REG_MEM:
                 self._wait_reg_mem(pt, body)
             elif op == P.PKT3_WRITE_DATA:
@@ -299,22 +312,26 @@ class CommandProcessor:
     def _set_sh_reg(self, body) -> None:
         if len(body) < 2:
             raise _Stop("fault", REASON_ILLEGAL_PACKET)
-        for i, value in enumerate(body[1:]):
-            reg = body[0] + i
-            if reg not in P.SH_REGS_KNOWN:
-                raise _Stop("fault", REASON_BAD_REGISTER)
-            self._regs[reg] = value
+        base = body[0]
+        regs = range(base, base + len(body) - 1)
+        if not _SH_REGS_KNOWN.issuperset(regs):
+            raise _Stop("fault", REASON_BAD_REGISTER)
+        self._regs.update(zip(regs, body[1:]))
 
     def _dispatch(self, pt, body, res: CpResult) -> None:
         x, y, z, initiator = body
         reg = self._regs.get
         block = (reg(P.COMPUTE_NUM_THREAD_X, 0), reg(P.COMPUTE_NUM_THREAD_Y, 0), reg(P.COMPUTE_NUM_THREAD_Z, 0))
         code_va = P.pgm_address(reg(P.COMPUTE_PGM_LO, 0), reg(P.COMPUTE_PGM_HI, 0))
-        vgprs, sgprs = P.decode_rsrc1(reg(P.COMPUTE_PGM_RSRC1, 0))
-        # Registers are granted in granules (docs/pm4.md); the last granule may reach
-        # past the register file, which then bounds it.
-        vgprs, sgprs = min(vgprs, isa.MAX_VGPRS), min(sgprs, isa.MAX_SGPRS)
-        user_sgprs, lds_bytes = P.decode_rsrc2(reg(P.COMPUTE_PGM_RSRC2, 0))
+        rsrc1, rsrc2 = reg(P.COMPUTE_PGM_RSRC1, 0), reg(P.COMPUTE_PGM_RSRC2, 0)
+        # The decoded resource registers of the last dispatch (a relaunch sets the same).
+        if (rsrc1, rsrc2) != self._rsrc_key:
+            vgprs, sgprs = P.decode_rsrc1(rsrc1)
+            # Registers are granted in granules (docs/pm4.md); the last granule may reach
+            # past the register file, which then bounds it.
+            vgprs, sgprs = min(vgprs, isa.MAX_VGPRS), min(sgprs, isa.MAX_SGPRS)
+            self._rsrc_key, self._rsrc = (rsrc1, rsrc2), (vgprs, sgprs, *P.decode_rsrc2(rsrc2))
+        vgprs, sgprs, user_sgprs, lds_bytes = self._rsrc
         if (not initiator & P.DISPATCH_INITIATOR_COMPUTE_SHADER_EN or code_va == 0
                 or min(block) < 1 or block[0] * block[1] * block[2] > MAX_WORKGROUP_THREADS
                 or user_sgprs > P.COMPUTE_USER_DATA_COUNT or sgprs < isa.MIN_SGPRS
@@ -322,7 +339,7 @@ class CommandProcessor:
             raise _Stop("fault", REASON_BAD_DISPATCH)
         if x * y * z == 0:
             return  # no workgroups: nothing runs, as on hardware
-        user_data = [reg(P.COMPUTE_USER_DATA_0 + i, 0) for i in range(user_sgprs)]
+        user_data = [reg(r, 0) for r in _USER_DATA_REGS[:user_sgprs]]
         compute = self.compute
         resume, self._resume_dispatch = self._resume_dispatch, None
         self._dispatching = True
