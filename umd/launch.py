@@ -93,8 +93,8 @@ def check_array(compiled, spec, value) -> None:
     if not dtype or not hasattr(value, "dtype"):
         return
     want = _DTYPES[dtype]
-    expected = f"{ndim}-D {want.name} array" if ndim else f"{want.name} array"
     if np.dtype(value.dtype) != want or (ndim and len(value.shape) != ndim):
+        expected = f"{ndim}-D {want.name} array" if ndim else f"{want.name} array"
         raise ArgumentTypeError(f"{compiled.name}: argument {spec.name} expects a {expected} "
                                 f"({umd_type(spec)}), got a {_describe(value)}")
 
