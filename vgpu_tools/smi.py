@@ -8,8 +8,9 @@ would make smi a client of the GPU it reports on):
   gpu_busy_percent, vgpu_num_evictions, vgpu_num_bytes_moved and
   vgpu_engines/<ring>/{busy_percent,counters};
 - proc/<pid>/fdinfo/<client-id>, each readable by its client's uid and root: the
-  process table. A non-root user sees their own processes, root sees all, as
-  /proc/<pid>/fdinfo allows; smi says how many it could not read.
+  process table, and the user queues (a `vgpu-userq-<name>` line per queue of the
+  DRM file, kmd/fdinfo.py). A non-root user sees their own processes and queues,
+  root sees all, as /proc/<pid>/fdinfo allows; smi says how many it could not read.
 """
 from __future__ import annotations
 
@@ -112,13 +113,29 @@ def sample(mount: str) -> dict:
         if e.errno not in DEAD_MOUNT_ERRNOS:
             raise
         raise SmiError(dead_mount_hint(root)) from None
+    queues = [q for p in processes for q in p.pop("_queues")]
+    queues.sort(key=lambda q: (q["gpu"], q["name"]))
     return {"device": devices[0], "devices": devices, "engines": engines, "processes": processes,
-            "hidden": hidden}
+            "user_queues": queues, "hidden": hidden}
+
+
+def _queue(text: str) -> dict:
+    """A `vgpu-userq-<name>` value of fdinfo: `key value` pairs (kmd/fdinfo.py queue_line)."""
+    words = text.split()
+    kv = dict(zip(words[::2], words[1::2]))
+
+    def num(key: str) -> int:
+        v = kv.get(key, "0")
+        return int(v) if v.isdigit() else 0
+    return {"id": num("id"), "ip": kv.get("ip", "?"), "priority": kv.get("priority", "?"),
+            "state": kv.get("state", "?"), "busy_percent": num("busy-percent"), "runs": num("runs"),
+            "busy_ns": num("busy-ns")}
 
 
 def _processes(proc: str, gpu_of_slot: dict[str, int]) -> tuple[list[dict], int]:
     """One row per GPU and process: the fdinfo of the process's DRM files on that GPU
-    (told by drm-pdev, the device's PCI slot) summed."""
+    (told by drm-pdev, the device's PCI slot) summed; each row's "_queues" are its
+    files' user queues (sample() takes them out into "user_queues")."""
     by_pid: dict[tuple[int, int], dict] = {}
     hidden = 0
     try:
@@ -142,8 +159,9 @@ def _processes(proc: str, gpu_of_slot: dict[str, int]) -> tuple[list[dict], int]
             row = by_pid.setdefault((gpu, int(pid)), {
                 "gpu": gpu, "pid": int(pid), "name": info.get("vgpu-comm", "?"), "uid": int(info.get("vgpu-uid", -1)),
                 "vram_bytes": 0, "gtt_bytes": 0, "contexts": 0, "jobs_submitted": 0, "jobs_in_flight": 0,
-                "faults": 0, "hangs": 0, "clients": [], "engine_ns": {}})
-            row["clients"].append(int(info.get("drm-client-id", client)))
+                "faults": 0, "hangs": 0, "clients": [], "engine_ns": {}, "user_queues": [], "_queues": []})
+            client_id = int(info.get("drm-client-id", client))
+            row["clients"].append(client_id)
             for key, field in (("drm-memory-vram", "vram_bytes"), ("drm-memory-gtt", "gtt_bytes"),
                                ("vgpu-contexts", "contexts"), ("vgpu-jobs-submitted", "jobs_submitted"),
                                ("vgpu-jobs-in-flight", "jobs_in_flight"), ("vgpu-faults", "faults"),
@@ -153,15 +171,21 @@ def _processes(proc: str, gpu_of_slot: dict[str, int]) -> tuple[list[dict], int]
                 if key.startswith("drm-engine-"):
                     engine = key.removeprefix("drm-engine-")
                     row["engine_ns"][engine] = row["engine_ns"].get(engine, 0) + int(value.split()[0])
+                elif key.startswith("vgpu-userq-"):
+                    name = key.removeprefix("vgpu-userq-")
+                    row["user_queues"].append(name)
+                    row["_queues"].append({"gpu": gpu, "name": name, **_queue(value), "pid": row["pid"],
+                                           "process": row["name"], "uid": row["uid"], "client": client_id})
     rows = sorted(by_pid.values(), key=lambda r: (r["gpu"], r["pid"]))
     for r in rows:
         r["clients"].sort()
+        r["user_queues"].sort()
     return rows, hidden
 
 
 def as_json(s: dict) -> str:
     return json.dumps({"device": s["device"], "devices": s["devices"], "engines": s["engines"],
-                       "processes": s["processes"]}, indent=2)
+                       "user_queues": s["user_queues"], "processes": s["processes"]}, indent=2)
 
 
 def _size(n: int) -> str:
@@ -195,7 +219,8 @@ def screen(s: dict, columns: int | None = None) -> str:
     w = box_width(columns)
     inner = w - 4
     bar = "+" + "-" * (w - 2) + "+"
-    name_w = 15 + min(w - MIN_WIDTH, 17)   # a wider box gives the process name up to 32 characters
+    name_w = 12 + min(w - MIN_WIDTH, 20)   # a wider box gives the process name up to 32 characters
+    qname_w = 8 + min(w - MIN_WIDTH, 24)   # the queue table's process name, likewise
 
     def row(text: str) -> str:
         parts = [text[i:i + inner] for i in range(0, max(len(text), 1), inner)]
@@ -218,16 +243,25 @@ def screen(s: dict, columns: int | None = None) -> str:
     for e in s["engines"]:
         out.append(row(f"{e['gpu']:>3}  {e['name']:<10} {e['busy_percent']:3d} % {e['jobs']:>9} "
                        f"{e['busy_ns'] / 1e9:>12.3f} s"))
+    # User queues: each runs on an engine of its own (docs/userq.md), so a row each.
+    out += [bar, row(f"GPU  {'User queue':<12} {'IP':<7}{'PID':>7}  {'Process':<{qname_w}} {'Priority':<11} "
+                     f"{'State':<7} {'Util':>5} {'Runs':>6}"), "|" + "-" * (w - 2) + "|"]
+    if not s.get("user_queues"):
+        out.append(row("  No user queues" + (" of yours (run as root to see all)" if s["hidden"] else "")))
+    for q in s.get("user_queues", ()):
+        out.append(row(f"{q['gpu']:>3}  {q['name']:<12} {q['ip']:<7}{q['pid']:>7}  "
+                       f"{q['process'][:qname_w]:<{qname_w}} {q['priority']:<11} {q['state']:<7} "
+                       f"{q['busy_percent']:3d} % {q['runs']:>6}"))
     out += [bar, "", bar, row("Processes:"),
             row(f"GPU{'PID':>7}  {'Process name':<{name_w}}{'UID':>6}{'VRAM':>9}{'GTT':>9}{'Ctx':>4}"
-                f"{'Jobs':>7}{'Run':>4}{'Flt':>4}{'Hang':>5}"),
+                f"{'UQ':>3}{'Jobs':>7}{'Run':>4}{'Flt':>4}{'Hang':>5}"),
             "|" + "=" * (w - 2) + "|"]
     if not s["processes"]:
         out.append(row("  No running processes found"))
     for p in s["processes"]:
         out.append(row(f"{p['gpu']:>3}{p['pid']:>7}  {p['name'][:name_w]:<{name_w}}{p['uid']:>6}{_size(p['vram_bytes']):>9}"
-                       f"{_size(p['gtt_bytes']):>9}{p['contexts']:>4}{p['jobs_submitted']:>7}"
-                       f"{p['jobs_in_flight']:>4}{p['faults']:>4}{p['hangs']:>5}"))
+                       f"{_size(p['gtt_bytes']):>9}{p['contexts']:>4}{len(p.get('user_queues', ())):>3}"
+                       f"{p['jobs_submitted']:>7}{p['jobs_in_flight']:>4}{p['faults']:>4}{p['hangs']:>5}"))
     if s["hidden"]:
         out.append(row(f"  ({s['hidden']} DRM file(s) of other users not shown: run as root)"))
     out.append(bar)
@@ -237,10 +271,14 @@ def screen(s: dict, columns: int | None = None) -> str:
 # -- dmon ----------------------------------------------------------------------------------
 def _totals(s: dict, gpu: int) -> dict:
     """What dmon differentiates for device `gpu`: per engine busy_ns; SDMA bytes,
-    compute lanes, jobs submitted and page faults over its engines."""
+    compute lanes, jobs submitted and page faults over its engines; the busy_ns of
+    each user queue it shows (fdinfo: a non-root user's own)."""
     engines = [e for e in s["engines"] if e["gpu"] == gpu]
     t = {"busy": {e["name"]: e["counters"].get("busy_ns", 0) for e in engines},
-         "rd": 0, "wr": 0, "lanes": 0, "sub": 0, "faults": 0}
+         "rd": 0, "wr": 0, "lanes": 0, "sub": 0, "faults": 0,
+         # each user queue's busy_ns, by IP column and (client, queue): queues come and go
+         "uq": {col: {(q["client"], q["id"]): q["busy_ns"] for q in s["user_queues"]
+                      if q["gpu"] == gpu and q["ip"] == ip} for col, ip in UQ_COLUMNS.items()}}
     for e in engines:
         c = e["counters"]
         if e["name"].startswith("sdma"):
@@ -252,6 +290,19 @@ def _totals(s: dict, gpu: int) -> dict:
     return t
 
 
+#: dmon's user-queue columns: the busy of the queues of an IP (named as drm-engine-*).
+UQ_COLUMNS = {"uqSdma": "dma", "uqComp": "compute"}
+
+
+def _uq_busy(before: dict, after: dict, col: str, dt: float) -> int:
+    """Percent of `dt` the user queues of column `col` ran, summed over the queues (each
+    has an engine of its own: two queues busy the whole interval read 200). A queue
+    made during the interval counts from 0; one freed during it is not counted."""
+    b, a = before.get("uq", {}).get(col, {}), after.get("uq", {}).get(col, {})
+    ns = sum(max(0, v - b.get(k, 0)) for k, v in a.items())
+    return round(100 * ns / 1e9 / dt)
+
+
 def _col(engines) -> int:
     """The width of a busy column: 8, or the longest engine name (comp_1.0.0 is 10)."""
     return max([8, *map(len, engines)])
@@ -261,14 +312,17 @@ def dmon_header(engines: list[str]) -> str:
     w = _col(engines)
     names = "".join(f" {n:>{w}}" for n in engines)
     units = "".join(f" {'%':>{w}}" for _ in engines)
-    return (f"# gpu{names}  sdmaRd  sdmaWr   lanes    subm  vramUsed  fault\n"
-            f"# Idx{units}    MB/s    MB/s     M/s     1/s       MiB      #")
+    uq = "".join(f" {n:>7}" for n in UQ_COLUMNS)
+    uq_units = "".join(f" {'%':>7}" for _ in UQ_COLUMNS)
+    return (f"# gpu{names}{uq}  sdmaRd  sdmaWr   lanes    subm  vramUsed  fault\n"
+            f"# Idx{units}{uq_units}    MB/s    MB/s     M/s     1/s       MiB      #")
 
 
 def dmon_line(before: dict, after: dict, dt: float, vram_used: int, gpu: int = 0,
               engines: list[str] | None = None) -> str:
     """Device `gpu`'s line: a busy column per name of `engines` (the header's; "-" for
-    another device's engine), then its rates over `dt` seconds."""
+    another device's engine), the busy of its user queues per IP (UQ_COLUMNS), then
+    its rates over `dt` seconds."""
     names = engines if engines is not None else list(after["busy"])
     w = _col(names)
 
@@ -277,6 +331,7 @@ def dmon_line(before: dict, after: dict, dt: float, vram_used: int, gpu: int = 0
             return f" {'-':>{w}}"
         return f" {min(100, round(100 * (after['busy'][n] - before['busy'].get(n, 0)) / 1e9 / dt)):>{w}}"
     cols = "".join(busy(n) for n in names)
+    cols += "".join(f" {_uq_busy(before, after, c, dt):>7}" for c in UQ_COLUMNS)
     return (f"{gpu:>5}{cols} {(after['rd'] - before['rd']) / MiB / dt:7.1f} {(after['wr'] - before['wr']) / MiB / dt:7.1f}"
             f" {(after['lanes'] - before['lanes']) / 1e6 / dt:7.1f} {(after['sub'] - before['sub']) / dt:7.0f}"
             f" {vram_used / MiB:9.1f} {after['faults'] - before['faults']:6d}")
@@ -331,9 +386,10 @@ def cmd_smi(args) -> int:
 
 def add_parsers(sub, default_mount: str) -> None:
     p = sub.add_parser("smi", help="device, engines and processes, as nvidia-smi shows them",
-                       description="Print the device (VRAM, GTT, utilization per engine) and the "
-                                   "processes using it; `vgpu smi dmon` prints one line per "
-                                   "interval. Non-root users see their own processes only. "
+                       description="Print the device (VRAM, GTT, utilization per engine), its user "
+                                   "queues and the processes using it; `vgpu smi dmon` prints one "
+                                   "line per interval. Non-root users see their own processes and "
+                                   "queues only. "
                                    "See docs/observability.md.")
     p.add_argument("what", nargs="?", metavar="dmon", help="dmon: one line per interval")
     p.add_argument("--mount", default=default_mount,
