@@ -287,6 +287,8 @@ struct drm_amdgpu_userq_wait {
 #define DRM_IOCTL_AMDGPU_USERQ_SIGNAL	DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_USERQ_SIGNAL, struct drm_amdgpu_userq_signal)
 #define DRM_IOCTL_AMDGPU_USERQ_WAIT	DRM_IOWR(DRM_COMMAND_BASE + DRM_AMDGPU_USERQ_WAIT, struct drm_amdgpu_userq_wait)
 
+/* Linux 6.6+: the IBs one CS may carry, a __u32 per HW IP (amdgpu_ring_max_ibs) */
+#define AMDGPU_INFO_MAX_IBS		0x22
 #define AMDGPU_INFO_UQ_FW_AREAS		0x24
 
 struct drm_amdgpu_info_uq_metadata_gfx {

@@ -318,6 +318,11 @@ def heap(total: int, used: int, largest: int) -> uapi.drm_amdgpu_heap_info:
     return h
 
 
+#: AMDGPU_INFO_MAX_IBS, one per HW IP of Linux 6.7+ (GFX .. VPE) as amdgpu_ring_max_ibs
+#: gives them (indexed by HW IP, which equals the ring type up to VCN_JPEG).
+MAX_IBS = (192, 125, 49, 49, 49, 49, 49, 49, 16, 49)
+
+
 def _answer(dev, file, a) -> bytes:
     q = a.query
     mem = dev.memory
@@ -366,6 +371,17 @@ def _answer(dev, file, a) -> bytes:
         return dev.residency.bytes_moved.to_bytes(8, "little")
     if q == uapi.AMDGPU_INFO_TIMESTAMP:
         return dev.gpu_timestamp().to_bytes(8, "little")
+    if q == uapi.AMDGPU_INFO_VRAM_LOST_COUNTER:
+        # A reset keeps VRAM (it is host memory here): nothing is ever lost.
+        return (0).to_bytes(4, "little")
+    if q == uapi.AMDGPU_INFO_NUM_VRAM_CPU_PAGE_FAULTS:
+        # Faults that move a BO into CPU-visible VRAM: all of vgpu's VRAM is visible.
+        return (0).to_bytes(8, "little")
+    if q == uapi.AMDGPU_INFO_MAX_IBS:
+        return b"".join(n.to_bytes(4, "little") for n in MAX_IBS)
+    if q == uapi.AMDGPU_INFO_RAS_ENABLED_FEATURES:
+        # amdgpu_kms.c: no RAS context -> EINVAL; vgpu models no ECC or RAS errors.
+        raise KmdError(errno.EINVAL, "RAS_ENABLED_FEATURES: vgpu models no RAS (as amdgpu without a RAS context)")
     if q in (uapi.AMDGPU_INFO_HW_IP_INFO, uapi.AMDGPU_INFO_HW_IP_COUNT):
         ip, inst = a.query_hw_ip.type, a.query_hw_ip.ip_instance
         # amdgpu_hw_ip_info knows every type up to VPE (Linux 6.7), and answers one

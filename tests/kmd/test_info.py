@@ -109,3 +109,28 @@ def test_timestamp_and_fw(dev, client):
     fw = uapi.drm_amdgpu_info_firmware.from_buffer_copy(info(
         dev, client, uapi.AMDGPU_INFO_FW_VERSION, 8, query_fw__fw_type=uapi.AMDGPU_INFO_FW_SDMA))
     assert fw.ver != 0
+
+
+def test_counters_an_mi100_answers(dev, client):
+    """VRAM_LOST_COUNTER (u32) and NUM_VRAM_CPU_PAGE_FAULTS (u64) as amdgpu_kms.c answers
+    them: vgpu's resets keep VRAM (it is host memory), and every VRAM page is
+    CPU-visible, so both stay 0; the answer is cut to return_size as copy_to_user is."""
+    assert info(dev, client, uapi.AMDGPU_INFO_VRAM_LOST_COUNTER, 4) == bytes(4)
+    assert info(dev, client, uapi.AMDGPU_INFO_VRAM_LOST_COUNTER, 8) == bytes(8)
+    assert info(dev, client, uapi.AMDGPU_INFO_NUM_VRAM_CPU_PAGE_FAULTS, 8) == bytes(8)
+
+
+def test_max_ibs_per_ip_as_amdgpu_ring_max_ibs(dev, client):
+    """AMDGPU_INFO_MAX_IBS: one u32 per HW IP (AMDGPU_HW_IP_NUM of Linux 6.7+, VPE
+    included): GFX 192, COMPUTE 125, VCN_JPEG 16, the others 49."""
+    raw = info(dev, client, uapi.AMDGPU_INFO_MAX_IBS, 4 * 10)
+    assert list((ctypes.c_uint32 * 10).from_buffer_copy(raw)) == [192, 125, 49, 49, 49, 49, 49, 49, 16, 49]
+    assert info(dev, client, uapi.AMDGPU_INFO_MAX_IBS, 8) == raw[:8]
+
+
+def test_ras_features_einval_without_a_ras_context(dev, client):
+    """vgpu models no RAS (no ECC, no error injection): amdgpu without a RAS context
+    answers RAS_ENABLED_FEATURES with EINVAL, and so does vgpu."""
+    a = uapi.drm_amdgpu_info()
+    a.query, a.return_size = uapi.AMDGPU_INFO_RAS_ENABLED_FEATURES, 8
+    fails(errno.EINVAL, dev, client, "AMDGPU_INFO", a)
