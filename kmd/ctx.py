@@ -124,9 +124,9 @@ def ctx_ioctl(dev, file, args, extra):
     GET_STABLE_PSTATE and SET_STABLE_PSTATE.
 
     EINVAL: unknown op, invalid priority, nonzero flags on ALLOC or
-    GET_STABLE_PSTATE, a SET_STABLE_PSTATE level other than NONE..PEAK, a
-    stable-pstate op on an unknown ctx_id. EACCES: priority above NORMAL for a
-    non-root file. ENOENT: unknown ctx_id (FREE, QUERY_STATE, QUERY_STATE2).
+    GET_STABLE_PSTATE, a SET_STABLE_PSTATE level other than NONE..PEAK, an unknown
+    ctx_id (amdgpu_ctx_free and amdgpu_ctx_query find no context and say EINVAL).
+    EACCES: priority above NORMAL for a non-root file.
     EBUSY: SET_STABLE_PSTATE while another context holds the stable pstate."""
     a = args.in_
     if a.op == uapi.AMDGPU_CTX_OP_ALLOC_CTX:
@@ -145,7 +145,7 @@ def ctx_ioctl(dev, file, args, extra):
                     uapi.AMDGPU_CTX_OP_QUERY_STATE2):
         raise KmdError(errno.EINVAL, f"unknown ctx op {a.op}")
     if ctx is None:
-        raise KmdError(errno.ENOENT, f"no context {a.ctx_id}")
+        raise KmdError(errno.EINVAL, f"no context {a.ctx_id}")
     if a.op == uapi.AMDGPU_CTX_OP_FREE_CTX:
         dev.free_ctx(file, ctx)
         return

@@ -27,7 +27,8 @@ def test_alloc_query_free(dev, client):
     out, _ = call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE2, cid))
     assert out.out.state.flags == 0
     call(dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_FREE_CTX, cid))
-    fails(errno.ENOENT, dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_FREE_CTX, cid))
+    # amdgpu_ctx_free / amdgpu_ctx_query: an id the file does not hold is EINVAL
+    fails(errno.EINVAL, dev, client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_FREE_CTX, cid))
 
 
 def query2_flags(dev, f, cid) -> int:
@@ -80,8 +81,8 @@ def test_priorities(dev, client, root_client):
 @pytest.mark.parametrize("args,err", [
     (dict(op=99, ctx_id=1), errno.EINVAL),
     (dict(op=uapi.AMDGPU_CTX_OP_ALLOC_CTX, flags=1), errno.EINVAL),
-    (dict(op=uapi.AMDGPU_CTX_OP_QUERY_STATE, ctx_id=42), errno.ENOENT),
-    (dict(op=uapi.AMDGPU_CTX_OP_QUERY_STATE2, ctx_id=0), errno.ENOENT),
+    (dict(op=uapi.AMDGPU_CTX_OP_QUERY_STATE, ctx_id=42), errno.EINVAL),
+    (dict(op=uapi.AMDGPU_CTX_OP_QUERY_STATE2, ctx_id=0), errno.EINVAL),
 ])
 def test_ctx_errors(dev, client, args, err):
     alloc(dev, client)
@@ -91,4 +92,4 @@ def test_ctx_errors(dev, client, args, err):
 def test_contexts_are_per_file(dev, client, root_client):
     cid = alloc(dev, client)
     if cid not in root_client.contexts:
-        fails(errno.ENOENT, dev, root_client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE, cid))
+        fails(errno.EINVAL, dev, root_client, "AMDGPU_CTX", ctx_args(uapi.AMDGPU_CTX_OP_QUERY_STATE, cid))
