@@ -46,6 +46,8 @@ class QueueWorker:
             self.engine = hw.SdmaEngine(q.name, dev.ih)
         else:
             self.engine = CommandProcessor(q.name, dev.ih, cus=len(dev.partition.cus), l2=dev.l2)
+        self.engine.on_wait = self._waiting
+        self._segment = None         # (page table, VA) of the run in progress
         self.cv = threading.Condition()
         self.running = False
         self.run_started: float | None = None
@@ -162,7 +164,9 @@ class QueueWorker:
         if trace.on:
             trace.userq_run(q, n)
         start = self.run_started = time.monotonic()
+        self._segment = (pt, va)
         res = self.engine.run(pt, va, n, q.id, q.ring_id, resume=resume)
+        self._segment = None
         end = time.monotonic()
         q.busy_time += end - start
         q.perf.ran(start, end)
@@ -192,6 +196,18 @@ class QueueWorker:
         if q.fences:
             userq_sync.signal_fences(q)
         return True
+
+    def _waiting(self, pos: int) -> None:
+        """The engine waits at dword `pos` of the run (a POLL_REGMEM or WAIT_REG_MEM
+        not yet satisfied): the packets before it are done, so rptr moves to it and
+        the words their fences wrote are woken, as a CP's read pointer and its fence
+        writes are seen while it polls. Another queue waiting on this rptr can then go
+        on (docs/userq.md, "Read pointer")."""
+        q, seg = self.q, self._segment
+        if seg is None or pos <= 0:
+            return
+        pt, va = seg
+        hw.userq_done(pt, va, pos, q.ip_type == DMA, q.rptr_va, q.rptr + pos)
 
     # -- failures -----------------------------------------------------------------
     def _stopped(self, state: str, err: int, why: str, res=None, va: int = 0, n: int = 0) -> None:

@@ -568,6 +568,8 @@ cdef class SdmaEngine:
     cdef atomic[int] _stop
     cdef bint _running
     cdef object _trigger
+    cdef object _on_wait
+    cdef bint _has_on_wait
 
     def __init__(self, str name, ih):
         self.name = name
@@ -575,6 +577,20 @@ cdef class SdmaEngine:
         self._stop.store(0)
         self._running = False
         self._trigger = None
+        self._on_wait = None
+        self._has_on_wait = False
+
+    @property
+    def on_wait(self):
+        """Called with the dword position of a POLL_REGMEM whose first read did not
+        satisfy it (the packets before it are done): a user queue publishes its rptr
+        there (kmd/userq_worker.py). None: nobody is told."""
+        return self._on_wait
+
+    @on_wait.setter
+    def on_wait(self, fn):
+        self._on_wait = fn
+        self._has_on_wait = fn is not None
 
     def abort(self):
         """Stop the run in progress at its next packet boundary or poll step.
@@ -791,11 +807,19 @@ cdef class SdmaEngine:
                 return EXEC_TRAP
         return EXEC_DONE
 
+    cdef void _tell_wait(self, uint64_t pos) noexcept nogil:
+        with gil:
+            try:
+                self._on_wait(pos)
+            except BaseException:   # a hook's failure must not stop the engine (the worker's
+                pass                # hook handles its own errors)
+
     cdef int _poll(self, PageTable pt, uint32_t hdr, const uint32_t* pkt,
                    ExecState* st) noexcept nogil:
         cdef uint32_t mem
         cdef int code
         cdef int func = (hdr >> 28) & 7
+        cdef bint told = not self._has_on_wait
         if not (hdr >> 31):
             return 0    # register poll: no registers are emulated (docs/hw.md)
         while True:
@@ -805,6 +829,9 @@ cdef class SdmaEngine:
             st.walks += 1
             if compare(func, mem & pkt[4], pkt[3]):
                 return 0
+            if not told:
+                told = True
+                self._tell_wait(st.pos)
             code = self._stop.load()
             if code == SDMA_STOP_ABORT:
                 return EXEC_ABORTED

@@ -151,6 +151,10 @@ class CommandProcessor:
         self._dispatching = False
         self._lock = threading.Lock()
         self._rsrc_key, self._rsrc = None, None
+        # Called with the dword offset (in the submitted IB) of a packet that waits:
+        # a WAIT_REG_MEM whose first read did not satisfy it; the packets before it are
+        # done (a user queue publishes its rptr there, kmd/userq_worker.py).
+        self.on_wait = None
 
     @property
     def compute(self):
@@ -299,7 +303,7 @@ class CommandProcessor:
             elif op == P.PKT3_INDIRECT_BUFFER:
                 self._indirect_buffer(pt, body, res)
             elif op == P.PKT3_WAIT_REG_MEM:
-                self._wait_reg_mem(pt, body)
+                self._wait_reg_mem(pt, body, res)
             elif op == P.PKT3_WRITE_DATA:
                 self._write_data(pt, body)
             elif op == P.PKT3_DMA_DATA:
@@ -406,7 +410,7 @@ class CommandProcessor:
         if int_sel:
             self.ih.push(IH_SRC_CP_EOP, self._ring_id, self._ctx_id, body[6])
 
-    def _wait_reg_mem(self, pt, body) -> None:
+    def _wait_reg_mem(self, pt, body, res: CpResult) -> None:
         func, space, operation = body[0] & 7, body[0] >> 4 & 3, body[0] >> 6 & 3
         if func == 7 or space > P.WAIT_MEM_SPACE_MEM or operation != 0:
             raise _Stop("fault", REASON_ILLEGAL_PACKET)
@@ -414,10 +418,14 @@ class CommandProcessor:
             return  # no registers are emulated: a register wait is satisfied at once
         addr = self._aligned(body[1] | body[2] << 32, 4)
         ref, mask, compare = body[3], body[4], _COMPARE[func]
+        told = self.on_wait is None
         while True:
             mem, = struct.unpack("<I", pt.read(addr, 4))
             if compare(mem & mask, ref):
                 return
+            if not told:
+                told = True
+                self.on_wait(res.ib_chain[0].offset)
             if self._abort:
                 raise _Stop("aborted")
             if self._preempt:       # the packet runs again on resume: it only reads

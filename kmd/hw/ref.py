@@ -167,6 +167,10 @@ class SdmaEngine(RunControl):
     until preempt(): abort() and preempt() stop it at a packet or chunk boundary or a
     poll step (docs/preemption.md)."""
 
+    #: Called with the dword position of a POLL_REGMEM whose first read did not satisfy
+    #: it (the packets before it are done): a user queue publishes its rptr there.
+    on_wait = None
+
     def __init__(self, name: str, ih: InterruptRing) -> None:
         self.name = name
         self.ih = ih
@@ -281,7 +285,7 @@ class SdmaEngine(RunControl):
         elif op == S.SDMA_OP_TRAP:
             self.ih.push(IH_SRC_TRAP, ring_id, ctx_id, ib[pos + 1] & S.SDMA_TRAP_INT_CONTEXT_MASK)
         elif op == S.SDMA_OP_POLL_REGMEM:
-            self._poll(pt, hdr, ib[pos + 1] | ib[pos + 2] << 32, ib[pos + 3], ib[pos + 4])
+            self._poll(pt, hdr, ib[pos + 1] | ib[pos + 2] << 32, ib[pos + 3], ib[pos + 4], pos)
         elif op == S.SDMA_OP_CONST_FILL:
             n = (ib[pos + 4] & S.SDMA_CONST_FILL_COUNT_MASK) + 1
             elem = 1 if hdr >> 30 == S.SDMA_FILLSIZE_BYTE else 4
@@ -305,16 +309,20 @@ class SdmaEngine(RunControl):
             step(self._done, k)
             self._done += k
 
-    def _poll(self, pt: PageTable, hdr: int, addr: int, value: int, mask: int) -> None:
+    def _poll(self, pt: PageTable, hdr: int, addr: int, value: int, mask: int, pos: int) -> None:
         if not hdr >> 31:
             return      # register poll: no registers are emulated (docs/hw.md)
         compare = _COMPARE[hdr >> 28 & 7]
+        told = self.on_wait is None
         while True:
             mem, = struct.unpack("<I", pt.read(addr, 4))
             self._tally["read"] += 4
             self._tally["walks"] += 1
             if compare(mem & mask, value):
                 return
+            if not told:
+                told = True
+                self.on_wait(pos)
             if self._stop == "abort":
                 raise _Aborted
             if self._stop == "preempt":     # the packet runs again on resume: it only reads

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kmd.hw import SdmaIb
-from vgpu import futex, pm4, uapi
+from vgpu import futex, pm4, sdma, uapi
 
 from .conftest import call, fails, gem_create, gem_va
 from .test_cs import VA_A, VA_B, Setup
@@ -485,3 +485,34 @@ def test_queue_work_keeps_the_engine_busy(s):
     s.bo(s.a).write(128, struct.pack("<I", 1))
     q.wait_rptr(q.wptr)
     assert not info._busy(s.dev, DMA, 0)
+
+
+# -- rptr at a wait: the packets before it are done ----------------------------------
+@pytest.mark.parametrize("ip", [DMA, COMPUTE])
+def test_rptr_reaches_a_waiting_packet_before_the_run_ends(s, ip):
+    """A queue stopped in a wait (SDMA POLL_REGMEM, PM4 WAIT_REG_MEM) publishes rptr up
+    to the waiting packet, and wakes the fence words written before it: a client or
+    another queue sees the packets before the wait done while it waits."""
+    q = Queue(s, ip=ip)
+    if ip == DMA:
+        ib = SdmaIb().fence(VA_A, 5).poll_regmem(VA_A + 128, 1)
+    else:
+        ib = pm4.Pm4Ib().release_mem(VA_A, 5, data_sel=pm4.DATA_SEL_32).wait_reg_mem(VA_A + 128, 1)
+    before = len(ib.dwords) - (6 if ip == DMA else 7)       # the wait's position
+    end = q.write(ib.dwords)
+    q.wait_rptr(before)
+    assert q.rptr() == before and s.bo(s.a).read(0, 4) == struct.pack("<I", 5)
+    s.bo(s.a).write(128, struct.pack("<I", 1))
+    q.wait_rptr(end)
+
+
+def test_two_queues_wait_on_each_others_rptr(s):
+    """Compute: a NOP, then wait until the SDMA queue's rptr passed its poll; SDMA: the
+    poll, until compute's rptr passed its NOP. Both finish (rptr moves as packets
+    complete, not once per run)."""
+    c, d = Queue(s, ip=COMPUTE), Queue(s, ip=DMA)
+    poll = SdmaIb().poll_regmem(c.va_ptrs, 1, func=sdma.SDMA_FUNC_GE)
+    c.write(pm4.Pm4Ib().nop().wait_reg_mem(d.va_ptrs, len(poll.dwords), func=pm4.WAIT_FUNC_GE).dwords)
+    d.write(poll.nop().dwords)
+    c.wait_rptr(c.wptr)
+    d.wait_rptr(d.wptr)

@@ -254,10 +254,6 @@ def test_dispatch_packets_are_emit_dispatch_and_the_release():
     assert len(cache) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="KMD: a user queue's rptr is published once per run of packets "
-                   "(kmd/userq_worker.py _run), not as packets complete, so two queues that wait on each "
-                   "other's rptr inside one run each wait for ever (the watchdog ends it): umd waits on "
-                   "done words instead (umd/userq_stream.py)")
 def test_kmd_queues_can_wait_on_each_others_rptr(short_timeout_mount):
     r = ok(client("""
         import libvgpu
