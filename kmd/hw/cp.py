@@ -96,8 +96,12 @@ class CpResult:
     resume: CpResume | None = dataclasses.field(default=None, repr=False)
 
     def count(self, counters: dict) -> None:
+        mine = self.counters
+        if not mine:                    # the first (often the only) dispatch of the run
+            mine.update(counters)
+            return
         for name, value in counters.items():
-            self.counters[name] = self.counters.get(name, 0) + value
+            mine[name] = mine.get(name, 0) + value
 
 
 class _Stop(Exception):
