@@ -10,6 +10,7 @@ outside the device lock.
 """
 import ctypes
 import errno
+import struct
 
 from vgpu import uapi
 from vgpu.timeout import amdgpu_seconds_left
@@ -25,12 +26,20 @@ from .vram import PAGE_SIZE
 
 CHUNK = uapi.drm_amdgpu_cs_chunk
 CHUNK_SIZE = ctypes.sizeof(CHUNK)
+_IB_ID = uapi.AMDGPU_CHUNK_ID_IB
 # Every AMDGPU_IB_FLAG_* of the uapi. Linux stores whatever bits it is given; vgpu
 # refuses bits the uapi does not define (docs/kmd.md).
 KNOWN_IB_FLAGS = (uapi.AMDGPU_IB_FLAG_CE | uapi.AMDGPU_IB_FLAG_PREAMBLE | uapi.AMDGPU_IB_FLAG_PREEMPT
                   | uapi.AMDGPU_IB_FLAG_TC_WB_NOT_INVALIDATE | uapi.AMDGPU_IB_FLAG_RESET_GDS_MAX_WAVE_ID
                   | uapi.AMDGPU_IB_FLAGS_SECURE | uapi.AMDGPU_IB_FLAG_EMIT_MEM_SYNC)
 MAX_IB_BYTES = 1 << 22
+# The chunk header's (chunk_id, length_dw) and drm_amdgpu_cs_chunk_ib's fields, read
+# with struct: a CS parses both for every submission, and a ctypes struct per chunk
+# (and an attribute access per field) was a good part of a NOP CS's parsing.
+_CHUNK_HEAD = struct.Struct("=II")
+_CHUNK_IB = struct.Struct("=IIQIIII")   # _pad, flags, va_start, ib_bytes, ip_type, ip_instance, ring
+assert _CHUNK_IB.size == ctypes.sizeof(uapi.drm_amdgpu_cs_chunk_ib)
+assert _CHUNK_HEAD.size == uapi.drm_amdgpu_cs_chunk.chunk_data.offset
 MAX_WAIT_FENCES = 1024  # per WAIT_FENCES; the 128 KiB frame holds ~5000
 
 
@@ -39,15 +48,16 @@ def split_chunks(extra: bytes, num_chunks: int) -> list[tuple[int, bytes]]:
     # (The checks of the per-request paths test first and format their reason only
     # when they refuse: an f-string per passed check is most of a NOP CS's parsing.)
     chunks, pos, size = [], 0, len(extra)
+    head = _CHUNK_HEAD.unpack_from
     for i in range(num_chunks):
         if pos + CHUNK_SIZE > size:
             raise KmdError(errno.EINVAL, f"chunk {i} header truncated")
-        hdr = CHUNK.from_buffer_copy(extra, pos)
+        chunk_id, length_dw = head(extra, pos)
         pos += CHUNK_SIZE
-        end = pos + 4 * hdr.length_dw
+        end = pos + 4 * length_dw
         if end > size:
             raise KmdError(errno.EINVAL, f"chunk {i} data truncated")
-        chunks.append((hdr.chunk_id, extra[pos:end]))
+        chunks.append((chunk_id, extra[pos:end]))
         pos = end
     if pos != size:
         raise KmdError(errno.EINVAL, f"{size - pos} bytes after the last chunk")
@@ -110,7 +120,8 @@ def cs(dev, file, args, extra):
     (job_bos, kmd/residency.py; BOs moved before the failure stay moved). ECANCELED: the context is guilty of a hang or fault (also in read(),
     see above)."""
     a = args.in_
-    check(a.num_chunks > 0, errno.EINVAL, "no chunks")
+    if a.num_chunks == 0:
+        raise KmdError(errno.EINVAL, "no chunks")
     ctx = file.contexts.get(a.ctx_id)
     if ctx is None:
         raise KmdError(errno.EINVAL, f"no context {a.ctx_id}")
@@ -126,17 +137,20 @@ def cs(dev, file, args, extra):
             raise KmdError(errno.ENOENT, f"no BO list {a.bo_list_handle}")
         bos = list(bos)
     for chunk_id, data in split_chunks(extra, a.num_chunks):
-        if chunk_id == uapi.AMDGPU_CHUNK_ID_IB:
-            ib = as_struct(uapi.drm_amdgpu_cs_chunk_ib, data, "IB")
-            if ib._pad != 0 or ib.flags & ~KNOWN_IB_FLAGS:
-                raise KmdError(errno.EINVAL, f"bad IB flags {ib.flags:#x} or padding")
-            if not (0 < ib.ib_bytes <= MAX_IB_BYTES and ib.ib_bytes % 4 == 0 and ib.va_start % 4 == 0):
+        if chunk_id == _IB_ID:
+            if len(data) < _CHUNK_IB.size:
+                raise KmdError(errno.EINVAL, "IB chunk too short")
+            pad, flags, va_start, ib_bytes, ip_type, ip_instance, ring_index = _CHUNK_IB.unpack_from(data)
+            if pad != 0 or flags & ~KNOWN_IB_FLAGS:
+                raise KmdError(errno.EINVAL, f"bad IB flags {flags:#x} or padding")
+            if not (0 < ib_bytes <= MAX_IB_BYTES and ib_bytes % 4 == 0 and va_start % 4 == 0):
                 raise KmdError(errno.EINVAL,
-                               f"IB at {ib.va_start:#x} of {ib.ib_bytes} bytes is not dword sized/aligned")
-            r = ring_of(dev, ib.ip_type, ib.ip_instance, ib.ring)
-            check(ring in (None, r), errno.EINVAL, "IBs of one submission must use one ring")
+                               f"IB at {va_start:#x} of {ib_bytes} bytes is not dword sized/aligned")
+            r = ring_of(dev, ip_type, ip_instance, ring_index)
+            if ring is not None and ring is not r:
+                raise KmdError(errno.EINVAL, "IBs of one submission must use one ring")
             ring = r
-            ibs.append((ib.va_start, ib.ib_bytes // 4))
+            ibs.append((va_start, ib_bytes // 4))
         elif chunk_id == uapi.AMDGPU_CHUNK_ID_FENCE:
             # amdgpu_cs_p1_user_fence: one page, the 8 bytes at `offset` inside it
             f = as_struct(uapi.drm_amdgpu_cs_chunk_fence, data, "FENCE")
@@ -182,7 +196,8 @@ def cs(dev, file, args, extra):
             bos = parse_entries(file, entries, lst.bo_number, lst.bo_info_size)
         else:
             raise KmdError(errno.EINVAL, f"unknown or unsupported chunk id {chunk_id}")
-    check(ring is not None, errno.EINVAL, "no IB chunk")
+    if ring is None:
+        raise KmdError(errno.EINVAL, "no IB chunk")
     job = Job(file, ctx, ibs, job_bos(file, bos, user_fence), deps, user_fence=user_fence)
     dev.validate(job)
     seq = dev.queue_job(ring, job, signals or ())
@@ -206,6 +221,8 @@ def job_bos(file, listed: list | None, user_fence) -> list:
     validates the list, amdgpu_vm_validate the per-VM BOs and the user fence BO
     joins the list. Without one: every BO mapped in the file's VM, which vgpu treats
     as amdgpu treats per-VM BOs (a job without a list may touch any of them)."""
+    if listed is not None and user_fence is None and not file.per_vm_bos:
+        return listed   # a BO list holds each BO once (bo_list.parse_entries)
     bos = file.mapped_bos() if listed is None else listed + list(file.per_vm_bos.values())
     if user_fence is not None:
         bos.append(user_fence[0])
@@ -235,8 +252,11 @@ def syncobj_fence(s, handle: int, point: int):
 
 
 def _clear(args) -> None:
-    """memset(args, 0): amdgpu clears the union before it writes the out fields."""
-    ctypes.memset(ctypes.addressof(args), 0, ctypes.sizeof(args))
+    """memset(args, 0): amdgpu clears the union before it writes the out fields.
+    (Through a memoryview: ctypes.memset is a foreign call that gives up the GIL,
+    a hand-off to any other daemon thread in the middle of the request.)"""
+    view = memoryview(args).cast("B")
+    view[:] = bytes(len(view))
 
 
 def wait_cs(dev, file, args, extra):
@@ -345,5 +365,5 @@ def fence_to_handle(dev, file, args, extra):
         out = dev.sync_tokens.export(file, syncobj=Syncobj(fence))
     else:
         out = dev.sync_tokens.export(file, fence=fence)
-    ctypes.memset(ctypes.addressof(args), 0, ctypes.sizeof(args))
+    _clear(args)
     args.out.handle = out

@@ -7,8 +7,10 @@ loaded host: most of a CS -> WAIT_CS round trip (docs/bench.md, (b)). So when a 
 is submitted to an idle ring, nothing else is queued there, its dependencies have
 signalled and its IBs do only bounded work, the request that submitted it runs it
 before returning, through the same steps the worker takes (kmd/ring.py: pick, run,
-account, fence write-back, interrupt). Its CS then returns a sequence number that
-has signalled already, as on a GPU that is simply fast; every rule of the
+account, fence write-back, interrupt), but for the ring's timer: the job cannot hang
+or outlast a time slice, so its run arms neither a timeout nor a slice end. Its CS
+then returns a sequence number that has signalled already, as on a GPU that is
+simply fast; every rule of the
 scheduler still holds, since the ring is idle and the job is the one it would pick.
 
 Bounded work is kmd.hw.sdma.bounded_ib (the Cython core's held_ib): SDMA IBs of at
@@ -28,7 +30,7 @@ def eligible(ring, job) -> bool:
     """Whether `job`, just pushed on idle `ring` (ring lock held), may run directly."""
     if ring.kind != "sdma" or ring.running is not None or ring.hb.pending or len(ring.sched) != 1:
         return False
-    if any(not d.signaled for d in job.deps) or job.error or userptr.has_bos(job.file):
+    if job.error or (job.deps and any(not d.signaled for d in job.deps)) or userptr.has_bos(job.file):
         return False
     pt = job.file.vm.page_table
     for va, size_dw in job.ibs:

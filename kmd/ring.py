@@ -228,7 +228,7 @@ class Ring:
         so the crash dump and reset do not run in the submitting request."""
         if self.dev.trace.on:
             self.dev.trace.job_run(self, job, self.entity_jobs(job), resumed)
-        if self._run(job):
+        if self._run(job, direct):
             self._requeue(job)
             return
         if job.result is not None and job.result.status != "ok":
@@ -238,17 +238,19 @@ class Ring:
                     self._cv.notify_all()
                 return
             self.dev.job_failed(self, job)
-        self._end(job)
+        self._end(job, direct)
 
-    def _end(self, job: Job) -> None:
-        """Account `job`, which ran to its end, and emit its fence and interrupt."""
+    def _end(self, job: Job, direct: bool = False) -> None:
+        """Account `job`, which ran to its end, and emit its fence and interrupt. A
+        `direct` run leaves the timer's plan alone (it armed nothing, see _run)."""
         self._account(job)
         if self.dev.trace.on:
             self.dev.trace.job_done(self, job)
         with self._cv:
             self.running = None
             self._deadline = self._slice_end = None
-            self._last_end = job.ended_at or time.monotonic()
+            if not direct:
+                self._last_end = job.ended_at or time.monotonic()
             if len(self.sched):
                 self._cv.notify_all()  # after a direct run the worker may be asleep
         # End of job: fence write-back, then the trap interrupt (sdma_v4_0_ring_emit_fence),
@@ -277,9 +279,13 @@ class Ring:
         if self.dev.trace.on:
             self.dev.trace.job_preempted(self, job, reason)
 
-    def _run(self, job: Job) -> bool:
-        """Run (or resume) `job`'s IBs. True when it was preempted: it has not ended."""
-        if job.ib_index == 0 and job.resume is None:  # its first run
+    def _run(self, job: Job, direct: bool = False) -> bool:
+        """Run (or resume) `job`'s IBs. True when it was preempted: it has not ended.
+        A `direct` run (kmd/direct_run.py: bounded work, over in microseconds) arms
+        no timeout or time slice: it can neither hang nor outlast a slice, and arming
+        the timer for it woke the ring's timer thread, which then took the GIL from
+        the request that runs the job."""
+        if job.deps and job.ib_index == 0 and job.resume is None:  # its first run
             failed_dep = next((d for d in job.deps if d.error), None)
             if failed_dep is not None and not job.error:
                 job.error = errno.ECANCELED  # drm_sched skips jobs whose dependency failed
@@ -294,17 +300,8 @@ class Ring:
         start = job.segment_start = time.monotonic()
         if job.started_at is None:
             job.started_at = start
-        with self._cv:
-            # The timeout counts the job's own run time, not its waits while preempted.
-            self._deadline = start + max(0.0, self.dev.timeout - job.run_time)
-            self._slice_end = start + self.opts.timeslice if self.preemptible and self.opts.timeslice else None
-            # Arm the timer: wake it only if it would sleep past the new deadline or
-            # slice end, or if it has to preempt the job now.
-            due = self._deadline if self._slice_end is None else min(self._deadline, self._slice_end)
-            # (_preempt_reason is None without a pulse pending or another entity queued.)
-            if due < self._timer_at or ((self.hb.pending or self.sched.order)
-                                        and self._preempt_reason(job, start) is not None):
-                self._timer_cv.notify_all()
+        if not direct:
+            self._arm(job, start)
         # With an L2 model, each run of the job is in amdgpu's frame of cache actions:
         # the ACQUIRE_MEM gfx_v9_0_emit_mem_sync puts before the IBs, and the write-back
         # and invalidate of the fence's RELEASE_MEM (gfx_v9_0_ring_emit_fence), even
@@ -353,6 +350,20 @@ class Ring:
             job.preemptions += 1
             return True
         return False
+
+    def _arm(self, job: Job, start: float) -> None:
+        """Arm the timer for `job`, starting its run at `start`: wake it only if it
+        would sleep past the new deadline or slice end, or if it has to preempt the
+        job now."""
+        with self._cv:
+            # The timeout counts the job's own run time, not its waits while preempted.
+            self._deadline = start + max(0.0, self.dev.timeout - job.run_time)
+            self._slice_end = start + self.opts.timeslice if self.preemptible and self.opts.timeslice else None
+            due = self._deadline if self._slice_end is None else min(self._deadline, self._slice_end)
+            # (_preempt_reason is None without a pulse pending or another entity queued.)
+            if due < self._timer_at or ((self.hb.pending or self.sched.order)
+                                        and self._preempt_reason(job, start) is not None):
+                self._timer_cv.notify_all()
 
     def _csa(self, job: Job):
         """The context save area a compute ring's engine saves waves to (kmd/csa.py)."""

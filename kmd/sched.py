@@ -103,6 +103,7 @@ class RingScheduler:
         self.entities: dict[tuple[int, int], Entity] = {}
         self.order: list[Entity] = []  # round-robin order (served entities move back)
         self.starved_pick = False      # the last job picked was served by the starvation bound
+        self._queued = 0               # jobs in all entities: len() is asked several times per job
 
     def _entity(self, job) -> Entity:
         """`job`'s entity, made (at the back of the order) if it has none now."""
@@ -115,6 +116,7 @@ class RingScheduler:
 
     def push(self, job) -> None:
         self._entity(job).jobs.append(job)
+        self._queued += 1
 
     def pick(self):
         """Pop the next job to run, or None if no entity has a ready job."""
@@ -126,6 +128,7 @@ class RingScheduler:
             chosen.passed_over = 0
             self.starved_pick = False
             job = chosen.jobs.popleft()
+            self._queued -= 1
             if not chosen.jobs:
                 del self.entities[(chosen.file.id, chosen.ctx.id)]
                 order.clear()
@@ -144,6 +147,7 @@ class RingScheduler:
         self.order.remove(chosen)
         self.order.append(chosen)
         job = chosen.jobs.popleft()
+        self._queued -= 1
         if not chosen.jobs:  # drop idle entities so the table stays small
             del self.entities[(chosen.file.id, chosen.ctx.id)]
             self.order.remove(chosen)
@@ -154,6 +158,7 @@ class RingScheduler:
         The entity stays where round-robin put it when the job was picked (at the back
         of the order), so a time-sliced peer runs before it again."""
         self._entity(job).jobs.appendleft(job)
+        self._queued += 1
 
     def preempt_reason(self, running, slice_over: bool) -> str | None:
         """Why a ready entity should take the ring from job `running` now, or None:
@@ -177,7 +182,7 @@ class RingScheduler:
             yield from e.jobs
 
     def __len__(self) -> int:
-        return sum(len(e.jobs) for e in self.order)
+        return self._queued
 
     def describe(self) -> list[str]:
         return [f"  entity client {e.file.id} ctx {e.ctx.id} {LEVEL_NAMES[e.level]}: "

@@ -22,6 +22,7 @@ from .handle import Handle
 from .ioctl import AMDGPU_TIMEOUT_INFINITE, absolute_timeout, address
 
 AMDGPU_QUERY_FENCE_TIMEOUT_IS_ABSOLUTE = 1 << 0  # libdrm amdgpu.h
+_CHUNK_SIZE = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk)
 
 
 class BoList(Handle):
@@ -158,13 +159,14 @@ class CsChunks:
     def build(self) -> int:
         """Lay out headers and pointer table; returns the address for ``in.chunks``."""
         n = len(self._data)
-        self.headers = (uapi.drm_amdgpu_cs_chunk * n)(*(
-            uapi.drm_amdgpu_cs_chunk(chunk_id=cid, length_dw=ctypes.sizeof(d) // 4, chunk_data=address(d))
-            for cid, d in self._data))
-        size = ctypes.sizeof(uapi.drm_amdgpu_cs_chunk)
-        base = address(self.headers)
-        self.pointers = (ctypes.c_uint64 * n)(*(base + i * size for i in range(n)))
-        return address(self.pointers) if n else 0
+        # Field by field into a zeroed array: a struct per chunk passed to the array's
+        # constructor through a generator costs three times as much, on every submit.
+        self.headers = headers = (uapi.drm_amdgpu_cs_chunk * n)()
+        for h, (cid, d) in zip(headers, self._data):
+            h.chunk_id, h.length_dw, h.chunk_data = cid, ctypes.sizeof(d) >> 2, ctypes.addressof(d)
+        base = ctypes.addressof(headers)
+        self.pointers = (ctypes.c_uint64 * n)(*range(base, base + n * _CHUNK_SIZE, _CHUNK_SIZE))
+        return ctypes.addressof(self.pointers) if n else 0
 
 
 def _array(cls, items):

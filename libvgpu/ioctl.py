@@ -42,9 +42,16 @@ AMDGPU_TIMEOUT_INFINITE = INFINITE
 TRANSPORT_ENV = "VGPU_TRANSPORT"
 TRANSPORTS = ("ioctl", "frame")
 
-_libc = ctypes.CDLL(None, use_errno=True)
 # SYS_ioctl by architecture (asm/unistd.h); elsewhere libc's ioctl() through fcntl.
 _SYS_IOCTL = {"x86_64": 16, "aarch64": 29, "riscv64": 29, "ppc64le": 54, "s390x": 54}.get(os.uname().machine)
+
+
+# syscall(SYS_ioctl, fd, request, arg) with its argument types set once: wrapping
+# each argument in a ctypes object per call was most of the call's cost. (A CDLL
+# function: the GIL is released while the ioctl blocks.)
+_syscall = ctypes.CDLL(None, use_errno=True).syscall
+_syscall.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_ulong, ctypes.c_void_p]
+_syscall.restype = ctypes.c_long
 
 
 def _raw_ioctl(fd: int, request: int, struct, _mutate: bool = True) -> int:
@@ -52,8 +59,7 @@ def _raw_ioctl(fd: int, request: int, struct, _mutate: bool = True) -> int:
     wraps ioctl() and turns the daemon's prime/sync tokens into fds, which libvgpu
     does itself (libvgpu/bo.py, syncobj.py), so it must see the tokens. strace shows
     the same ``ioctl(...)`` line either way. OSError with the errno on failure."""
-    r = _libc.syscall(ctypes.c_long(_SYS_IOCTL), ctypes.c_long(fd), ctypes.c_ulong(request),
-                      ctypes.c_void_p(ctypes.addressof(struct)))
+    r = _syscall(_SYS_IOCTL, fd, request, ctypes.addressof(struct))
     if r == -1:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
@@ -91,15 +97,14 @@ def drm_ioctl(fd: int, request: int, struct, *, transport: str | None = None,
     ignored by the ioctl transport.
     """
     name = transport or transport_from_env()
-    context = uapi.ioctl_name(request)
     size = ctypes.sizeof(struct)
     if size != uapi._IOC_SIZE(request):
-        raise error_for(errno.EINVAL, f"{context}: struct of {size} bytes, the request "
+        raise error_for(errno.EINVAL, f"{uapi.ioctl_name(request)}: struct of {size} bytes, the request "
                                       f"declares {uapi._IOC_SIZE(request)}")
     if name == "frame":
-        return _frame_ioctl(fd, request, struct, context, tag)
+        return _frame_ioctl(fd, request, struct, uapi.ioctl_name(request), tag)
     if name != "ioctl":
-        raise error_for(errno.EINVAL, f"{context}: unknown transport {name!r}")
+        raise error_for(errno.EINVAL, f"{uapi.ioctl_name(request)}: unknown transport {name!r}")
     while True:
         try:
             _sys_ioctl(fd, request, struct, True)
@@ -107,7 +112,7 @@ def drm_ioctl(fd: int, request: int, struct, *, transport: str | None = None,
         except OSError as e:   # a KeyboardInterrupt from a signal handler is no OSError
             if e.errno in (errno.EINTR, errno.EAGAIN):
                 continue       # drmIoctl: restart (the struct is as we sent it)
-            raise from_oserror(e, context) from e
+            raise from_oserror(e, uapi.ioctl_name(request)) from e
 
 
 # -- the frame transport -------------------------------------------------------------

@@ -36,6 +36,9 @@ from .uaccess import UserAccessError, UserMemory
 log = logging.getLogger(__name__)
 
 _DRM = uapi.DRM_IOCTL_BASE
+# _IOC_TYPE and _IOC_SIZE, inlined: the two are asked for every request
+_TYPE_SHIFT, _TYPE_MASK = uapi._IOC_TYPESHIFT, uapi._IOC_TYPEMASK
+_SIZE_SHIFT, _SIZE_MASK = uapi._IOC_SIZESHIFT, uapi._IOC_SIZEMASK
 _CS_NR = uapi._IOC_NR(uapi.DRM_IOCTL_AMDGPU_CS)
 
 #: Called after each request: ``(handle, cmd, pid, errno_or_0)`` (drm.debug, tracing).
@@ -62,10 +65,10 @@ class IoctlPath:
         """The reply bytes (at most ``out_size``), or a coroutine giving them.
         FUSEError: the errno of the refusal (ENOTTY for a request that is not DRM's,
         EFAULT for a bad pointer, the KMD's errno otherwise)."""
-        if uapi._IOC_TYPE(cmd) != _DRM:
+        if (cmd >> _TYPE_SHIFT) & _TYPE_MASK != _DRM:
             # TCGETS from isatty() and the like: not ours, and not worth a kmsg line
             raise pyfuse3.FUSEError(errno.ENOTTY)
-        size = uapi._IOC_SIZE(cmd)
+        size = (cmd >> _SIZE_SHIFT) & _SIZE_MASK
         arg = in_buf if len(in_buf) == size else bytes(in_buf[:size]).ljust(size, b"\0")
         mem = UserMemory(pid)
         try:
@@ -81,6 +84,8 @@ class IoctlPath:
             _fail(e.errno, handle, cmd, pid, self.observe)
         if isinstance(reply, PendingReply):
             return self._wait(handle, cmd, arg, reply, mem, out_size, pid)
+        if not reply.extra and self.observe is None:  # nothing to scatter or observe
+            return reply.arg[:out_size]
         return self._complete(handle, cmd, arg, reply, mem, out_size, pid)
 
     def _complete(self, handle, cmd, arg, reply, mem: UserMemory, out_size: int, pid: int) -> bytes:

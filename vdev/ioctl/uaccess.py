@@ -17,20 +17,38 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import struct
 import threading
 
-_libc = ctypes.CDLL(None, use_errno=True)
+# Two bindings of each call. The daemon's ioctl thread makes several small copies per
+# request (a CS: three), and a ctypes call through CDLL releases the GIL, so any other
+# daemon thread that wants it (a ring worker, a timer) takes it there and the copy
+# waits for that thread's whole turn: most of a CS's copy time in the daemon was such
+# waits (docs/bench.md, "After the CS path trims"). A small copy is a microsecond in the
+# kernel, so it keeps the GIL (PyDLL); a large one releases it (CDLL). The price: a
+# pointer into memory that is slow to fault in (a file on a hung network mount) now
+# stalls the daemon's other Python threads too, not only the ioctl thread, which
+# reads every FUSE request and so stops serving in both cases.
+_SIGNATURE = ([ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong],
+              ctypes.c_ssize_t)
 
 
-class _iovec(ctypes.Structure):
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+def _bind(lib) -> tuple:
+    fns = []
+    for name in ("process_vm_readv", "process_vm_writev"):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = _SIGNATURE
+        fns.append(fn)
+    return tuple(fns)
 
 
-for _name in ("process_vm_readv", "process_vm_writev"):
-    _fn = getattr(_libc, _name)
-    _fn.restype = ctypes.c_ssize_t
-    _fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-_readv, _writev = _libc.process_vm_readv, _libc.process_vm_writev
+_readv_held, _writev_held = _bind(ctypes.PyDLL(None, use_errno=True))
+_readv, _writev = _bind(ctypes.CDLL(None, use_errno=True))
+
+#: Copies up to this size keep the GIL and go through the thread's own buffer.
+HELD_MAX = 64 << 10
+
+_IOVECS = struct.Struct("@PNPN")   # the local then the remote struct iovec
 
 
 class UserAccessError(OSError):
@@ -62,18 +80,22 @@ def _denied_reason(pid: int) -> str:
     return f"the kernel refused the daemon access to the memory of pid {pid}"
 
 
-_tls = threading.local()
+class _Buffers(threading.local):
+    """This thread's copy buffer and the two iovecs that point into it, made once:
+    building them per call was half of a copy's cost (docs/bench.md, "Waste seen in
+    the profiles")."""
+
+    def __init__(self):
+        self.data = bytearray(HELD_MAX)
+        self.view = memoryview(self.data)
+        self.address = ctypes.addressof((ctypes.c_char * HELD_MAX).from_buffer(self.data))
+        self.iov = bytearray(_IOVECS.size)
+        self.iov_address = ctypes.addressof((ctypes.c_char * _IOVECS.size).from_buffer(self.iov))
 
 
-def _iovecs() -> tuple:
-    """This thread's two iovecs and their addresses, made once: building them per call
-    was half of a copy's cost (docs/bench.md, "Waste seen in the profiles")."""
-    try:
-        return _tls.iovecs
-    except AttributeError:
-        local, remote = _iovec(), _iovec()
-        _tls.iovecs = (local, remote, ctypes.addressof(local), ctypes.addressof(remote))
-        return _tls.iovecs
+_buffers = _Buffers()
+_pack_iovecs = _IOVECS.pack_into
+_REMOTE = _IOVECS.size // 2   # offset of the remote iovec
 
 
 class UserMemory:
@@ -84,13 +106,14 @@ class UserMemory:
     def __init__(self, pid: int):
         self.pid = pid
 
-    def _transfer(self, fn, addr: int, buf, n: int, what: str) -> None:
-        local, remote, local_p, remote_p = _iovecs()
-        local.iov_base, local.iov_len = ctypes.addressof(buf), n
-        remote.iov_base, remote.iov_len = addr, n
-        done = fn(self.pid, local_p, 1, remote_p, 1, 0)
-        if done == n:
-            return
+    def _transfer(self, fn, addr: int, local: int, n: int, what: str) -> None:
+        b = _buffers
+        _pack_iovecs(b.iov, 0, local, n, addr, n)
+        done = fn(self.pid, b.iov_address, 1, b.iov_address + _REMOTE, 1, 0)
+        if done != n:
+            self._failed(done, addr, n, what)
+
+    def _failed(self, done: int, addr: int, n: int, what: str):
         if done >= 0:
             raise UserAccessError(errno.EFAULT, f"{what} {n} bytes at {addr:#x}: only {done} mapped")
         err = ctypes.get_errno()
@@ -104,12 +127,23 @@ class UserMemory:
         """copy_from_user: the ``n`` bytes at ``addr`` in the caller."""
         if n <= 0:
             return b""
+        if n <= HELD_MAX:
+            b = _buffers
+            self._transfer(_readv_held, addr, b.address, n, "read")
+            return b.view[:n].tobytes()
         buf = ctypes.create_string_buffer(n)
-        self._transfer(_readv, addr, buf, n, "read")
+        self._transfer(_readv, addr, ctypes.addressof(buf), n, "read")
         return buf.raw
 
     def write(self, addr: int, data: bytes) -> None:
         """copy_to_user: ``data`` to ``addr`` in the caller."""
         n = len(data)
-        if n:
-            self._transfer(_writev, addr, ctypes.create_string_buffer(bytes(data), n), n, "write")
+        if not n:
+            return
+        if n <= HELD_MAX:
+            b = _buffers
+            b.view[:n] = data
+            self._transfer(_writev_held, addr, b.address, n, "write")
+            return
+        buf = ctypes.create_string_buffer(bytes(data), n)
+        self._transfer(_writev, addr, ctypes.addressof(buf), n, "write")
