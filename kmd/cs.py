@@ -19,7 +19,7 @@ from .bo_list import parse_entries
 from .errors import KmdError, check
 from .fence import deadline, subscribe
 from .ioctl import PendingReply
-from .job import Job
+from .job import MAX_IBS, Job
 from .syncobj import Syncobj, signaled_stub
 from .syncobj import lookup as lookup_syncobj
 from .vram import PAGE_SIZE
@@ -110,6 +110,7 @@ def cs(dev, file, args, extra):
 
     EINVAL: no chunks, unknown context, unknown or short chunk, IB not dword-sized
     or too big or with unknown flags or nonzero padding, IBs for different rings,
+    more IBs than MAX_IBS allows the IP (amdgpu_ring_max_ibs),
     unknown ring, no IB, a user-fence handle that names no BO or a BO that is not
     one page or is a userptr BO, a user-fence offset past its end, bad dependency,
     a syncobj (point) without a fence, a bad SYNCOBJ_OUT / TIMELINE_SIGNAL handle or
@@ -150,6 +151,8 @@ def cs(dev, file, args, extra):
             if ring is not None and ring is not r:
                 raise KmdError(errno.EINVAL, "IBs of one submission must use one ring")
             ring = r
+            if len(ibs) >= MAX_IBS[ip_type]:      # amdgpu_cs_p1_ib
+                raise KmdError(errno.EINVAL, f"more than {MAX_IBS[ip_type]} IBs in one submission")
             ibs.append((va_start, ib_bytes // 4))
         elif chunk_id == uapi.AMDGPU_CHUNK_ID_FENCE:
             # amdgpu_cs_p1_user_fence: one page, the 8 bytes at `offset` inside it

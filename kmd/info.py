@@ -18,6 +18,7 @@ from vgpu import isa, uapi
 from . import onchip, userq as _userq
 from .kms import KMS_CAPS
 from .errors import KmdError, check
+from .job import MAX_IBS
 from .vm import VA_END, VA_START
 from .vram import PAGE_SIZE
 
@@ -316,11 +317,6 @@ def heap(total: int, used: int, largest: int) -> uapi.drm_amdgpu_heap_info:
     h.heap_usage = used
     h.max_allocation = largest
     return h
-
-
-#: AMDGPU_INFO_MAX_IBS, one per HW IP of Linux 6.7+ (GFX .. VPE) as amdgpu_ring_max_ibs
-#: gives them (indexed by HW IP, which equals the ring type up to VCN_JPEG).
-MAX_IBS = (192, 125, 49, 49, 49, 49, 49, 49, 16, 49)
 
 
 def _answer(dev, file, a) -> bytes:

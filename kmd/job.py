@@ -6,6 +6,10 @@ from .fence import Fence
 
 _ids = itertools.count(1)
 
+#: The IBs one CS may carry, per HW IP (GFX .. VPE), as amdgpu_ring_max_ibs gives them
+#: (indexed by HW IP, equal to the ring type up to VCN_JPEG); INFO MAX_IBS reports them.
+MAX_IBS = (192, 125, 49, 49, 49, 49, 49, 49, 16, 49)
+
 
 @dataclass
 class Job:

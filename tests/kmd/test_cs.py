@@ -506,3 +506,14 @@ def test_a_pending_wait_is_woken_by_the_fence_callback(s, dev, client):
     cancel()
     assert uapi.drm_amdgpu_wait_cs.from_buffer_copy(pending.finish().arg).out.status == 0
     assert not dev.rings[(DMA, 0)].fence(seq)._callbacks  # nothing left hanging on the fence
+
+
+def test_at_most_max_ibs_per_submission(s, dev, client):
+    """amdgpu_cs_p1_ib: more IBs than amdgpu_ring_max_ibs for the IP (49 for SDMA) is
+    EINVAL, and nothing is queued; 49 run."""
+    s.bo(s.ib).write(0, SdmaIb().nop().tobytes())
+    one = chunk(uapi.AMDGPU_CHUNK_ID_IB, bytes(ib_chunk(VA_IB, 4)))
+    fails(errno.EINVAL, dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 50), one * 50)
+    assert all(r.emitted_seq == 0 for r in dev.rings.values())
+    seq = call(dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 49), one * 49)[0].out.handle
+    assert s.wait(seq) == 0
