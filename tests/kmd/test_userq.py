@@ -437,6 +437,11 @@ def test_higher_priority_queue_preempts_a_lower_one(s):
     for i in range(20):
         end_high = high.write(SdmaIb().fence(VA_A, 100 + i).dwords)
     high.wait_rptr(end_high)
+    # The preemption is asked for at once but noted when the low engine's poll step
+    # sees it and its worker gets the GIL back, which may come after the high work.
+    deadline = time.monotonic() + 10
+    while low.q.preemptions == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
     assert low.q.preemptions >= 1 and low.rptr() < end_low
     s.bo(s.b).write(512, struct.pack("<I", 1))
     low.wait_rptr(end_low)
