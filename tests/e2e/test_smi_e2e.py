@@ -1,10 +1,12 @@
 """`vgpu smi`, `vgpu smi dmon` and the counters behind them, end to end: real clients in
 their own processes on a mount, counts known from the work they did."""
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+import types
 
 from kmd import perf
 from tests.helpers import NOBODY, ROOT, read_text, run_client, start_client, vgpu_cli
@@ -119,27 +121,35 @@ print("done", flush=True)
 """
 
 
+@contextlib.contextmanager
+def spinning(source: str, mount: str):
+    """A client running `source` (SPIN's protocol: prints "running" once its kernel
+    spins, ends it on a line of stdin, prints "done"), with a whole busy window
+    (BUSY_WINDOW, 1 s) filled before the body reads; `.out` is its last line."""
+    spin = types.SimpleNamespace(client=start_client(source, mount=mount), out=None)
+    try:
+        assert spin.client.stdout.readline().strip() == "running"
+        time.sleep(perf.BUSY_WINDOW + 0.5)
+        yield spin
+    finally:
+        spin.client.stdin.write("\n")
+        spin.client.stdin.flush()
+        spin.out = spin.client.stdout.readline().strip()
+        spin.client.wait(timeout=30)
+
+
 def test_a_ring_kept_busy_by_a_long_kernel_reads_at_least_90_percent(long_timeout_mount):
     sysfs = os.path.join(long_timeout_mount, *SYSFS)
     # on the compute ring: umd on CS (on user queues the queue's engine is busy instead)
-    client = start_client("import os; os.environ['VGPU_USERQ'] = '0'\n" + SPIN, mount=long_timeout_mount)
-    try:
-        assert client.stdout.readline().strip() == "running"
-        # Let the kernel fill a whole busy window (BUSY_WINDOW, 1 s) before reading.
-        time.sleep(perf.BUSY_WINDOW + 0.5)
+    with spinning("import os; os.environ['VGPU_USERQ'] = '0'\n" + SPIN, long_timeout_mount) as spin:
         busy = int(read_text(os.path.join(sysfs, "gpu_busy_percent")))
         comp = int(read_text(os.path.join(sysfs, "vgpu_engines", "comp_1.0.0", "busy_percent")))
         s = smi_json(long_timeout_mount)
-    finally:
-        client.stdin.write("\n")
-        client.stdin.flush()
-        out = client.stdout.readline().strip()
-        client.wait(timeout=30)
-    assert out == "done"
+    assert spin.out == "done"
     assert busy >= 90 and comp >= 90
     assert s["device"]["busy_percent"] >= 90
     assert next(e for e in s["engines"] if e["name"] == "comp_1.0.0")["busy_percent"] >= 90
-    row, = [p for p in s["processes"] if p["pid"] == client.pid]
+    row, = [p for p in s["processes"] if p["pid"] == spin.client.pid]
     assert row["jobs_in_flight"] == 1
 
 
@@ -194,18 +204,10 @@ def test_a_user_queue_kept_busy_by_a_long_kernel_keeps_the_gpu_busy(long_timeout
     """umd's default: the kernel spins on a compute user queue; gpu_busy_percent and
     smi's device row count the queue's run, and the process's fdinfo time grows."""
     sysfs = os.path.join(long_timeout_mount, *SYSFS)
-    client = start_client(SPIN, mount=long_timeout_mount)
-    try:
-        assert client.stdout.readline().strip() == "running"
-        time.sleep(perf.BUSY_WINDOW + 0.5)
+    with spinning(SPIN, long_timeout_mount) as spin:
         busy = int(read_text(os.path.join(sysfs, "gpu_busy_percent")))
         s = smi_json(long_timeout_mount)
-    finally:
-        client.stdin.write("\n")
-        client.stdin.flush()
-        out = client.stdout.readline().strip()
-        client.wait(timeout=30)
-    assert out == "done"
+    assert spin.out == "done"
     assert busy >= 90 and s["device"]["busy_percent"] >= 90
-    row, = [p for p in s["processes"] if p["pid"] == client.pid]
+    row, = [p for p in s["processes"] if p["pid"] == spin.client.pid]
     assert row["engine_ns"]["compute"] >= 0.9e9
