@@ -6,7 +6,9 @@ the packets' fences wrote (docs/userq.md).
 One thread per queue, most of its life in FUTEX_WAIT (no GIL held). A client that
 FUTEX_WAKEs the doorbell after writing it (libvgpu does) is served at once; one that
 only writes the doorbell, or only the write pointer, as a program for real hardware
-would, is noticed within POLL_S (POLL_IDLE_S after IDLE_AFTER_S without work). The
+would, is noticed within POLL_S (POLL_IDLE_S after IDLE_AFTER_S without work); a
+queue that ran work in the last SPIN_AFTER_S is polled for SPIN_S before the worker
+sleeps, as the client's wait polls before its own sleep (docs/userq.md). The
 packets between the read and the write pointer run as one "IB" on the engine (two
 where they wrap: a packet must not straddle the ring's end, docs/userq.md). Each
 queue has an engine of its own (an SdmaEngine, or a CommandProcessor with its own
@@ -31,6 +33,8 @@ from .hw.cp import CommandProcessor
 from .userq import DMA, read_u64
 
 POLL_S = 0.001
+SPIN_S = 100e-6                  # polled for before a sleep, while the queue is in use
+SPIN_AFTER_S = 0.002             # "in use": work ran this recently
 POLL_IDLE_S = 0.02
 IDLE_AFTER_S = 0.2
 SUSPEND_BOUND_S = 2.0            # how long a move waits for a queue to stop between packets
@@ -82,7 +86,8 @@ class QueueWorker:
                     arbiter.idle(q)
                     idle = time.monotonic() - self.last_work
                     wptr = hw.userq_wait(pt, self.db_addr, q.wptr_va, q.rptr,
-                                         POLL_S if idle < IDLE_AFTER_S else POLL_IDLE_S)
+                                         POLL_S if idle < IDLE_AFTER_S else POLL_IDLE_S,
+                                         SPIN_S if idle < SPIN_AFTER_S else 0.0)
                     if wptr == -1:
                         continue
                 if wptr == -2:            # unreachable: moved out (the restore may be due), retry once

@@ -34,6 +34,7 @@ from .va import bo_va_op, va_range_alloc
 COMPUTE, DMA = uapi.AMDGPU_HW_IP_COMPUTE, uapi.AMDGPU_HW_IP_DMA
 GTT = uapi.AMDGPU_GEM_DOMAIN_GTT
 _MQD = {COMPUTE: uapi.drm_amdgpu_userq_mqd_compute_gfx11, DMA: uapi.drm_amdgpu_userq_mqd_sdma_gfx11}
+SPIN_S = 100e-6                  # how long `wait` polls the read pointer before it sleeps
 _NOP = {COMPUTE: PM4_NOP_FILLER, DMA: sdma_header(SDMA_OP_NOP)}
 
 
@@ -166,14 +167,26 @@ class UserQueue(Handle):
         return self.commit()
 
     def wait(self, value: int, timeout: float | None = None) -> bool:
-        """Wait (FUTEX_WAIT on the read pointer) until the engine has read past
-        `value`. False on timeout. A wake-up or 100 ms without progress asks the
-        queue's state (VGPU_INFO_USERQ_STATE, the one ioctl of a wait, and only on
-        the slow path): a queue stopped by a fault or a hang raises the VgpuError of
+        """Wait until the engine has read past `value`: polling the read pointer
+        for SPIN_S, then FUTEX_WAIT on it. False on timeout. A wake-up or 100 ms
+        without progress asks the queue's state (VGPU_INFO_USERQ_STATE, the one
+        ioctl of a wait, and only on the slow path): a queue stopped by a fault or a hang raises the VgpuError of
         its errno, naming its crash dump. KeyboardInterrupt ends the wait."""
-        end = None if timeout is None else time.monotonic() + timeout
+        word = self._rptr_word
+        if word.value >= value:
+            return True
+        # Poll first, as CUDA's default spin-wait does: a small job ends within
+        # microseconds, and a sleeping CPU may be let idle by the hypervisor, whose
+        # wake-up costs more than the job (docs/userq.md, "Polling").
+        now = time.monotonic()
+        end = None if timeout is None else now + timeout
+        spin_end = now + SPIN_S if end is None else min(now + SPIN_S, end)
+        while now < spin_end:
+            if word.value >= value:
+                return True
+            now = time.monotonic()
         while True:
-            r = self._rptr_word.value
+            r = word.value
             if r >= value:
                 return True
             left = None if end is None else end - time.monotonic()

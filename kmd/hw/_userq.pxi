@@ -22,11 +22,23 @@ cdef extern from *:
     static void vgpu_store64(uint64_t addr, uint64_t v) {
         __atomic_store_n((volatile uint64_t*)addr, v, __ATOMIC_RELEASE);
     }
+    static long vgpu_now_ns(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return t.tv_sec * 1000000000L + t.tv_nsec;
+    }
+    static void vgpu_cpu_relax(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #endif
+    }
     """
     void vgpu_futex_wait(uint64_t addr, uint32_t seen, long ns) noexcept nogil
     void vgpu_futex_wake(uint64_t addr) noexcept nogil
     uint32_t vgpu_load32(uint64_t addr) noexcept nogil
     void vgpu_store64(uint64_t addr, uint64_t v) noexcept nogil
+    long vgpu_now_ns() noexcept nogil
+    void vgpu_cpu_relax() noexcept nogil
 
 cdef uint32_t PM4_NOP_FILLER_DW = 0xFFFF1000u   # vgpu/pm4.py PM4_NOP_FILLER
 cdef uint32_t PKT3_WRITE_DATA_OP = 0x37
@@ -44,20 +56,34 @@ cdef uint64_t _host_of(PageTable pt, uint64_t va, uint32_t need) noexcept nogil:
     return out
 
 
-def userq_wait(PageTable pt not None, uint64_t db_addr, uint64_t wptr_va, uint64_t rptr, double timeout):
-    """The u64 at `wptr_va` once it differs from `rptr`: read at once, else after one
-    FUTEX_WAIT of at most `timeout` s on the doorbell word at host address `db_addr`
-    (its value read before the write pointer, so a doorbell rung in between ends the
-    wait at once). -1: still `rptr` after the sleep; -2: `wptr_va` is unmapped."""
+def userq_wait(PageTable pt not None, uint64_t db_addr, uint64_t wptr_va, uint64_t rptr, double timeout,
+               double spin=0.0):
+    """The u64 at `wptr_va` once it differs from `rptr`: read at once, else polled for
+    at most `spin` s, else after one FUTEX_WAIT of at most `timeout` s (less the spin)
+    on the doorbell word at host address `db_addr` (its value read before the write
+    pointer, so a doorbell rung in between ends the wait at once). -1: still `rptr`
+    after the sleep; -2: `wptr_va` is unmapped."""
     cdef uint64_t w = 0
     cdef uint32_t db
     cdef Fault fault
     cdef int bad
     cdef long ns = <long>(timeout * 1e9)
+    cdef long spin_ns = <long>(min(spin, timeout) * 1e9)
+    cdef long end
     pin = pt.pin()          # buffers stay alive while the GIL is released
     with nogil:
         db = vgpu_load32(db_addr)
         bad = pt._read(wptr_va, <uint8_t*>&w, 8, &fault)
+        if not bad and w == rptr and spin_ns > 0:
+            # A queue in use gets its next packets within microseconds: polling for
+            # them spares a sleep the hypervisor may turn into an idle CPU, whose
+            # wake-up costs more than a small job (docs/userq.md, "Polling").
+            end = vgpu_now_ns() + spin_ns
+            while not bad and w == rptr and vgpu_now_ns() < end:
+                vgpu_cpu_relax()
+                db = vgpu_load32(db_addr)
+                bad = pt._read(wptr_va, <uint8_t*>&w, 8, &fault)
+            ns -= spin_ns
         if not bad and w == rptr and ns > 0:
             vgpu_futex_wait(db_addr, db, ns)
             bad = pt._read(wptr_va, <uint8_t*>&w, 8, &fault)

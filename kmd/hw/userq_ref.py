@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import time
 
 from vgpu import futex, pm4
 
@@ -15,15 +16,20 @@ _SDMA_FENCE, _SDMA_WRITE = 5, 2
 MAX_FENCES = 64
 
 
-def userq_wait(pt, db_addr: int, wptr_va: int, rptr: int, timeout: float) -> int:
-    """The u64 at `wptr_va` once it differs from `rptr`: at once, else after one
-    FUTEX_WAIT of at most `timeout` s on the doorbell word at `db_addr`. -1: still
-    `rptr`; -2: `wptr_va` is unmapped."""
+def userq_wait(pt, db_addr: int, wptr_va: int, rptr: int, timeout: float, spin: float = 0.0) -> int:
+    """The u64 at `wptr_va` once it differs from `rptr`: at once, else polled for at
+    most `spin` s, else after one FUTEX_WAIT of at most `timeout` s (less the spin)
+    on the doorbell word at `db_addr`. -1: still `rptr`; -2: `wptr_va` is unmapped."""
     try:
         db = ctypes.c_uint32.from_address(db_addr).value
         w = struct.unpack("<Q", pt.read(wptr_va, 8))[0]
-        if w == rptr and timeout > 0:
-            futex.wait(db_addr, db, timeout)
+        spin = min(spin, timeout)
+        end = time.monotonic() + spin
+        while w == rptr and spin > 0 and time.monotonic() < end:
+            db = ctypes.c_uint32.from_address(db_addr).value
+            w = struct.unpack("<Q", pt.read(wptr_va, 8))[0]
+        if w == rptr and timeout - spin > 0:
+            futex.wait(db_addr, db, timeout - spin)
             w = struct.unpack("<Q", pt.read(wptr_va, 8))[0]
     except GpuFault:
         return -2
