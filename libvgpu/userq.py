@@ -170,8 +170,9 @@ class UserQueue(Handle):
         """Wait until the engine has read past `value`: polling the read pointer
         for SPIN_S, then FUTEX_WAIT on it. False on timeout. A wake-up or 100 ms
         without progress asks the queue's state (VGPU_INFO_USERQ_STATE, the one
-        ioctl of a wait, and only on the slow path): a queue stopped by a fault or a hang raises the VgpuError of
-        its errno, naming its crash dump. KeyboardInterrupt ends the wait."""
+        ioctl of a wait, and only on the slow path): a queue stopped by a fault or
+        a hang raises the VgpuError of its errno, naming its crash dump.
+        KeyboardInterrupt ends the wait."""
         word = self._rptr_word
         if word.value >= value:
             return True
