@@ -23,7 +23,7 @@ import sys
 import pyfuse3
 import trio
 
-from .options import add_device_options, limits_from, permissions_from, sched_from
+from .options import DEFAULT_POLL_US, add_device_options, limits_from, permissions_from, sched_from
 
 log = logging.getLogger("vgpu.daemon")
 
@@ -76,10 +76,10 @@ def mount_options() -> set[str]:
     return opts
 
 
-async def _serve() -> None:
+async def _serve(poll_us: int) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_stop_on_signal)
-        await pyfuse3.main(max_tasks=MAX_TASKS, ioctl_thread=True)
+        await pyfuse3.main(max_tasks=MAX_TASKS, ioctl_thread=True, ioctl_poll_us=poll_us)
         nursery.cancel_scope.cancel()
 
 
@@ -93,14 +93,15 @@ async def _stop_on_signal() -> None:
 
 def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | None = None,
           limits=None, perms=None, huge_pages: bool = True, sched=None, partitions: int = 1,
-          cache_model: bool = False) -> int:
+          cache_model: bool = False, poll_us: int = DEFAULT_POLL_US) -> int:
     """Mount the device tree at ``mountpoint`` and serve it until unmounted or signalled.
     ``limits``: kmd.limits.Limits; ``perms``: vdev.options.NodePermissions, the modes
     and group of the device nodes (the defaults when None); ``huge_pages``: BO files
     on a private huge-page tmpfs when root (kmd/shmem.py); ``sched``: kmd.sched.SchedOptions
     (preemption, time slicing, heartbeat; the defaults when None); ``partitions``: how
     many isolated devices the GPU is split into (kmd/gpu.py; 1: the whole GPU, one Device).
-    ``cache_model``: the L2 cache model (docs/cache.md).
+    ``cache_model``: the L2 cache model (docs/cache.md). ``poll_us``: how long the
+    thread that reads /dev/fuse polls before it sleeps (docs/ioctl.md).
     Returns 1 without mounting when the BO store cannot be set up or the GPU cannot
     take that many partitions (logged)."""
     from kmd.device import Device  # imported here so `vgpu --help` stays light
@@ -131,7 +132,7 @@ def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | N
              " (private tmpfs, huge pages)" if store.huge else "",
              f"; {partitions} partitions" if partitions > 1 else "")
     try:
-        trio.run(_serve)
+        trio.run(_serve, poll_us)
     finally:
         pyfuse3.close(unmount=True)
         dev.shutdown()
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"scheduling options: {e}")
     return serve(os.path.abspath(args.mountpoint), args.vram, args.gtt, args.timeout, args.shm_dir,
                  limits=limits_from(args), perms=perms, huge_pages=not args.no_huge_pages, sched=sched,
-                 partitions=args.partitions, cache_model=args.cache_model)
+                 partitions=args.partitions, cache_model=args.cache_model, poll_us=args.poll_us)
 
 
 if __name__ == "__main__":

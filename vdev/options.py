@@ -22,6 +22,10 @@ from kmd.sched import SchedOptions
 DEFAULT_CARD_MODE = 0o660
 DEFAULT_RENDER_MODE = 0o666
 DEFAULT_GROUP = "video"
+# The ioctl thread's poll before it sleeps (pyfuse3.main(ioctl_poll_us=...)): long
+# enough for a client's next request after a reply, short against a CPU's time
+# (docs/ioctl.md, "Polling before the read").
+DEFAULT_POLL_US = 50
 
 
 @dataclass
@@ -101,6 +105,11 @@ def add_device_options(p: argparse.ArgumentParser) -> None:
                             help=f"{kind.what} {scope} (default {getattr(defaults, name)})")
 
 
+    transport = p.add_argument_group("ioctl transport (docs/ioctl.md)")
+    transport.add_argument("--poll-us", type=_poll_us, default=DEFAULT_POLL_US, metavar="US",
+                           help="how long the ioctl thread polls /dev/fuse before it sleeps, 0: "
+                                f"never (default {DEFAULT_POLL_US})")
+
     sched = p.add_argument_group("scheduling (docs/preemption.md)")
     d = SchedOptions()
     sched.add_argument("--no-preempt", action="store_true",
@@ -113,6 +122,16 @@ def add_device_options(p: argparse.ArgumentParser) -> None:
     sched.add_argument("--heartbeat-misses", type=_count, default=None, metavar="N",
                        help=f"missed pulses after which an engine is declared hung and reset "
                             f"(default {d.heartbeat_misses})")
+
+
+def _poll_us(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of microseconds: {text!r}") from None
+    if not 0 <= value <= 100_000:
+        raise argparse.ArgumentTypeError(f"{text} µs is out of range (0 to 100000)")
+    return value
 
 
 def _milliseconds(text: str) -> float:
@@ -170,6 +189,8 @@ def device_argv(args) -> list[str]:
         argv += ["--group", args.group]
     if getattr(args, "cache_model", False):
         argv.append("--cache-model")
+    if getattr(args, "poll_us", DEFAULT_POLL_US) != DEFAULT_POLL_US:
+        argv += ["--poll-us", str(args.poll_us)]
     for name in Limits.names():
         value = getattr(args, name, None)
         if value is not None:

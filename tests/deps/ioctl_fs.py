@@ -1,10 +1,11 @@
 """A minimal pyfuse3 file system with an ioctl handler, for tests/deps/test_pyfuse3_ioctl.py.
 
-``python3 -m tests.deps.ioctl_fs MOUNT thread|loop``: one file ``f``. Its ioctl nr
+``python3 -m tests.deps.ioctl_fs MOUNT thread|poll|loop``: one file ``f``. Its ioctl nr
 0x10 echoes the struct, nr 0x11 answers (7, struct) as the call's result, nr 0x12
 raises FUSEError(ENOENT), nr 0x20 waits 30 s in an async task (records "waiting"
 and "cancelled" in the file ``state``), nr 0x21 returns a coroutine answering after
-50 ms. ``main(ioctl_thread=...)`` by the second argument.
+50 ms. The second argument: ``main(ioctl_thread=True)``, the same with
+``ioctl_poll_us=200`` (the reader polls before it sleeps), or the stock loop.
 """
 import errno
 import stat
@@ -70,7 +71,8 @@ def main() -> None:
     mountpoint, mode = sys.argv[1], sys.argv[2]
     pyfuse3.init(IoctlFs(), mountpoint, {"fsname=ioctltest"})
     try:
-        trio.run(lambda: pyfuse3.main(ioctl_thread=mode == "thread"))
+        trio.run(lambda: pyfuse3.main(ioctl_thread=mode != "loop",
+                                      ioctl_poll_us=200 if mode == "poll" else 0))
     finally:
         pyfuse3.close(unmount=True)
 

@@ -1,6 +1,7 @@
 """The pyfuse3 extension of deps/pyfuse3/ioctl.patch, on a file system of its own
-(tests/deps/ioctl_fs.py), in both loop modes: Operations.ioctl answered at once, as
-a result value, as an error, from an awaitable, and interrupted by a signal."""
+(tests/deps/ioctl_fs.py), in each loop mode (the reader thread, the reader thread
+polling before it sleeps, the stock loop): Operations.ioctl answered at once, as a
+result value, as an error, from an awaitable, and interrupted by a signal."""
 import errno
 import fcntl
 import os
@@ -18,7 +19,7 @@ def _iowr(nr: int, size: int) -> int:
     return (3 << 30) | (size << 16) | (ord("d") << 8) | nr
 
 
-@pytest.fixture(scope="module", params=["thread", "loop"])
+@pytest.fixture(scope="module", params=["thread", "poll", "loop"])
 def mount(request, tmp_path_factory):
     mnt = str(tmp_path_factory.mktemp("ioctlfs"))
     proc = subprocess.Popen([sys.executable, "-m", "tests.deps.ioctl_fs", mnt, request.param], cwd=ROOT)
@@ -99,3 +100,29 @@ def test_many_threads_wait_while_another_request_is_answered(mount):
              "[t.join() for t in ts]\n", mount)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "x" * 16
+
+
+def test_a_poll_window_does_not_delay_or_lose_requests(mount):
+    """Requests that come in the reader's poll window, after it, and after an ioctl
+    handed to the loop (no poll then) are all answered, from several threads."""
+    r = _run("import threading\n"
+             "def echo(tag):\n"
+             "    for i in range(200):\n"
+             "        b = bytearray(b'%c' % tag * 16); fcntl.ioctl(fd, IOWR(0x10, 16), b, True)\n"
+             "        assert b == bytearray(b'%c' % tag * 16), b\n"
+             "        if i % 50 == 0:\n"
+             "            fcntl.ioctl(fd, IOWR(0x21, 8), bytearray(8), True)\n"
+             "        if i % 70 == 0:\n"
+             "            time.sleep(0.002)   # past the window: the reader sleeps in read()\n"
+             "ts = [threading.Thread(target=echo, args=(ord('a') + k,)) for k in range(4)]\n"
+             "[t.start() for t in ts]; [t.join() for t in ts]\n"
+             "print('ok')\n", mount, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_a_negative_poll_window_is_refused():
+    import pyfuse3
+    import trio
+    with pytest.raises(ValueError, match="ioctl_poll_us"):
+        trio.run(lambda: pyfuse3.main(ioctl_thread=True, ioctl_poll_us=-1))
