@@ -19,6 +19,7 @@ from __future__ import annotations
 import array
 import ctypes
 import errno
+import os
 import struct
 import time
 
@@ -185,6 +186,7 @@ class UserQueue(Handle):
         while now < spin_end:
             if word.value >= value:
                 return True
+            os.sched_yield()   # the queue's worker may have been woken onto this CPU
             now = time.monotonic()
         while True:
             r = word.value

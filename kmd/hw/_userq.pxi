@@ -9,6 +9,7 @@ cdef extern from *:
     #include <sys/syscall.h>
     #include <unistd.h>
     #include <time.h>
+    #include <sched.h>
     static void vgpu_futex_wait(uint64_t addr, uint32_t seen, long ns) {
         struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
         syscall(SYS_futex, (uint32_t*)addr, FUTEX_WAIT, seen, &ts, NULL, 0);
@@ -27,10 +28,14 @@ cdef extern from *:
         clock_gettime(CLOCK_MONOTONIC, &t);
         return t.tv_sec * 1000000000L + t.tv_nsec;
     }
+    /* A pause, then the CPU to any other thread waiting for it: a client the worker's
+       wake-up placed on this CPU (the scheduler puts a wakee beside its waker) must
+       not wait for the end of the spin to commit its next packets. */
     static void vgpu_cpu_relax(void) {
     #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
     #endif
+        sched_yield();
     }
     """
     void vgpu_futex_wait(uint64_t addr, uint32_t seen, long ns) noexcept nogil

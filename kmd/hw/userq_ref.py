@@ -4,6 +4,7 @@ with the same API and behaviour (docs/userq.md)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 import time
 
@@ -26,6 +27,7 @@ def userq_wait(pt, db_addr: int, wptr_va: int, rptr: int, timeout: float, spin: 
         spin = min(spin, timeout)
         end = time.monotonic() + spin
         while w == rptr and spin > 0 and time.monotonic() < end:
+            os.sched_yield()   # as the Cython worker: a client on this CPU runs meanwhile
             db = ctypes.c_uint32.from_address(db_addr).value
             w = struct.unpack("<Q", pt.read(wptr_va, 8))[0]
         if w == rptr and timeout - spin > 0:

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,7 @@ static void wait_rptr(volatile uint64_t *rptr, uint64_t w)
 #if defined(__x86_64__) || defined(__i386__)
 		__builtin_ia32_pause();
 #endif
+		sched_yield();   /* the queue's worker may have been woken onto this CPU */
 	}
 	while (__atomic_load_n(rptr, __ATOMIC_ACQUIRE) < w)
 		futex_wait(rptr, (uint32_t)*rptr);
