@@ -38,15 +38,20 @@ def _compute_frame(wptr: int, ibs, seq: int) -> list[int]:
     return out
 
 
+_SDMA_NOP = NOP["sdma"]
+_SDMA_INDIRECT = sdma.sdma_header(SDMA_OP_INDIRECT)
+_SDMA_FENCE = sdma.sdma_header(sdma.SDMA_OP_FENCE)
+_SDMA_TRAP = sdma.sdma_header(sdma.SDMA_OP_TRAP)
+
+
 def _sdma_frame(wptr: int, ibs, seq: int) -> list[int]:
     """sdma_v4_0_ring_emit_ib for each IB (NOPs first so that the 6-dword packet ends
     on an 8-dword boundary), then sdma_v4_0_ring_emit_fence (32-bit seq) and its trap."""
     out = []
     for va, dwords in ibs:
-        out += [NOP["sdma"]] * ((2 - (wptr + len(out))) & 7)
-        out += [sdma.sdma_header(SDMA_OP_INDIRECT), va & 0xFFFFFFE0, va >> 32 & 0xFFFFFFFF, dwords, 0, 0]
-    out += [sdma.sdma_header(sdma.SDMA_OP_FENCE), 0, 0, seq & 0xFFFFFFFF,
-            sdma.sdma_header(sdma.SDMA_OP_TRAP), 0]
+        out += [_SDMA_NOP] * ((2 - (wptr + len(out))) & 7)
+        out += [_SDMA_INDIRECT, va & 0xFFFFFFE0, va >> 32 & 0xFFFFFFFF, dwords, 0, 0]
+    out += [_SDMA_FENCE, 0, 0, seq & 0xFFFFFFFF, _SDMA_TRAP, 0]
     return out
 
 
@@ -67,15 +72,25 @@ class RingBuffer:
         frame = (_compute_frame if self.kind == "compute" else _sdma_frame)(self.wptr, ibs, seq)
         mask = ALIGN_MASK[self.kind]
         frame += [NOP[self.kind]] * ((mask + 1 - (self.wptr + len(frame)) & mask) & mask)
-        for dw in frame:
-            self.ring[self.wptr % RING_DW] = dw
-            self.wptr += 1
+        # In slices up to the ring's end (a frame longer than the ring wraps over
+        # itself, the last RING_DW dwords staying), not a store per dword.
+        done, n = 0, len(frame)
+        while done < n:
+            at = (self.wptr + done) % RING_DW
+            k = min(n - done, RING_DW - at)
+            self.ring[at:at + k] = array.array("I", frame[done:done + k])
+            done += k
+        self.wptr += n
         self._ends[seq] = self.wptr
 
     def completed(self, seq: int) -> None:
         """The engine finished the run fenced with `seq` (and every earlier one)."""
-        for s in [s for s in self._ends if s <= seq]:
-            self.rptr = max(self.rptr, self._ends.pop(s))
+        ends = self._ends
+        while ends:
+            first = next(iter(ends))   # runs are emitted in seq order
+            if first > seq:
+                break
+            self.rptr = max(self.rptr, ends.pop(first))
 
     def dump(self) -> bytes:
         """amdgpu_debugfs_ring_read's file: rptr, hardware wptr and the driver's wptr
