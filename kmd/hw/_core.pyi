@@ -46,3 +46,14 @@ class ComputeEngine:
     def dispatch(self, pt: PageTable, code_va: int, *, sgprs: int, vgprs: int, lds_bytes: int,
                  grid: tuple[int, int, int], block: tuple[int, int, int], user_data: list[int],
                  ctx_id: int = 0, ring_id: int = 0) -> ComputeResult: ...
+
+# The command processor's per-packet helpers (kmd/hw/_cp_fast.pxi; cp.py falls back
+# to its Python lines without them) and the compute counters' C table (tests).
+def add_counters(mine: dict[str, int], theirs: dict[str, int]) -> None: ...
+def simple_packets(cp: object, ib: tuple[int, ...], pos: int, regs: dict[int, int],
+                   ops: dict[int, int], sh_ok: object, nop_filler: int, nop: int,
+                   set_sh_reg: int, count_mask: int, release_mem: int, release_dst_max: int,
+                   quiet_release: bool) -> tuple[int, int, int, int]: ...
+def counters_of(ops: dict[int, tuple[int, int]], *, waves: int, lane_instructions: int,
+                tlb_hits: int = 0, tlb_misses: int = 0, walks: int = 0, dispatches: int = 1,
+                l2: dict[str, int] | None = None) -> dict[str, int] | None: ...

@@ -845,3 +845,4 @@ cdef class SdmaEngine:
 include "_l2.pxi"
 include "_cu.pxi"
 include "_userq.pxi"
+include "_cp_fast.pxi"

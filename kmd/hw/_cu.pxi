@@ -169,6 +169,33 @@ DEF STOP_ABORT = 1
 DEF STOP_PREEMPT = 2
 DEF STOP_COUNT = 3
 
+_PACKED_REGS = _cu_py.PACKED_REGS
+
+
+def _ok_fields():
+    """The fields of ComputeResult("ok") but sgprs, vgprs and counters, which an ok
+    result with packed registers sets itself: a dispatch fills a new result's __dict__
+    from them instead of running the dataclass's __init__. None (use __init__) if a
+    field has a default made per instance that this does not know of."""
+    import dataclasses
+    for f in dataclasses.fields(_cu_py.ComputeResult):
+        if f.default_factory is not dataclasses.MISSING and f.name not in ("sgprs", "vgprs", "counters"):
+            return None
+    if hasattr(_cu_py.ComputeResult, "__post_init__"):
+        return None
+    d = dict(_cu_py.ComputeResult("ok").__dict__)
+    del d["sgprs"], d["vgprs"], d["counters"]
+    return d
+
+
+_OK_FIELDS = _ok_fields()
+_ComputeResult = _cu_py.ComputeResult
+_new_result = object.__new__
+# compute.py's save-area layout, bound once (a tiny dispatch reads them every time).
+cdef Py_ssize_t _CSA_SLOT_BYTES = _cu_py.CSA_SLOT_BYTES
+cdef Py_ssize_t _CSA_MAX_SLOTS = _cu_py.CSA_MAX_SLOTS
+cdef Py_ssize_t _CSA_SLOT_HEADER_BYTES = _cu_py.CSA_SLOT_HEADER.size
+cdef Py_ssize_t _CSA_WAVE_HEADER_BYTES = _cu_py.CSA_WAVE_HEADER.size
 _CU_REASONS = (None, _cu_py.REASON_ILLEGAL, _cu_py.REASON_BAD_REGISTER,
                _cu_py.REASON_UNMAPPED, _cu_py.REASON_PERMISSION, _cu_py.REASON_MISALIGNED,
                _cu_py.REASON_LDS_BOUNDS, _cu_py.REASON_TRAP)
@@ -501,6 +528,102 @@ def _op_class(int op, fmt, bint wide):
 
 
 _cu_fill_op_table()
+
+
+# dispatch_counters' per-opcode table (compute._OP_EFFECTS) for _counters: the class an
+# instruction counts in, bytes per lane (per wave for s_load) loaded and stored, flags.
+cdef enum:
+    CNT_NONE = 0            # not in the table: _counters asks dispatch_counters
+    CNT_VALU = 1
+    CNT_SALU = 2
+    CNT_SMEM = 3
+    CNT_VMEM = 4
+    CNT_LDS = 5
+    CNT_NCLASSES = 6
+    CNT_ATOMIC = 1
+    CNT_SCALAR = 2
+    CNT_BARRIER = 4
+cdef uint8_t _cnt_class[256]
+cdef uint8_t _cnt_flags[256]
+cdef uint64_t _cnt_loaded[256]
+cdef uint64_t _cnt_stored[256]
+
+
+def _cu_fill_counter_table():
+    """_cnt_* from compute._OP_EFFECTS; the dict _counters builds has COMPUTE_COUNTERS'
+    keys in their order (checked here, so that the two cannot drift apart)."""
+    classes = {"valu": CNT_VALU, "salu": CNT_SALU, "smem": CNT_SMEM, "vmem": CNT_VMEM,
+               "lds": CNT_LDS}
+    if _cu_py.COMPUTE_COUNTERS != ("dispatches", "waves", "instructions", "lane_instructions",
+                                   "valu", "salu", "smem", "vmem", "lds", "bytes_loaded",
+                                   "bytes_stored", "atomics", "barriers", "tlb_hits",
+                                   "tlb_misses", "pt_walks"):
+        raise ImportError("kmd.hw.compute.COMPUTE_COUNTERS changed: update _cu.pxi _counters")
+    memset(_cnt_class, 0, sizeof(_cnt_class))
+    memset(_cnt_flags, 0, sizeof(_cnt_flags))
+    memset(_cnt_loaded, 0, sizeof(_cnt_loaded))
+    memset(_cnt_stored, 0, sizeof(_cnt_stored))
+    for op, (cls, loaded, stored, atomic, scalar) in _cu_py._OP_EFFECTS.items():
+        if 0 <= op < 256:
+            _cnt_class[op] = classes[cls]
+            _cnt_loaded[op], _cnt_stored[op] = loaded, stored
+            _cnt_flags[op] = ((CNT_ATOMIC if atomic else 0) | (CNT_SCALAR if scalar else 0)
+                              | (CNT_BARRIER if op in (_isa.OP_S_BARRIER, _isa.OP_S_BARRIER_GRID) else 0))
+
+
+_cu_fill_counter_table()
+
+
+cdef object cnt_sum(const uint64_t* op_inst, const uint64_t* op_lane, uint64_t waves,
+                    uint64_t lanes, uint64_t tlb_hits, uint64_t tlb_misses, uint64_t walks,
+                    int dispatches, l2):
+    """compute.dispatch_counters(ops, ...) of {op: (op_inst[op], op_lane[op])} (the
+    opcodes with instructions), the same dict with its keys in the same order; None
+    when one of those opcodes is not in the table (the caller then asks Python)."""
+    cdef uint64_t total = 0, loaded = 0, stored = 0, atomics = 0, barriers = 0, per, inst
+    cdef uint64_t by_class[CNT_NCLASSES]
+    cdef int op
+    memset(by_class, 0, sizeof(by_class))
+    for op in range(256):
+        inst = op_inst[op]
+        if inst == 0:
+            continue
+        if _cnt_class[op] == CNT_NONE:
+            return None
+        per = inst if _cnt_flags[op] & CNT_SCALAR else op_lane[op]
+        total += inst
+        by_class[_cnt_class[op]] += inst
+        loaded += _cnt_loaded[op] * per
+        stored += _cnt_stored[op] * per
+        if _cnt_flags[op] & CNT_ATOMIC:
+            atomics += op_lane[op]
+        if _cnt_flags[op] & CNT_BARRIER:
+            barriers += inst
+    c = {"dispatches": dispatches, "waves": waves, "instructions": total,
+         "lane_instructions": lanes, "valu": by_class[CNT_VALU], "salu": by_class[CNT_SALU],
+         "smem": by_class[CNT_SMEM], "vmem": by_class[CNT_VMEM], "lds": by_class[CNT_LDS],
+         "bytes_loaded": loaded, "bytes_stored": stored, "atomics": atomics,
+         "barriers": barriers, "tlb_hits": tlb_hits, "tlb_misses": tlb_misses,
+         "pt_walks": walks}
+    if l2 is not None:
+        c.update(l2)
+    return c
+
+
+def counters_of(dict ops, *, waves, lane_instructions, tlb_hits=0, tlb_misses=0, walks=0,
+                dispatches=1, l2=None):
+    """What the engine's counters come to for dispatch_counters' arguments (tests: the C
+    table against compute.dispatch_counters); None for an opcode the table lacks."""
+    cdef uint64_t op_inst[256]
+    cdef uint64_t op_lane[256]
+    memset(op_inst, 0, sizeof(op_inst))
+    memset(op_lane, 0, sizeof(op_lane))
+    for op, (inst, lanes) in ops.items():
+        if not 0 <= op < 256:
+            raise ValueError(f"counters_of: opcode {op} outside 0..255")
+        op_inst[op], op_lane[op] = inst, lanes
+    return cnt_sum(op_inst, op_lane, waves, lane_instructions, tlb_hits, tlb_misses, walks,
+                   dispatches, l2)
 
 
 # -- float rules (docs/isa.md 3; kmd/hw/compute.py) ---------------------------------------------
@@ -2147,6 +2270,8 @@ cdef class ComputeEngine:
     cdef bint _cooperative
     cdef object _trigger
     cdef object _spare_csa      # the save area of dispatches given none (kept: see dispatch)
+    cdef uint8_t* _spare_csa_ptr    # its address and size once taken (_dispatch), or NULL
+    cdef Py_ssize_t _spare_csa_len
     cdef tuple _checked_given   # the last dispatch's arguments as given, and as checked
     cdef tuple _checked_key
     # The decoded code window of the last dispatch (a launch of the same kernel reuses
@@ -2173,6 +2298,7 @@ cdef class ComputeEngine:
         self._cooperative = False
         self._trigger = None
         self._spare_csa = None
+        self._spare_csa_ptr = NULL
         self._win_raw = <uint64_t*>malloc(CU_WINDOW)
         self._win = <DInst*>malloc(sizeof(DInst) * (CU_WINDOW // 8))
         self._win_bytes = -1
@@ -2241,7 +2367,10 @@ cdef class ComputeEngine:
             if self._spare_csa is None:
                 self._spare_csa = np.zeros(_cu_py.csa_bytes(self.threads), np.uint8)
             csa = self._spare_csa
-        area = _cu_py.check_resume(resume, key, csa, self.threads)
+        if resume is None and csa is self._spare_csa:
+            area = csa                  # made here: what check_resume would accept
+        else:
+            area = _cu_py.check_resume(resume, key, csa, self.threads)
         self._stop.store(0 if self._trigger is None else STOP_COUNT)
         self._running = True
         pin = pt.pin()
@@ -2259,6 +2388,7 @@ cdef class ComputeEngine:
                 result.resume.own_csa = area
                 if area is self._spare_csa:      # the resume keeps it now
                     self._spare_csa = None
+                    self._spare_csa_ptr = NULL
         if result.status == "fault":
             src, data = _cu_py.ih_entry(result.reason, result.fault, result.pc)
             self.ih.push(src, ring_id, ctx_id, data)
@@ -2274,7 +2404,9 @@ cdef class ComputeEngine:
         cdef int i, nthreads, wi, lane
         cdef uint32_t bx, by, bz, nthr, t
         cdef bint ok = True
-        cdef uint8_t[::1] csa_view = area
+        cdef uint8_t[::1] csa_view
+        cdef uint8_t* csa_ptr
+        cdef Py_ssize_t csa_len
         cdef PlanItem* coop_plan = NULL
         cdef uint64_t n, a, b, wg_a, wg_b, cap
         cdef int expect
@@ -2282,8 +2414,20 @@ cdef class ComputeEngine:
         total = min(grid[0] * grid[1] * grid[2], (1 << 64) - 1)
         if total == 0:
             return _cu_py.ComputeResult("ok", None, None, 0)
-        plan = _cu_py.resume_plan(resume, total)
-        nwork = sum(count for _, count, _ in plan)
+        if resume is None:                      # compute.resume_plan of a fresh dispatch
+            plan, nwork = [(0, total, -1)], total
+        else:
+            plan = _cu_py.resume_plan(resume, total)
+            nwork = sum(count for _, count, _ in plan)
+        # A memoryview per dispatch costs more than a tiny kernel's run: the kept spare
+        # save area's address is taken once (dispatch() forgets it when a resume takes it).
+        if area is self._spare_csa and self._spare_csa_ptr != NULL:
+            csa_ptr, csa_len = self._spare_csa_ptr, self._spare_csa_len
+        else:
+            csa_view = area
+            csa_ptr, csa_len = &csa_view[0], csa_view.shape[0]
+            if area is self._spare_csa:
+                self._spare_csa_ptr, self._spare_csa_len = csa_ptr, csa_len
         bx, by, bz = block
         nthr = bx * by * bz
         sh.ptes, sh.lock, sh.generation = &pt.ptes, &pt.lock, &pt.generation
@@ -2294,17 +2438,17 @@ cdef class ComputeEngine:
         sh.code_va, sh.sgprs, sh.vgprs, sh.lds_bytes = code_va, sgprs, vgprs, lds_bytes
         sh.gx, sh.gy, sh.gz, sh.total, sh.nwork = grid[0], grid[1], grid[2], total, nwork
         sh.nwaves = (nthr + CU_WAVE - 1) // CU_WAVE
-        sh.csa = &csa_view[0]
-        sh.csa_slots = min(csa_view.shape[0] // _cu_py.CSA_SLOT_BYTES, _cu_py.CSA_MAX_SLOTS)
+        sh.csa = csa_ptr
+        sh.csa_slots = min(csa_len // _CSA_SLOT_BYTES, _CSA_MAX_SLOTS)
         sh.csa_used = &self._csa_used
-        sh.wave_rec = _cu_py.csa_wave_bytes(sgprs, vgprs)
+        sh.wave_rec = _CSA_WAVE_HEADER_BYTES + 4 * sgprs + 4 * CU_WAVE * vgprs   # csa_wave_bytes
         sh.nparked = &self._nparked
         self._nparked.store(0)
         with nogil:
             self._decode_window(pt, code_va, sgprs, vgprs, &sh)
         cap = min(_cu_py.grid_barrier_capacity(block, sgprs, vgprs, lds_bytes, self.threads), total) \
             if sh.cooperative else 0
-        sh.gsa_slot = (_cu_py.CSA_SLOT_HEADER.size + sh.nwaves * sh.wave_rec + lds_bytes + 7) // 8 * 8
+        sh.gsa_slot = (_CSA_SLOT_HEADER_BYTES + sh.nwaves * sh.wave_rec + lds_bytes + 7) // 8 * 8
         used = 0
         for _, slot in (resume.saved if resume is not None else ()):
             used |= 1 << slot
@@ -2494,6 +2638,7 @@ cdef class ComputeEngine:
         cdef uint64_t best = 0xFFFFFFFFFFFFFFFFULL
         cdef CuThread* T
         cdef CuThread* pick = NULL
+        cdef CuThread* last_T = NULL        # an ok result's last wave, left packed
         cdef WaveSt* w
         cdef CuFault f
         cdef size_t i, j
@@ -2537,6 +2682,8 @@ cdef class ComputeEngine:
                 if sh.plan != NULL or sh.cooperative:
                     last = self._wave_state({"pc": T.last_w.pc}, sh, &T.last_w, T.last_s,
                                             T.last_v, sh.total - 1, T.last_wave)
+                elif pick == NULL and status != "preempted":
+                    last, last_T = None, T
                 else:
                     last = self._wave_state({"pc": T.last_pc}, sh, &T.waves[T.last_wave],
                                             T.s + T.last_wave * CU_MAX_SGPRS,
@@ -2552,6 +2699,22 @@ cdef class ComputeEngine:
             r.pc = T.waves[T.stop_wave].pc
             return self._thread_wave(r, sh, T, T.stop_wg, T.stop_wave)
         if pick == NULL:
+            if last_T != NULL:
+                T = last_T
+                if _OK_FIELDS is not None:
+                    r = _new_result(_ComputeResult)
+                    d = r.__dict__
+                    d.update(_OK_FIELDS)
+                    d["instructions"], d["lane_instructions"], d["counters"] = inst, lane, counters
+                else:
+                    r = _cu_py.ComputeResult("ok", None, None, 0, instructions=inst,
+                                             lane_instructions=lane, counters=counters)
+                    d = r.__dict__
+                    del d["sgprs"], d["vgprs"]
+                self._packed_wave(r, sh, &T.waves[T.last_wave], T.s + T.last_wave * CU_MAX_SGPRS,
+                                  T.v + T.last_wave * sh.vgprs * CU_WAVE, sh.total - 1,
+                                  T.last_wave, T.last_pc)
+                return r
             r = _cu_py.ComputeResult("ok", None, None, 0, instructions=inst,
                                      lane_instructions=lane, counters=counters)
             for name, value in (last or {}).items():
@@ -2586,26 +2749,27 @@ cdef class ComputeEngine:
     cdef dict _counters(self, CuShared* sh, vector[CuThread]& threads, bint first_part):
         """The dispatch's performance counters (kmd/hw/compute.py dispatch_counters),
         from the per-thread tallies: the work the units did, cancelled work included."""
-        cdef uint64_t inst, lane, lookups = 0, misses = 0, walks = 0, waves = 0, lanes = 0
+        cdef uint64_t lookups = 0, misses = 0, walks = 0, waves = 0, lanes = 0
+        cdef uint64_t op_inst[256]
+        cdef uint64_t op_lane[256]
+        cdef uint64_t window_pages = 0
         cdef VgpuL2Tally t
         cdef size_t i, j
         cdef int op
-        ops = {}
-        for op in range(256):
-            inst = lane = 0
-            for i in range(threads.size()):
-                inst += threads[i].op_inst[op]
-                lane += threads[i].op_lane[op]
-            if inst:
-                ops[op] = (inst, lane)
+        memset(op_inst, 0, sizeof(op_inst))
+        memset(op_lane, 0, sizeof(op_lane))
         for i in range(threads.size()):
+            for op in range(256):
+                op_inst[op] += threads[i].op_inst[op]
+                op_lane[op] += threads[i].op_lane[op]
             lookups += threads[i].tlb_lookups
             misses += threads[i].tlb_misses
             walks += threads[i].walks
             waves += threads[i].waves_run
             for j in range(threads[i].log.size()):
                 lanes += threads[i].log[j].lane
-        window_pages = _cu_py.pages_spanned(sh.code_va, sh.win_bytes)
+        if sh.win_bytes > 0:                    # compute.pages_spanned
+            window_pages = ((sh.code_va + <uint64_t>sh.win_bytes - 1) >> 12) - (sh.code_va >> 12) + 1
         l2 = None
         if sh.l2 != NULL:
             l2 = dict.fromkeys(L2_COUNTERS, 0)
@@ -2614,6 +2778,11 @@ cdef class ComputeEngine:
                 for name, value in zip(L2_COUNTERS, (t.hits, t.misses, t.writebacks, t.evictions,
                                                      t.invalidations)):
                     l2[name] += value
+        c = cnt_sum(op_inst, op_lane, waves, lanes, lookups - misses, misses,
+                    walks + misses + window_pages, 1 if first_part else 0, l2)
+        if c is not None:
+            return c
+        ops = {op: (op_inst[op], op_lane[op]) for op in range(256) if op_inst[op]}
         return _cu_py.dispatch_counters(ops, waves=waves, lane_instructions=lanes,
                                         tlb_hits=lookups - misses, tlb_misses=misses,
                                         walks=walks + misses + window_pages,
@@ -2626,6 +2795,20 @@ cdef class ComputeEngine:
         for name, value in state.items():
             setattr(r, name, value)
         return r
+
+    @cython.cdivision(True)
+    cdef _packed_wave(self, r, CuShared* sh, WaveSt* w, uint32_t* s, uint32_t* v,
+                      uint64_t index, int wi, int64_t pc):
+        """r (an ok ComputeResult made from _OK_FIELDS) with pc and what _wave_state
+        gives, but its sgprs and vgprs left as bytes (compute.PACKED_REGS): they are
+        decoded when first read."""
+        d = r.__dict__
+        d["pc"] = pc
+        d["workgroup"] = (index % sh.gx, (index // sh.gx) % sh.gy,
+                          index // (<uint64_t>sh.gx * sh.gy))
+        d["wave"] = wi
+        d["exec"], d["vcc"], d["scc"] = w.exec_, w.vcc, w.scc
+        d[_PACKED_REGS] = ((<char*>s)[:sh.sgprs * 4], (<char*>v)[:sh.vgprs * CU_WAVE * 4])
 
     @cython.cdivision(True)
     cdef dict _wave_state(self, dict out, CuShared* sh, WaveSt* w, uint32_t* s, uint32_t* v,

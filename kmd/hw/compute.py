@@ -5,6 +5,7 @@ The executors themselves are kmd/hw/cu_ref.py (pure Python) and the Cython core.
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import dataclasses
 import math
@@ -56,6 +57,29 @@ class ComputeResult:
     counters: dict = dataclasses.field(default_factory=dict, compare=False)
     # status 'preempted': the DispatchResume to pass back to dispatch() (resume=).
     resume: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __getattr__(self, name):
+        # Only reached for an attribute missing from the instance. The Cython core's ok
+        # result leaves the last wave's registers packed (PACKED_REGS: its SGPRs, then
+        # its VGPRs row by row, as native uint32 bytes) instead of sgprs / vgprs, as
+        # almost every ok result is dropped unread: the lists are made on first read.
+        if name not in ("sgprs", "vgprs"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        d = self.__dict__
+        packed = d.get(PACKED_REGS)
+        if packed is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        s_raw, v_raw = packed
+        if name == "sgprs":
+            d["sgprs"] = array.array("I", s_raw).tolist()
+        else:
+            flat = array.array("I", v_raw).tolist()
+            d["vgprs"] = [flat[k:k + I.WAVE_SIZE] for k in range(0, len(flat), I.WAVE_SIZE)]
+        return d[name]
+
+
+# The instance attribute that holds an ok result's packed registers (ComputeResult.__getattr__).
+PACKED_REGS = "_packed_regs"
 
 
 # -- performance counters (docs/observability.md) -------------------------------------------

@@ -17,6 +17,7 @@ its parent's), so one client's program address never leaks into another's job.
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
 import threading
 import time
@@ -100,8 +101,24 @@ class CpResult:
         if not mine:                    # the first (often the only) dispatch of the run
             mine.update(counters)
             return
-        for name, value in counters.items():
-            mine[name] = mine.get(name, 0) + value
+        _add_counters(mine, counters)
+
+
+def _add_counters_py(mine: dict, theirs: dict) -> None:
+    for name, value in theirs.items():
+        mine[name] = mine.get(name, 0) + value
+
+
+# The same in C, from the Cython core (kmd/hw/_cp_fast.pxi): the sum of a run's
+# counters (some 16 per dispatch), and _run_ib's loop over the packets that cannot stop
+# a run (a tiny launch is four SET_SH_REGs around its DISPATCH_DIRECT). Without the core
+# (not built), or under VGPU_HW=ref, the Python lines run.
+try:
+    from kmd.hw._core import add_counters as _add_counters, simple_packets as _simple_packets
+except ImportError:
+    _add_counters, _simple_packets = _add_counters_py, None
+if os.environ.get("VGPU_HW") == "ref":
+    _add_counters, _simple_packets = _add_counters_py, None
 
 
 class _Stop(Exception):
@@ -130,6 +147,36 @@ _NOP_FILLER, _NOP, _TYPE3, _PREDICATE, _COUNT_MASK = (P.PM4_NOP_FILLER, P.PKT3_N
 _SET_SH_REG, _DISPATCH_DIRECT, _RELEASE_MEM = P.PKT3_SET_SH_REG, P.PKT3_DISPATCH_DIRECT, P.PKT3_RELEASE_MEM
 _BODY_DW, _SH_REGS_KNOWN = P.PKT3_BODY_DW, P.SH_REGS_KNOWN
 _USER_DATA_REGS = tuple(P.COMPUTE_USER_DATA_0 + i for i in range(P.COMPUTE_USER_DATA_COUNT))
+# (first register, body dwords) of the SET_SH_REG packets _set_sh_reg found good: only
+# known registers, a body of at least two dwords. _run_ib writes these directly. The
+# set is bounded (the ranges of known registers are few; a fuzzer's are not kept).
+_SH_RANGES_OK: set = set()
+_SH_RANGES_MAX = 4096
+
+_PGM_LO, _PGM_HI = P.COMPUTE_PGM_LO, P.COMPUTE_PGM_HI
+_RSRC1, _RSRC2 = P.COMPUTE_PGM_RSRC1, P.COMPUTE_PGM_RSRC2
+_NUM_THREAD_X, _NUM_THREAD_Y, _NUM_THREAD_Z = (P.COMPUTE_NUM_THREAD_X, P.COMPUTE_NUM_THREAD_Y,
+                                               P.COMPUTE_NUM_THREAD_Z)
+
+
+def _dispatch_setup(key: tuple) -> tuple:
+    """What DISPATCH_DIRECT takes from the program registers `key` (PGM_LO, PGM_HI,
+    RSRC1, RSRC2, NUM_THREAD_X, Y, Z): (code_va, block, vgprs, sgprs, the user data
+    registers to pass, lds_bytes, bad), bad when they make no valid dispatch (a
+    bad_dispatch fault)."""
+    lo, hi, rsrc1, rsrc2, bx, by, bz = key
+    block = (bx, by, bz)
+    code_va = P.pgm_address(lo, hi)
+    vgprs, sgprs = P.decode_rsrc1(rsrc1)
+    # Registers are granted in granules (docs/pm4.md); the last granule may reach
+    # past the register file, which then bounds it.
+    vgprs, sgprs = min(vgprs, isa.MAX_VGPRS), min(sgprs, isa.MAX_SGPRS)
+    user_sgprs, lds_bytes = P.decode_rsrc2(rsrc2)
+    bad = (code_va == 0 or min(block) < 1 or bx * by * bz > MAX_WORKGROUP_THREADS
+           or user_sgprs > P.COMPUTE_USER_DATA_COUNT or sgprs < isa.MIN_SGPRS
+           or vgprs < isa.MIN_VGPRS or lds_bytes > P.MAX_LDS_BYTES)
+    return code_va, block, vgprs, sgprs, _USER_DATA_REGS[:user_sgprs], lds_bytes, bad
+
 
 _COMPARE = (
     lambda a, b: True, lambda a, b: a < b, lambda a, b: a <= b, lambda a, b: a == b,
@@ -154,7 +201,7 @@ class CommandProcessor:
         self._preempt = False
         self._dispatching = False
         self._lock = threading.Lock()
-        self._rsrc_key, self._rsrc = None, None
+        self._setup_key, self._setup = None, None
         # Called with the dword offset (in the submitted IB) of a packet that waits:
         # a WAIT_REG_MEM whose first read did not satisfy it; the packets before it are
         # done (a user queue publishes its rptr there, kmd/userq_worker.py).
@@ -259,35 +306,77 @@ class CommandProcessor:
         ops = res.packet_ops
         chain = res.ib_chain
         execute = self._execute
+        regs = self._regs
+        sh_ok = _SH_RANGES_OK
+        simple = _simple_packets
         # The loop runs for every packet of every IB: the header fields are decoded
-        # inline (vgpu.pm4's pm4_opcode, pm4_type, pm4_body_dw).
+        # inline (vgpu.pm4's pm4_opcode, pm4_type, pm4_body_dw), and so is SET_SH_REG,
+        # the most frequent packet (what _set_sh_reg does, its checks' outcome cached).
+        # A packet that cannot stop the run (a NOP filler, such a SET_SH_REG, with the
+        # core a RELEASE_MEM that does nothing: runs of them go to simple_packets in C)
+        # leaves the result's position fields and packet count to be brought up to
+        # date before anything can read them: the next packet run by _execute, a stop,
+        # the end.
+        last = last_op = -1             # the last packet whose position is not yet in res
+        done = 0                        # packets completed here not yet in res.packets
         while pos < end:
-            frame.offset = res.packet_offset = pos
             hdr = ib[pos]
-            op = res.opcode = hdr >> 8 & 0xFF
+            op = hdr >> 8 & 0xFF
+            if (op == _SET_SH_REG or op == _RELEASE_MEM or hdr == _NOP_FILLER) and simple is not None \
+                    and inner is None:
+                pos, k, at, at_op = simple(self, ib, pos, regs, ops, sh_ok, _NOP_FILLER, _NOP,
+                                           _SET_SH_REG, _COUNT_MASK, _RELEASE_MEM,
+                                           P.RELEASE_DST_TC_L2, self.l2 is None)
+                if k:                   # (none: this packet takes the lines below)
+                    done += k
+                    last, last_op = at, at_op
+                    continue
             if self._abort:
+                frame.offset = res.packet_offset = pos
+                res.opcode, res.packets = op, res.packets + done
                 raise _Stop("aborted")
             if self._preempt and not inner:     # a resumed chain first re-enters its IBs
+                frame.offset = res.packet_offset = pos
+                res.opcode, res.packets = op, res.packets + done
                 raise _Stop("preempted")
-            self._inner, inner = inner, None    # the chained IB a resumed packet re-enters
             if hdr == _NOP_FILLER:
+                last, last_op, inner = pos, op, None
                 pos += 1
-                res.packets += 1
+                done += 1
                 ops[_NOP] = ops.get(_NOP, 0) + 1
                 continue
             if hdr >> 30 != _TYPE3 or hdr & _PREDICATE:
-                res.opcode = -1
+                frame.offset = res.packet_offset = pos
+                res.opcode, res.packets = -1, res.packets + done
                 raise _Stop("fault", REASON_ILLEGAL_PACKET)
             n = (hdr >> 16 & _COUNT_MASK) + 1
             if pos + 1 + n > end:
+                frame.offset = res.packet_offset = pos
+                res.opcode, res.packets = op, res.packets + done
                 raise _Stop("fault", REASON_TRUNCATED)
-            execute(pt, op, ib[pos + 1: pos + 1 + n], res)
+            if op == _SET_SH_REG and (ib[pos + 1], n) in sh_ok:
+                base = ib[pos + 1]
+                if n == 3:
+                    regs[base], regs[base + 1] = ib[pos + 2], ib[pos + 3]
+                else:
+                    regs.update(zip(range(base, base + n - 1), ib[pos + 2: pos + 1 + n]))
+                last, last_op, inner = pos, op, None
+            else:
+                frame.offset = res.packet_offset = pos
+                res.opcode, res.packets = op, res.packets + done
+                done, last = 0, -1
+                self._inner, inner = inner, None    # the chained IB a resumed packet re-enters
+                execute(pt, op, ib[pos + 1: pos + 1 + n], res)
+                if chain[-1] is not frame:  # back from a chained IB
+                    chain.pop()
+                    res.packet_offset, res.opcode = pos, P.PKT3_INDIRECT_BUFFER
             ops[op] = ops.get(op, 0) + 1
-            if chain[-1] is not frame:  # back from a chained IB
-                chain.pop()
-                res.packet_offset, res.opcode = pos, P.PKT3_INDIRECT_BUFFER
-            res.packets += 1
+            done += 1
             pos += 1 + n
+        res.packets += done
+        if last >= 0:
+            frame.offset = res.packet_offset = last
+            res.opcode = last_op
 
     def _execute(self, pt, op: int, body, res: CpResult) -> None:
         want = _BODY_DW.get(op)
@@ -325,29 +414,23 @@ class CommandProcessor:
         if not _SH_REGS_KNOWN.issuperset(regs):
             raise _Stop("fault", REASON_BAD_REGISTER)
         self._regs.update(zip(regs, body[1:]))
+        if len(_SH_RANGES_OK) < _SH_RANGES_MAX:
+            _SH_RANGES_OK.add((base, len(body)))      # _run_ib's shortcut from now on
 
     def _dispatch(self, pt, body, res: CpResult) -> None:
         x, y, z, initiator = body
         reg = self._regs.get
-        block = (reg(P.COMPUTE_NUM_THREAD_X, 0), reg(P.COMPUTE_NUM_THREAD_Y, 0), reg(P.COMPUTE_NUM_THREAD_Z, 0))
-        code_va = P.pgm_address(reg(P.COMPUTE_PGM_LO, 0), reg(P.COMPUTE_PGM_HI, 0))
-        rsrc1, rsrc2 = reg(P.COMPUTE_PGM_RSRC1, 0), reg(P.COMPUTE_PGM_RSRC2, 0)
-        # The decoded resource registers of the last dispatch (a relaunch sets the same).
-        if (rsrc1, rsrc2) != self._rsrc_key:
-            vgprs, sgprs = P.decode_rsrc1(rsrc1)
-            # Registers are granted in granules (docs/pm4.md); the last granule may reach
-            # past the register file, which then bounds it.
-            vgprs, sgprs = min(vgprs, isa.MAX_VGPRS), min(sgprs, isa.MAX_SGPRS)
-            self._rsrc_key, self._rsrc = (rsrc1, rsrc2), (vgprs, sgprs, *P.decode_rsrc2(rsrc2))
-        vgprs, sgprs, user_sgprs, lds_bytes = self._rsrc
-        if (not initiator & P.DISPATCH_INITIATOR_COMPUTE_SHADER_EN or code_va == 0
-                or min(block) < 1 or block[0] * block[1] * block[2] > MAX_WORKGROUP_THREADS
-                or user_sgprs > P.COMPUTE_USER_DATA_COUNT or sgprs < isa.MIN_SGPRS
-                or vgprs < isa.MIN_VGPRS or lds_bytes > P.MAX_LDS_BYTES):
+        key = (reg(_PGM_LO, 0), reg(_PGM_HI, 0), reg(_RSRC1, 0), reg(_RSRC2, 0),
+               reg(_NUM_THREAD_X, 0), reg(_NUM_THREAD_Y, 0), reg(_NUM_THREAD_Z, 0))
+        # The decoded program registers of the last dispatch (a relaunch sets the same).
+        if key != self._setup_key:
+            self._setup_key, self._setup = key, _dispatch_setup(key)
+        code_va, block, vgprs, sgprs, user_regs, lds_bytes, bad = self._setup
+        if bad or not initiator & P.DISPATCH_INITIATOR_COMPUTE_SHADER_EN:
             raise _Stop("fault", REASON_BAD_DISPATCH)
         if x * y * z == 0:
             return  # no workgroups: nothing runs, as on hardware
-        user_data = [reg(r, 0) for r in _USER_DATA_REGS[:user_sgprs]]
+        user_data = [reg(r, 0) for r in user_regs]
         compute = self.compute
         resume, self._resume_dispatch = self._resume_dispatch, None
         self._dispatching = True
@@ -404,7 +487,8 @@ class CommandProcessor:
         # Dispatches run to completion before the next packet, so the end-of-pipe
         # event has already happened when this packet runs; its cache actions are
         # done before the data is written (what makes the data a release).
-        self.cache_sync(P.release_mem_l2_actions(body[0]), res)
+        if self.l2 is not None:         # (cache_sync does nothing without an L2 model)
+            self.cache_sync(P.release_mem_l2_actions(body[0]), res)
         if data_sel == P.DATA_SEL_32:
             pt.write(self._aligned(addr, 4), struct.pack("<I", body[4]))
         elif data_sel == P.DATA_SEL_64:
