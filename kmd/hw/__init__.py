@@ -7,7 +7,11 @@ both have the same API and behaviour (docs/hw.md).
 """
 import os
 
-if os.environ.get("VGPU_HW") == "ref":
+#: The pure-Python twins are in use (VGPU_HW=ref): modules with a C fast path of their
+#: own (kmd/hw/cp.py) take their Python lines then too.
+REFERENCE = os.environ.get("VGPU_HW") == "ref"
+
+if REFERENCE:
     from kmd.hw.aperture_ref import Aperture, bus_repairs
     from kmd.hw.cu_ref import ComputeEngine
     from kmd.hw.l2_ref import L2Cache
@@ -21,5 +25,5 @@ from kmd.hw.ih import IhEntry, InterruptRing
 from kmd.hw.mmu import PTE_EXEC, PTE_READ, PTE_WRITE, GpuFault, PinnedBuffers
 from kmd.hw.sdma import SdmaIb, SdmaResult
 
-__all__ = ["Aperture", "bus_repairs", "PageTable", "SdmaEngine", "ComputeEngine", "L2Cache", "InterruptRing", "IhEntry", "GpuFault",
+__all__ = ["REFERENCE", "Aperture", "bus_repairs", "PageTable", "SdmaEngine", "ComputeEngine", "L2Cache", "InterruptRing", "IhEntry", "GpuFault",
            "PinnedBuffers", "SdmaResult", "SdmaIb", "PTE_READ", "PTE_WRITE", "PTE_EXEC", "userq_wait", "userq_done"]

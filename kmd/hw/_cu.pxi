@@ -195,7 +195,6 @@ _new_result = object.__new__
 cdef Py_ssize_t _CSA_SLOT_BYTES = _cu_py.CSA_SLOT_BYTES
 cdef Py_ssize_t _CSA_MAX_SLOTS = _cu_py.CSA_MAX_SLOTS
 cdef Py_ssize_t _CSA_SLOT_HEADER_BYTES = _cu_py.CSA_SLOT_HEADER.size
-cdef Py_ssize_t _CSA_WAVE_HEADER_BYTES = _cu_py.CSA_WAVE_HEADER.size
 _CU_REASONS = (None, _cu_py.REASON_ILLEGAL, _cu_py.REASON_BAD_REGISTER,
                _cu_py.REASON_UNMAPPED, _cu_py.REASON_PERMISSION, _cu_py.REASON_MISALIGNED,
                _cu_py.REASON_LDS_BOUNDS, _cu_py.REASON_TRAP)
@@ -2441,7 +2440,7 @@ cdef class ComputeEngine:
         sh.csa = csa_ptr
         sh.csa_slots = min(csa_len // _CSA_SLOT_BYTES, _CSA_MAX_SLOTS)
         sh.csa_used = &self._csa_used
-        sh.wave_rec = _CSA_WAVE_HEADER_BYTES + 4 * sgprs + 4 * CU_WAVE * vgprs   # csa_wave_bytes
+        sh.wave_rec = _cu_py.csa_wave_bytes(sgprs, vgprs)
         sh.nparked = &self._nparked
         self._nparked.store(0)
         with nogil:

@@ -17,7 +17,6 @@ its parent's), so one client's program address never leaks into another's job.
 from __future__ import annotations
 
 import dataclasses
-import os
 import struct
 import threading
 import time
@@ -25,7 +24,7 @@ import time
 from vgpu import isa
 from vgpu import pm4 as P
 
-from kmd.hw import ComputeEngine
+from kmd.hw import REFERENCE, ComputeEngine
 from kmd.hw.ih import IH_SRC_CP_EOP, IH_SRC_ILLEGAL_INST, IH_SRC_PAGE_FAULT, IH_SRC_PROT_FAULT
 from kmd.hw.mmu import GpuFault
 
@@ -111,14 +110,12 @@ def _add_counters_py(mine: dict, theirs: dict) -> None:
 
 # The same in C, from the Cython core (kmd/hw/_cp_fast.pxi): the sum of a run's
 # counters (some 16 per dispatch), and _run_ib's loop over the packets that cannot stop
-# a run (a tiny launch is four SET_SH_REGs around its DISPATCH_DIRECT). Without the core
-# (not built), or under VGPU_HW=ref, the Python lines run.
-try:
+# a run (a tiny launch is four SET_SH_REGs around its DISPATCH_DIRECT). With the
+# reference twins (VGPU_HW=ref) the Python lines run.
+if REFERENCE:
+    _add_counters, _simple_packets = _add_counters_py, None
+else:
     from kmd.hw._core import add_counters as _add_counters, simple_packets as _simple_packets
-except ImportError:
-    _add_counters, _simple_packets = _add_counters_py, None
-if os.environ.get("VGPU_HW") == "ref":
-    _add_counters, _simple_packets = _add_counters_py, None
 
 
 class _Stop(Exception):
