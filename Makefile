@@ -37,10 +37,11 @@ pyfuse3:
 	patch -s -d $(PYFUSE3_SRC) -p1 < deps/pyfuse3/ioctl.patch
 	SETUPTOOLS_SCM_PRETEND_VERSION=$(PYFUSE3_LOCAL) $(PIP) install -q $(PYFUSE3_SRC)
 
-# Compiles the Cython core in place and installs the packages in editable mode,
-# so samples, `vgpu` and `python3 -m ...` work from any directory.
+# Compiles the Cython core and the CS path's modules (vgpu/compiled.py) in place, on
+# both cores, and installs the packages in editable mode, so samples, `vgpu` and
+# `python3 -m ...` work from any directory.
 build: deps
-	$(PYTHON) setup.py -q build_ext --inplace
+	$(PYTHON) setup.py -q build_ext --inplace -j 2
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	@$(MAKE) --no-print-directory $(PRELOAD) $(C_SAMPLES)
 
@@ -83,4 +84,5 @@ bench/c_echo/echo_fuse: bench/c_echo/echo_fuse.c
 
 clean:
 	rm -rf build *.egg-info kmd/hw/_core.cpp kmd/hw/_core*.so kmd/hw/_aperture.c kmd/hw/_aperture*.so kmd/hw/_sdma_defs.pxi kmd/hw/_cu_defs.pxi bench/c_echo/echo_fuse $(PRELOAD) $(C_SAMPLES)
+	rm -f vgpu/_compiled.json $$($(PYTHON) -c "import sys; sys.path.insert(0, '.'); from vgpu import compiled; print(*compiled.built())")
 	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -53,6 +53,12 @@ _syscall = ctypes.CDLL(None, use_errno=True).syscall
 _syscall.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_ulong, ctypes.c_void_p]
 _syscall.restype = ctypes.c_long
 
+# Runs the Python-level signal handlers now, raising what they raise (a ctypes
+# pythonapi call checks the error indicator on return). The interpreter runs them
+# between bytecodes, but this module may be compiled (vgpu/compiled.py), where a
+# retry loop has no bytecodes: without it Ctrl-C would wait for the ioctl to end.
+_check_signals = ctypes.pythonapi.PyErr_CheckSignals
+
 
 def _raw_ioctl(fd: int, request: int, struct, _mutate: bool = True) -> int:
     """ioctl(2) itself, not libc's ioctl(): under ``vgpu run`` the preload library
@@ -111,6 +117,7 @@ def drm_ioctl(fd: int, request: int, struct, *, transport: str | None = None,
             return struct
         except OSError as e:   # a KeyboardInterrupt from a signal handler is no OSError
             if e.errno in (errno.EINTR, errno.EAGAIN):
+                _check_signals()
                 continue       # drmIoctl: restart (the struct is as we sent it)
             raise from_oserror(e, uapi.ioctl_name(request)) from e
 
