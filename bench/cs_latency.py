@@ -35,6 +35,11 @@ import time
 from . import util
 
 NOP_IB = (0).to_bytes(4, "little")  # SDMA NOP, count 0: one dword
+# Issue #23's targets were set on the frame protocol's figures of then (444 µs a
+# pair, 2,382 submissions/s): <= 150 µs and >= 2x. This VM's speed drifts by up to 2x
+# between sessions (the C ioctl echo of (a): 8-13 µs then, 20 µs on slow days), so
+# the report also gives both as ratios to the frame client measured in the same run.
+FRAME_LATENCY_RATIO = 444 / 150
 WINDOW = 32                         # submissions in flight per client in the throughput runs
 
 
@@ -169,11 +174,12 @@ def report(r: dict) -> list[tuple[str, str, str]]:
         ("NOP CS -> WAIT_CS latency, prebuilt structs", f"{r['latency_raw'] * 1e6:.0f} µs",
          "ioctl(), ctypes structs built once"),
         ("NOP CS -> WAIT_CS latency, frame", f"{r['latency_frame'] * 1e6:.0f} µs",
-         f"write() + read(), libvgpu; {r['latency_frame'] / r['latency']:.2f}x of ioctl()"),
+         f"write() + read(), libvgpu; {r['latency_frame'] / r['latency']:.2f}x of ioctl(); "
+         f"target >= {FRAME_LATENCY_RATIO:.2f}x"),
         ("NOP submissions/s, 1 process", f"{r['tput1']:.0f}/s",
          f"ioctl(); {r['n']} submissions, {WINDOW} in flight"),
         ("NOP submissions/s, 1 process, frame", f"{r['tput1_frame']:.0f}/s",
-         f"write() + read(); ioctl() is {r['tput1'] / r['tput1_frame']:.2f}x"),
+         f"write() + read(); ioctl() is {r['tput1'] / r['tput1_frame']:.2f}x; target >= 2x"),
         ("NOP submissions/s, 2 processes", f"{r['tput2']:.0f}/s",
          f"total; {r['tput2'] / r['tput1']:.2f}x of 1"),
         ("NOP submissions/s, 4 processes", f"{r['tput4']:.0f}/s",
