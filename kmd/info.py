@@ -40,8 +40,10 @@ NUM_CU_PER_SH = 2
 NUM_RB_PER_SE = 1
 MAX_INFO_RETURN = 64 * 1024
 # Rings per hardware IP of the whole GPU: ip type -> number of rings (docs/design.md
-# 5.1); a partition has its share of the SDMA rings (ring_count).
-RINGS = {uapi.AMDGPU_HW_IP_DMA: 2, uapi.AMDGPU_HW_IP_COMPUTE: 1}
+# 5.1); a partition has its share of them (ring_count). Eight compute rings, as an
+# MI100's amdgpu makes (amdgpu_num_kcq's default, gfx_v9_0_compute_ring_init): tools
+# that put two jobs on two rings of one IP (IGT's amd_queue_reset) need more than one.
+RINGS = {uapi.AMDGPU_HW_IP_DMA: 2, uapi.AMDGPU_HW_IP_COMPUTE: 8}
 CAPS = {
     uapi.DRM_CAP_PRIME: uapi.DRM_PRIME_CAP_IMPORT | uapi.DRM_PRIME_CAP_EXPORT,
     uapi.DRM_CAP_TIMESTAMP_MONOTONIC: 1,

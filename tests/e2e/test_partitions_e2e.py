@@ -9,12 +9,16 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import make_mount_dir, run_client, vgpu_cli
+from kmd.partition import compute_ring_name
 from vgpu.paths import PCI_ROOT, pci_slot
 
 from .test_preload import run
 from .test_samples import passed, run_sample
 
 MiB = 1 << 20
+
+# Each partition's share of the GPU's eight compute rings (kmd/partition.py).
+COMP = {i: [compute_ring_name(i * 4 + k) for k in range(4)] for i in (0, 1)}
 
 
 def test_each_partition_has_its_nodes_and_sysfs(partitions_mount):
@@ -36,7 +40,7 @@ def test_each_partition_has_its_nodes_and_sysfs(partitions_mount):
         assert (dev / "mem_info_vram_total").read_text() == f"{32 * MiB}\n"
         assert (dev / "vgpu_partition/compute_units").read_text() == f"{i}\n"
         assert (dev / "vgpu_partition/sdma_engines").read_text() == f"sdma{i}\n"
-        assert sorted(os.listdir(dev / "vgpu_engines")) == sorted([f"sdma{i}", f"comp_1.{i}.0"])
+        assert sorted(os.listdir(dev / "vgpu_engines")) == sorted([f"sdma{i}", *COMP[i]])
         assert os.path.realpath(m / f"sys/bus/pci/devices/{slot}") == str(m / f"sys/devices/{PCI_ROOT}/{slot}")
     if os.geteuid() == 0:
         assert sorted(os.listdir(m / "sys/kernel/debug/dri")) == ["0", "1"]
@@ -142,7 +146,7 @@ def test_smi_shows_each_partition_its_engines_and_processes(partitions_mount):
         assert s["device"] == s["devices"][0]
         assert s["devices"][1]["vram_used_bytes"] >= 12288 + (1 << 20)
         assert sorted((e["gpu"], e["name"]) for e in s["engines"]) == \
-            [(0, "comp_1.0.0"), (0, "sdma0"), (1, "comp_1.1.0"), (1, "sdma1")]
+            sorted([(i, n) for i in (0, 1) for n in (f"sdma{i}", *COMP[i])])
         row, = [p for p in s["processes"] if p["pid"] == client.pid]
         assert row["gpu"] == 1 and row["vram_bytes"] == 12288 + (1 << 20)
         screen = vgpu_cli("smi", "--mount", partitions_mount).stdout
@@ -152,11 +156,11 @@ def test_smi_shows_each_partition_its_engines_and_processes(partitions_mount):
         assert r.returncode == 0, r.stderr
         rows = [line.split() for line in r.stdout.splitlines() if not line.startswith("#")]
         assert [row[0] for row in rows] == ["0", "1", "0", "1"]  # one line per device per interval
-        names = r.stdout.splitlines()[0].split()[2:6]
-        assert names == ["sdma0", "comp_1.0.0", "sdma1", "comp_1.1.0"]  # by device
+        names = r.stdout.splitlines()[0].split()[2:12]
+        assert names == ["sdma0", *sorted(COMP[0]), "sdma1", *sorted(COMP[1])]  # by device
         for row in rows:  # a device's line has "-" for the other device's engines
-            own = {"0": ("sdma0", "comp_1.0.0"), "1": ("sdma1", "comp_1.1.0")}[row[0]]
-            assert [(n in own) == (v != "-") for n, v in zip(names, row[1:5])] == [True] * 4
+            own = {"0": ("sdma0", *COMP[0]), "1": ("sdma1", *COMP[1])}[row[0]]
+            assert [(n in own) == (v != "-") for n, v in zip(names, row[1:11])] == [True] * 10
     finally:
         client.stdin.write("\n")
         client.stdin.flush()

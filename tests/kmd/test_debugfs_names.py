@@ -32,16 +32,20 @@ def lines(text: str) -> list[str]:
     return text.splitlines()
 
 
+MI100_COMPUTE_RINGS = ["comp_1.0.0", "comp_1.1.0", "comp_1.2.0", "comp_1.3.0",
+                       "comp_1.0.1", "comp_1.1.1", "comp_1.2.1", "comp_1.3.1"]
+
+
 def test_ring_names_are_amdgpus(dev):
-    assert [r.name for r in dev.rings.values()] == ["sdma0", "sdma1", "comp_1.0.0"]
+    """An MI100's amdgpu: sdma0, sdma1 and eight compute rings (amdgpu_num_kcq = 8)."""
+    assert [r.name for r in dev.rings.values()] == ["sdma0", "sdma1", *MI100_COMPUTE_RINGS]
 
 
 def test_compute_rings_go_across_the_pipes_of_mec1_first():
     """gfx_v9_0_sw_init gives its compute rings out "horizontally across pipes": ring k
     is queue k // 4 of pipe k % 4 on MEC1 (me 1), named "comp_%d.%d.%d"."""
     names = [partition.compute_ring_name(k) for k in range(8)]
-    assert names == ["comp_1.0.0", "comp_1.1.0", "comp_1.2.0", "comp_1.3.0",
-                     "comp_1.0.1", "comp_1.1.1", "comp_1.2.1", "comp_1.3.1"]
+    assert names == MI100_COMPUTE_RINGS
     with pytest.raises(ValueError):
         partition.compute_ring_name(partition.MEC_PIPES * partition.MEC_QUEUES_PER_PIPE)
 
@@ -50,7 +54,8 @@ def test_partitions_have_unique_ring_names():
     gpu = PartitionedGpu(2, vram_size=64 * MiB, gtt_size=64 * MiB, timeout=1.0)
     try:
         names = [[r.name for r in p.rings.values()] for p in gpu.partitions]
-        assert names == [["sdma0", "comp_1.0.0"], ["sdma1", "comp_1.1.0"]]
+        # each partition has its share of the GPU's rings, as of its SDMA engines
+        assert names == [["sdma0", *MI100_COMPUTE_RINGS[:4]], ["sdma1", *MI100_COMPUTE_RINGS[4:]]]
         assert {f"amdgpu_ring_{n}" for n in names[1]} <= set(gpu.partitions[1].debugfs_files())
     finally:
         gpu.shutdown()
@@ -130,7 +135,7 @@ def test_fence_info_is_amdgpu_debugfs_fence_info(dev, client):
     # amdgpu_fence.c amdgpu_debugfs_fence_info_show: the trailing fence of SDMA rings
     # counts preemptions (amdgpu_ring_preempt_ib); compute rings have none.
     want = []
-    for i, (name, done) in enumerate([("sdma0", 0), ("sdma1", 3), ("comp_1.0.0", 0)]):
+    for i, (name, done) in enumerate([("sdma0", 0), ("sdma1", 3)] + [(n, 0) for n in MI100_COMPUTE_RINGS]):
         want += [c_printf("--- ring %d (%s) ---", i, name),
                  c_printf("Last signaled fence          0x%08x", done),
                  c_printf("Last emitted                 0x%08x", done)]

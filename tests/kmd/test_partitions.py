@@ -115,10 +115,11 @@ def test_one_partition_is_the_whole_gpu_as_before():
     d = Device(vram_size=64 * MiB, gtt_size=64 * MiB)
     try:
         f = open_client(d, 1)
-        assert [r.name for r in d.rings.values()] == ["sdma0", "sdma1", "comp_1.0.0"]
+        assert [r.name for r in d.rings.values()] == ["sdma0", "sdma1"] + [compute_ring_name(k)
+                                                                            for k in range(8)]
         i = dev_info(d, f)
         assert (i.cu_active_number, i.cu_bitmap[0][0], i.num_cu_per_sh) == (2, 0b11, 2)
-        assert hw_ip(d, f, DMA).available_rings == 0b11 and hw_ip(d, f, COMPUTE).available_rings == 0b1
+        assert hw_ip(d, f, DMA).available_rings == 0b11 and hw_ip(d, f, COMPUTE).available_rings == 0xff
         assert d.partitions == [d] and d.partition.count == 1
         sysfs = d.sysfs_files()
         assert "current_compute_partition" not in sysfs and "vgpu_partition" not in sysfs  # as an MI100
@@ -131,14 +132,14 @@ def test_one_partition_is_the_whole_gpu_as_before():
 
 def test_each_partition_reports_its_own_share(gpu):
     p0, p1 = gpu.partitions
-    assert [r.name for r in p0.rings.values()] == ["sdma0", "comp_1.0.0"]
-    assert [r.name for r in p1.rings.values()] == ["sdma1", "comp_1.1.0"]
+    assert [r.name for r in p0.rings.values()] == ["sdma0", "comp_1.0.0", "comp_1.1.0", "comp_1.2.0", "comp_1.3.0"]
+    assert [r.name for r in p1.rings.values()] == ["sdma1", "comp_1.0.1", "comp_1.1.1", "comp_1.2.1", "comp_1.3.1"]
     for d, cu, sdma in ((p0, "0", "sdma0"), (p1, "1", "sdma1")):
         f = open_client(d, 1)
         i = dev_info(d, f)
         assert (i.cu_active_number, i.cu_bitmap[0][0], i.cu_ao_mask, i.num_cu_per_sh) == (1, 1, 1, 1)
         assert hw_ip(d, f, DMA).available_rings == 0b1
-        assert hw_ip(d, f, COMPUTE).available_rings == 0b1
+        assert hw_ip(d, f, COMPUTE).available_rings == 0b1111
         v = uapi.drm_amdgpu_info_vram_gtt.from_buffer_copy(info(d, f, uapi.AMDGPU_INFO_VRAM_GTT, 24))
         assert (v.vram_size, v.gtt_size) == (32 * MiB, 32 * MiB)
         m = uapi.drm_amdgpu_memory_info.from_buffer_copy(
@@ -153,7 +154,8 @@ def test_each_partition_reports_its_own_share(gpu):
         assert sysfs["available_compute_partition"]() == "SPX, DPX\n"
         assert sysfs["current_memory_partition"]() == "NPS2\n"
         assert f"PCI_SLOT_NAME={pci_slot(d.partition.index)}\n" in sysfs["uevent"]()
-        assert set(sysfs["vgpu_engines"]) == {sdma, compute_ring_name(d.partition.index)}
+        assert set(sysfs["vgpu_engines"]) == {sdma, *(compute_ring_name(d.partition.index * 4 + k)
+                                                      for k in range(4))}
         d.close_file(f)
     log = gpu.kmsg.text()
     assert f"vgpu {pci_slot(1)}: vgpu: partition 1 of 2 (DPX, NPS2): CUs 1, sdma1" in log
@@ -275,7 +277,7 @@ def test_mount_wide_views_cover_every_partition(gpu):
     reader = gpu.tracing_files()["vgpu_timeline"].open_reader()
     head = reader.read(1 << 16)
     reader.close()
-    assert b"comp_1.1.0" in head and b"sdma0" in head
+    assert b"comp_1.0.1" in head and b"sdma0" in head
 
 
 def test_no_prime_or_sync_file_crosses_partitions(gpu):
