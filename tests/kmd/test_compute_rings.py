@@ -8,27 +8,19 @@ import struct
 from vgpu import uapi
 from vgpu.pm4 import Pm4Ib
 
-from .conftest import KmdError, call, gem_create, gem_va
+from .conftest import KmdError, call
 from .test_cs import chunk
+from .test_devcoredump import VA_DATA, VA_IB, Client as DumpClient
 from .test_partitions import hw_ip
 
 COMPUTE = uapi.AMDGPU_HW_IP_COMPUTE
-VA_IB, VA_DATA = 0x10000000, 0x30000000
 
 
-class Client:
-    """A context with an IB BO and a data BO of its own, both mapped."""
+class Client(DumpClient):
+    """A context with IB, code and data BOs mapped (test_devcoredump's), submitting to
+    any compute ring."""
 
-    def __init__(self, dev, f):
-        self.dev, self.f = dev, f
-        a = uapi.drm_amdgpu_ctx()
-        a.in_.op = uapi.AMDGPU_CTX_OP_ALLOC_CTX
-        self.ctx = call(dev, f, "AMDGPU_CTX", a)[0].out.alloc.ctx_id
-        self.ib = gem_create(dev, f, 65536, uapi.AMDGPU_GEM_DOMAIN_GTT)
-        self.data = gem_create(dev, f, 4096)
-        call(dev, f, "AMDGPU_GEM_VA", gem_va(dev, f, self.ib, VA_IB, 65536, flags=uapi.AMDGPU_VM_PAGE_READABLE))
-        call(dev, f, "AMDGPU_GEM_VA", gem_va(dev, f, self.data, VA_DATA, 4096))
-        self.slot = 0
+    slot = 0
 
     def submit(self, ib: Pm4Ib, ring: int) -> int:
         va = VA_IB + 1024 * self.slot
