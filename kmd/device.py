@@ -124,7 +124,7 @@ class Device:
                         self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring
         self.l2 = hw.L2Cache() if cache_model else None
-        for i, name in enumerate(partition.compute_ring_names(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE] // partition.count)):
+        for i, name in enumerate(partition.compute_ring_names(_info.RINGS[uapi.AMDGPU_HW_IP_COMPUTE])):
             ring = Ring(self, name, uapi.AMDGPU_HW_IP_COMPUTE, i, len(self.rings),
                         CommandProcessor(name, self.ih, cus=len(partition.cus), l2=self.l2), self.sched_opts)
             self.rings[(ring.ip_type, i)] = ring

@@ -90,8 +90,10 @@ class Partition:
     def sdma_names(self) -> list[str]:
         return [f"sdma{i}" for i in self.sdma]
 
-    def compute_ring_names(self, rings: int) -> list[str]:
-        """The names of this partition's `rings` compute rings (compute_ring_name)."""
+    def compute_ring_names(self, gpu_rings: int) -> list[str]:
+        """The names of this partition's share of the GPU's `gpu_rings` compute rings
+        (an equal part, as of the SDMA engines; compute_ring_name)."""
+        rings = gpu_rings // self.count
         return [compute_ring_name(self.index * rings + i) for i in range(rings)]
 
     def describe(self) -> str:

@@ -109,8 +109,8 @@ def built() -> list:
 
 
 def status() -> dict:
-    """{module: "compiled" | "python"}: what each module of MODULES runs as in this
-    process (for `vgpu` diagnostics and the tests)."""
+    """{module: "compiled" | "python"}: what each module of MODULES imported so far
+    runs as in this process (tests/test_compiled.py asks it)."""
     out = {}
     for name in MODULES:
         module = sys.modules.get(name)
