@@ -288,11 +288,18 @@ def main_thread_in_futex(pid: int) -> bool:
         return False
 
 
+def _terminal_sigint():
+    """The client's SIGINT as a terminal gives it. A suite started in the background by
+    a non-interactive shell (`cmd &`) inherits SIGINT ignored, and Python then installs
+    no KeyboardInterrupt handler: Ctrl-C would do nothing, whatever umd does."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ctrl_c(mount, code, request, env=None):
     """SIGINT to a client blocked in `request` (an ioctl), or with request None in a
     futex wait, ends it at once with KeyboardInterrupt."""
     client = subprocess.Popen([sys.executable, "-c", code, mount], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd="/",
+                              stderr=subprocess.PIPE, text=True, cwd="/", preexec_fn=_terminal_sigint,
                               env={k: v for k, v in dict(os.environ, PYTHONPATH=ROOT, VGPU_MOUNT=mount,
                                                          **(env or {})).items()
                                    if k != "VGPU_TRANSPORT"})
