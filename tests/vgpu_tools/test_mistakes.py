@@ -170,7 +170,9 @@ def test_ctrl_c_during_mount_leaves_no_mount(tdir):
     m = os.path.join(tdir, "m")
     proc = subprocess.Popen([sys.executable, "-m", "vgpu_tools", "mount", m, "--vram", "32M"],
                             env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            # a terminal's SIGINT, even when the suite runs as a background job
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         pid_file = state_paths(m)[1]
         deadline = time.monotonic() + 30
