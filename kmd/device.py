@@ -24,7 +24,7 @@ from .fence import Fence
 from .heartbeat import Heartbeat
 from .gem import DOMAIN_NAMES, BufferObject, random_mmap_offset
 from .hw.cp import CommandProcessor
-from .ioctl import PendingReply, dispatch, request_name
+from .ioctl import PendingReply, dispatch, drm_ioctl_permit, request_name
 from .ioctl_table import TABLE as IOCTL_TABLE
 from .irq import InterruptHandler
 from .job import Job
@@ -43,6 +43,8 @@ MiB = 1 << 20
 # waiting ioctl takes it.
 SLICE = 0.002
 SLICE_PAUSE = 0.0002
+# INFO's permission flags (DRM_AUTH | DRM_RENDER_ALLOW), for timestamp_query
+_INFO_FLAGS = IOCTL_TABLE[uapi._IOC_NR(uapi.DRM_IOCTL_AMDGPU_INFO)].flags
 
 
 class _Waiting:
@@ -647,6 +649,21 @@ class Device:
     def gpu_timestamp(self) -> int:
         """The device clock in nanoseconds since the device came up."""
         return self.device_ns(time.monotonic())
+
+    def timestamp_query(self, f: DrmFile) -> int | None:
+        """What AMDGPU_INFO TIMESTAMP answers file `f` now (gpu_timestamp), or None
+        when that request must go through ioctl(): `f` closed or its device unplugged,
+        `f` not allowed INFO (drm_ioctl_permit with the table's flags), or tracing on
+        (it records every request). Takes no lock and changes nothing: it lets a
+        transport answer the clock read without the dispatch (vdev/ioctl/fast.pyx),
+        as amdgpu reads its clock register without sleeping."""
+        if f.closed or f.unplugged or self.trace.on:
+            return None
+        try:
+            drm_ioctl_permit(_INFO_FLAGS, f)
+        except KmdError:
+            return None
+        return self.gpu_timestamp()
 
     def device_ns(self, t: float) -> int:
         """A time.monotonic() instant on the device clock (gpu_timestamp)."""

@@ -57,6 +57,7 @@ from vgpu.paths import PCI_ROOT
 
 from .kmd_interface import KmdError, KmdGpu, OwnedText, Stream
 from .ioctl.drm_debug import DrmDebug
+from .ioctl.fast import FastPath
 from .ioctl.path import IoctlPath
 from .nodes import (ALWAYS_READY, MAY_EXEC, MAY_READ, MAY_WRITE, BoFile, ControlFile, ControlHandle, Credentials, Dir,
                     GeneratedFile, Handle, Node, PrimeFile, StreamFile, Symlink, SyncFile)
@@ -114,6 +115,7 @@ class VgpuFs(pyfuse3.Operations):
         self._dir_listings: dict[int, list] = {}
         self.ioctls = IoctlPath(dev.kmsg.log)
         self.drm_debug = DrmDebug(self.ioctls)   # sets self.ioctls.observe while drm.debug has DRM_UT_CORE
+        self.fast = FastPath(self.ioctls)   # the clock read answered in C (vdev/ioctl/fast.pyx)
 
         root = self._add(Dir(pyfuse3.ROOT_INODE, None, uid=self.owner))
         dev_dir = self._mkdir(root, "dev")
@@ -457,9 +459,12 @@ class VgpuFs(pyfuse3.Operations):
         node = self._node(inode)
         self._require(node, ctx, self._wanted(flags))
         handle = node.open(self.dev, flags, ctx)
-        if isinstance(handle, ControlHandle):
-            handle.ioctls = self.ioctls   # its frame requests are observed as ioctls are (drm.debug)
-        return self._new_handle(handle)
+        if not isinstance(handle, ControlHandle):
+            return self._new_handle(handle)
+        handle.ioctls = self.ioctls   # its frame requests are observed as ioctls are (drm.debug)
+        info = self._new_handle(handle)
+        self.fast.add(info.fh, handle)
+        return info
 
     def _new_handle(self, handle: Handle) -> pyfuse3.FileInfo:
         """Every file vdev itself serves is direct_io (no page cache): its data is
@@ -517,5 +522,6 @@ class VgpuFs(pyfuse3.Operations):
     @_guard
     async def release(self, fh):
         h = self._handles.pop(fh, None)
+        self.fast.remove(fh)
         if h is not None:
             await h.release()

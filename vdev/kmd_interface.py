@@ -26,7 +26,7 @@ plus a kmsg line ``vdev: internal error in <op>: ...``.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Tuple, Union, runtime_checkable
+from typing import Callable, Optional, Protocol, Tuple, Union, runtime_checkable
 
 from kmd.errors import KmdError
 from kmd.fdinfo import OwnedText
@@ -208,6 +208,11 @@ class KmdDevice(KmdGpu, Protocol):
         and ``finish() -> Reply``, which vdev drives on the loop, woken by the fence
         callbacks (vdev.nodes.wait_pending). Raises KmdError for a refused request
         (also from ``finish()``, failing the read())."""
+
+    def timestamp_query(self, f: object) -> Optional[int]:
+        """What AMDGPU_INFO TIMESTAMP would answer ``f`` now, or None when that request
+        must go through ``ioctl`` (refused, or recorded). Takes no lock and changes
+        nothing: vdev.ioctl.fast answers the clock read with it, in C."""
 
     def sysfs_files(self) -> dict[str, ProviderEntry]:
         """The entries of sys/class/drm/card<i>/device/, asked at each lookup and

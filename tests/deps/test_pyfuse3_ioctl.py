@@ -1,7 +1,9 @@
 """The pyfuse3 extension of deps/pyfuse3/ioctl.patch, on a file system of its own
 (tests/deps/ioctl_fs.py), in each loop mode (the reader thread, the reader thread
-polling before it sleeps, the stock loop): Operations.ioctl answered at once, as a
-result value, as an error, from an awaitable, and interrupted by a signal."""
+polling before it sleeps, the stock loop, the reader thread with a fast path that
+declines these requests): Operations.ioctl answered at once, as a result value, as
+an error, from an awaitable, and interrupted by a signal; and the fast path's own
+answers."""
 import errno
 import fcntl
 import os
@@ -19,9 +21,13 @@ def _iowr(nr: int, size: int) -> int:
     return (3 << 30) | (size << 16) | (ord("d") << 8) | nr
 
 
-@pytest.fixture(scope="module", params=["thread", "poll", "loop"])
+MODE: dict[str, str] = {}   # mount point -> its mode
+
+
+@pytest.fixture(scope="module", params=["thread", "poll", "loop", "fast"])
 def mount(request, tmp_path_factory):
     mnt = str(tmp_path_factory.mktemp("ioctlfs"))
+    MODE[mnt] = request.param
     proc = subprocess.Popen([sys.executable, "-m", "tests.deps.ioctl_fs", mnt, request.param], cwd=ROOT)
     try:
         deadline = time.monotonic() + 20
@@ -126,3 +132,40 @@ def test_a_negative_poll_window_is_refused():
     import trio
     with pytest.raises(ValueError, match="ioctl_poll_us"):
         trio.run(lambda: pyfuse3.main(ioctl_thread=True, ioctl_poll_us=-1))
+
+
+def test_a_fast_path_answers_before_operations_ioctl(mount):
+    """set_ioctl_fast_path: its answers (a result, an errno, the caller's thread id
+    and the fh) for the nrs Operations.ioctl refuses with ENOTTY; without it those
+    nrs are ENOTTY."""
+    r = _run("import ctypes, threading\n"
+             "b = bytearray(b'abcdefgh'); r = fcntl.ioctl(fd, IOWR(0x30, 8), b, True); print(r, b.decode())\n"
+             "try:\n"
+             "    fcntl.ioctl(fd, IOWR(0x31, 8), bytearray(8), True)\n"
+             "except OSError as e:\n"
+             "    print(errno.errorcode[e.errno])\n"
+             "def who():\n"
+             "    b = bytearray(8); fcntl.ioctl(fd, IOWR(0x32, 8), b, True)\n"
+             "    print(int.from_bytes(b[:4], 'little') == threading.get_native_id(), int.from_bytes(b[4:], 'little'))\n"
+             "t = threading.Thread(target=who); t.start(); t.join()\n", mount)
+    if MODE[mount] != "fast":
+        assert r.returncode == 1 and "Inappropriate ioctl" in r.stderr, r.stderr
+        return
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == ["5 hgfedcba", "EPERM", "True 2"]   # fh 2: ioctl_fs's open
+
+
+def test_a_fast_path_can_be_removed():
+    import pyfuse3
+    from tests.deps.ioctl_fs import fast_path
+    pyfuse3.set_ioctl_fast_path(fast_path())
+    pyfuse3.set_ioctl_fast_path(None)
+    with pytest.raises(ValueError):   # PyCapsule_GetPointer: a capsule of another name
+        pyfuse3.set_ioctl_fast_path(ctypes_capsule(b"other"))
+
+
+def ctypes_capsule(name: bytes):
+    import ctypes
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.c_void_p(8), name, None)

@@ -134,3 +134,28 @@ def test_ras_features_einval_without_a_ras_context(dev, client):
     a = uapi.drm_amdgpu_info()
     a.query, a.return_size = uapi.AMDGPU_INFO_RAS_ENABLED_FEATURES, 8
     fails(errno.EINVAL, dev, client, "AMDGPU_INFO", a)
+
+
+def test_timestamp_query_answers_as_info_timestamp_or_declines(dev, client):
+    """Device.timestamp_query (the clock read vdev.ioctl.fast answers in C): the value
+    INFO TIMESTAMP gives where dispatch would answer it and record nothing, else None."""
+    def via_info(f):
+        return int.from_bytes(info(dev, f, uapi.AMDGPU_INFO_TIMESTAMP, 8), "little")
+    a = via_info(client)
+    t = dev.timestamp_query(client)
+    b = via_info(client)
+    assert a <= t <= b
+    master = dev.open_file(pid=2000, uid=1000, comm="card", render=False)   # first card0 open: authenticated
+    assert dev.timestamp_query(master) is not None
+    other = dev.open_file(pid=2001, uid=1001, comm="card", render=False)    # unauthenticated: EACCES
+    assert dev.timestamp_query(other) is None
+    fails(errno.EACCES, dev, other, "AMDGPU_INFO", uapi.drm_amdgpu_info(query=uapi.AMDGPU_INFO_TIMESTAMP,
+                                                                        return_size=8))
+    dev.tracing_files()["events"]["amdgpu"]["amdgpu_cs_ioctl"]["enable"][1](b"1\n")
+    assert dev.trace.on and dev.timestamp_query(client) is None   # tracing records every request
+    dev.tracing_files()["events"]["amdgpu"]["amdgpu_cs_ioctl"]["enable"][1](b"0\n")
+    assert dev.timestamp_query(client) is not None
+    dev.close_file(other)
+    assert dev.timestamp_query(other) is None
+    dev.sysfs_files()["remove"][1](b"1")
+    assert dev.timestamp_query(client) is None and dev.timestamp_query(master) is None   # ENODEV

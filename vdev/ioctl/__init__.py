@@ -2,7 +2,9 @@
 renderD128 answered as Linux's drm_ioctl() answers an ioctl.
 
 - :mod:`.uaccess`: the caller's memory, read and written as copy_from_user /
-  copy_to_user do (process_vm_readv/writev); the one place that touches it.
+  copy_to_user do (process_vm_readv/writev); the one place in Python that touches it.
+- :mod:`.fast`: AMDGPU_INFO TIMESTAMP answered in C before pyfuse3 makes a Python
+  object for the request (docs/ioctl.md, "The clock read").
 - :mod:`.path`: one FUSE_IOCTL request, from the kernel's copy of the struct to the
   reply: the pointed-to data gathered (vgpu.pointers), the KMD's dispatch, the
   out-data scattered back; a blocking request handed to the trio loop.
