@@ -23,7 +23,7 @@ class _Ring:
 
 class KernelLog:
     """Append-only, thread-safe, bounded log (a ring of `max_lines` lines, like the
-    kernel's). Lines look like dmesg output: ``[   12.345678] vgpu ffff:00:00.0: <message>``."""
+    kernel's). Lines look like dmesg output: ``[   12.345678] vgpu ffff:01:00.0: <message>``."""
 
     def __init__(self, max_lines: int = 10000, device_name: str = DEVICE_NAME):
         self._ring = _Ring(max_lines)

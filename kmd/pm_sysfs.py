@@ -7,10 +7,9 @@
   (microwatts); freq1_input / freq2_input (Hz) labelled `sclk` / `mclk`; in0_input
   (mV) labelled `vddgfx`;
 - `pp_dpm_sclk`, `pp_dpm_mclk`: the DPM levels, `*` on the current one;
-- `power_dpm_force_performance_level` (`auto`: the model picks the level),
-  `unique_id`, and the PCI core's `current_link_speed` / `current_link_width` and
-  `max_link_speed` / `max_link_width`
-  (PCIe 4.0 x16, an MI100's link).
+- `power_dpm_force_performance_level` (`auto`: the model picks the level) and
+  `unique_id`. The PCI core's `current_link_speed` and the like, beside them in the
+  device's directory, are kmd/pci.py's.
 
 An MI100's limits: edge 94 C critical (hysteresis 5 C below), 105 C emergency;
 300 W cap.
@@ -65,9 +64,4 @@ def files(dev) -> dict:
                                        read(S.AMDGPU_INFO_SENSOR_GFX_MCLK)),
         "power_dpm_force_performance_level": lambda: "auto\n",
         "unique_id": lambda: unique_id(dev) + "\n",
-        "current_link_speed": lambda: "16.0 GT/s PCIe\n",
-        "current_link_width": lambda: "16\n",
-        # the PCI core's maximum (nvtop's "PCIe GEN 4@16x"): the link runs at its best
-        "max_link_speed": lambda: "16.0 GT/s PCIe\n",
-        "max_link_width": lambda: "16\n",
     }

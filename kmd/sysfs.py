@@ -1,7 +1,8 @@
 """The PCI device's sysfs attributes, as amdgpu's device shows them, live:
-MOUNT/sys/devices/pciffff:00/ffff:00:00.0/* (vgpu.paths.PCI_SLOT), also reached as
-MOUNT/sys/class/drm/card0/device/* and MOUNT/sys/dev/char/226:N/device/* (vdev builds
-the links, docs/vdev.md "sysfs").
+MOUNT/sys/devices/pciffff:00/ffff:00:00.0/ffff:01:00.0/* (vgpu.paths PCI_PORT_PATH and
+PCI_SLOT: the GPU behind its root port, kmd/pci.py), also reached as
+MOUNT/sys/class/drm/card0/device/*, MOUNT/sys/dev/char/226:N/device/* and
+MOUNT/sys/bus/pci/devices/ffff:01:00.0/* (vdev builds the links, docs/vdev.md "sysfs").
 
 The identity files (vendor, device, subsystem_*, revision, class, config, uevent)
 are what libdrm's drmGetDevices2 and drmGetDevice2 read (xf86drm.c: drmParsePciBusInfo
@@ -14,7 +15,7 @@ import time
 from vgpu import uapi
 from vgpu.paths import PCI_SLOT
 
-from . import info, partition, pci_hotplug, pm_sysfs
+from . import info, partition, pci, pci_hotplug, pm_sysfs
 
 PCI_SLOT_NAME = PCI_SLOT  # the whole GPU's; partition N is function N (kmd/partition.py)
 # Board identity by PCI device id: (subsystem vendor, subsystem device, class), from
@@ -46,15 +47,7 @@ def pci_identity(dev) -> dict[str, int]:
 
 def uevent(dev) -> str:
     """The PCI device's uevent, as the PCI core writes it (pci_uevent)."""
-    p = pci_identity(dev)
-    c = p["class"]
-    return (f"DRIVER=amdgpu\n"
-            f"PCI_CLASS={c:X}\n"
-            f"PCI_ID={p['vendor']:04X}:{p['device']:04X}\n"
-            f"PCI_SUBSYS_ID={p['subsystem_vendor']:04X}:{p['subsystem_device']:04X}\n"
-            f"PCI_SLOT_NAME={dev.partition.pci_slot}\n"
-            f"MODALIAS=pci:v{p['vendor']:08X}d{p['device']:08X}sv{p['subsystem_vendor']:08X}"
-            f"sd{p['subsystem_device']:08X}bc{c >> 16:02X}sc{(c >> 8) & 0xFF:02X}i{c & 0xFF:02X}\n")
+    return pci.uevent("amdgpu", pci_identity(dev), dev.partition.pci_slot)
 
 
 def config(dev) -> bytes:
@@ -191,7 +184,8 @@ def files(dev) -> dict:
         "vgpu_num_evictions": lambda: f"{dev.residency.evictions}\n",
         "vgpu_num_bytes_moved": lambda: f"{dev.residency.bytes_moved}\n",
         "gpu_busy_percent": lambda: f"{meter.percent()}\n",
-        **pm_sysfs.files(dev),   # hwmon/, pp_dpm_*, unique_id, link speed (kmd/pm_sysfs.py)
+        **pm_sysfs.files(dev),   # hwmon/, pp_dpm_*, unique_id (kmd/pm_sysfs.py)
+        **pci.link_files(),      # current_link_speed ...: the end of the link its root port shows too
         "vgpu_engines": engine_files(dev),
         "vgpu_cache": lambda: cache_file(dev),
         **reset_mask_files(dev),

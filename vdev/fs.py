@@ -10,9 +10,10 @@
                                         read()/write() reach its bytes
     sync/<token-hex>                    exported syncobjs and sync files (never listed):
                                         poll() gives POLLIN once signalled, read() a status
-    sys/devices/pciffff:00/ffff:00:00.0/*  sysfs numbers, from Device.sysfs_files(), with
-                                        drm/<node>/ and the links of Linux's shape:
-                                        sys/class/drm/<node>, sys/dev/char/226:N (_build_sysfs)
+    sys/devices/pciffff:00/ffff:00:00.0/ffff:01:00.0/*  sysfs numbers, from Device.sysfs_files(),
+                                        with drm/<node>/ and the links of Linux's shape:
+                                        sys/class/drm/<node>, sys/dev/char/226:N, behind the
+                                        PCIe root port ffff:00:00.0 (_build_sysfs)
     sys/kernel/debug/dri/0/*            debugfs views, from Device.debugfs_files()
     sys/class/devcoredump/devcd<N>/data crash dumps, from Device.devcoredumps()
     proc/<pid>/fdinfo/<client-id>       each DRM file's usage (drm-usage-stats), from
@@ -53,9 +54,9 @@ import time
 import pyfuse3
 
 from vgpu.frame import FrameError
-from vgpu.paths import PCI_ROOT
+from vgpu.paths import PCI_PORT_PATH, PCI_PORT_SLOT, PCI_ROOT
 
-from .kmd_interface import KmdError, KmdGpu, OwnedText, Stream
+from .kmd_interface import KmdError, KmdGpu, OwnedText, Stream, root_port_files
 from .ioctl.drm_debug import DrmDebug
 from .ioctl.fast import FastPath
 from .ioctl.path import IoctlPath
@@ -172,32 +173,51 @@ class VgpuFs(pyfuse3.Operations):
 
     def _build_sysfs(self, sys_dir: Dir) -> Dir:
         """sys/ in Linux's shape for one amdgpu PCI device per partition (function N
-        of vgpu.paths.PCI_ROOT's bus for partition N: ffff:00:00.0 alone when unpartitioned), what
-        libdrm's drmGetDevices2 / drmGetDevice2 / drmGetNodeTypeFromFd read
-        (docs/vdev.md, "sysfs"). Returns sys/class/. Every link is relative: it
-        stays in the mount."""
+        of vgpu.paths.PCI_BUS for partition N: ffff:01:00.0 alone when unpartitioned),
+        behind the PCIe root port ffff:00:00.0 on the host bridge PCI_ROOT, what
+        libdrm's drmGetDevices2 / drmGetDevice2 / drmGetNodeTypeFromFd and nvtop's
+        walk up to the pcieport bridges read (docs/vdev.md, "sysfs"). Returns
+        sys/class/. Every link is relative: it stays in the mount."""
+        def up(path: str) -> str:
+            """From the directory sys/<path> back to sys/."""
+            return "../" * len(path.split("/"))
+
         cls = self._mkdir(sys_dir, "class")
         class_drm = self._mkdir(cls, "drm")
         self._link(class_drm, "version", GeneratedFile(self._ino(), lambda: "drm 1.1.0 20060810\n"))
         char = self._mkdirs(sys_dir, "dev/char")
         bus = self._mkdirs(sys_dir, "bus/pci")
         bus_devices, driver = self._mkdir(bus, "devices"), self._mkdirs(bus, "drivers/amdgpu")
+        # the host bridge, a device without a driver (an empty uevent, as Linux's), and the
+        # root port on its bus (kmd/pci.py), fixed: it stays when the GPU is removed
+        host_bridge = self._mkdirs(sys_dir, f"devices/{PCI_ROOT}")
+        self._link(host_bridge, "uevent", GeneratedFile(self._ino(), lambda: ""))
+        port_path = f"devices/{PCI_PORT_PATH}"
+        port = self._mkdirs(sys_dir, port_path)
+        port.provider = root_port_files
+        self._symlink(port, "subsystem", f"{up(port_path)}bus/pci")
+        self._symlink(port, "driver", f"{up(port_path)}bus/pci/drivers/pcieport")
+        self._symlink(bus_devices, PCI_PORT_SLOT, f"{up('bus/pci/devices')}{port_path}")
+        self._symlink(self._mkdirs(bus, "drivers/pcieport"), PCI_PORT_SLOT,
+                      f"{up('bus/pci/drivers/pcieport')}{port_path}")
         for part in self.dev.partitions:
             slot, i = part.partition.pci_slot, part.partition.index
-            pci = self._mkdirs(sys_dir, f"devices/{PCI_ROOT}/{slot}")
+            pci_path = f"{port_path}/{slot}"
+            pci = self._mkdirs(sys_dir, pci_path)
             pci.provider = part.sysfs_files  # vendor, device, ..., uevent, mem_info_*
             pci.gone_with = part   # `echo 1 > remove` takes it away (kmd/pci_hotplug.py)
-            self._symlink(pci, "subsystem", "../../../bus/pci")
-            self._symlink(pci, "driver", "../../../bus/pci/drivers/amdgpu")
+            self._symlink(pci, "subsystem", f"{up(pci_path)}bus/pci")
+            self._symlink(pci, "driver", f"{up(pci_path)}bus/pci/drivers/amdgpu")
             # hwmon<i>: a class device, as libsystemd's sd-device (nvtop) and `sensors` find
             # it: its files from the KMD (kmd/pm_sysfs.py), device/subsystem links, and
             # sys/class/hwmon/hwmon<i>
-            hwmon = self._mkdirs(pci, f"hwmon/hwmon{i}")
+            hwmon_path = f"{pci_path}/hwmon/hwmon{i}"
+            hwmon = self._mkdirs(sys_dir, hwmon_path)
             hwmon.provider = lambda p=part: p.sysfs_files()["hwmon"]["hwmon0"]
             self._symlink(hwmon, "device", f"../../../{slot}")
-            self._symlink(hwmon, "subsystem", "../../../../../class/hwmon")
+            self._symlink(hwmon, "subsystem", f"{up(hwmon_path)}class/hwmon")
             self._symlink(self._mkdirs(sys_dir, "class/hwmon"), f"hwmon{i}",
-                          f"../../devices/{PCI_ROOT}/{slot}/hwmon/hwmon{i}").gone_with = part
+                          f"{up('class/hwmon')}{hwmon_path}").gone_with = part
             drm = self._mkdir(pci, "drm")
             for name, minor in ((f"card{i}", i), (f"renderD{128 + i}", 128 + i)):
                 node = self._mkdir(drm, name)
@@ -205,12 +225,11 @@ class VgpuFs(pyfuse3.Operations):
                     f"MAJOR={DRM_MAJOR}\nMINOR={m}\nDEVNAME=dri/{n}\nDEVTYPE=drm_minor\n")))
                 self._link(node, "dev", GeneratedFile(self._ino(), lambda m=minor: f"{DRM_MAJOR}:{m}\n"))
                 self._symlink(node, "device", f"../../../{slot}")
-                self._symlink(node, "subsystem", "../../../../../class/drm")
-                self._symlink(class_drm, name, f"../../devices/{PCI_ROOT}/{slot}/drm/{name}").gone_with = part
-                self._symlink(char, f"{DRM_MAJOR}:{minor}",
-                              f"../../devices/{PCI_ROOT}/{slot}/drm/{name}").gone_with = part
-            self._symlink(bus_devices, slot, f"../../../devices/{PCI_ROOT}/{slot}").gone_with = part
-            self._symlink(driver, slot, f"../../../../devices/{PCI_ROOT}/{slot}").gone_with = part
+                self._symlink(node, "subsystem", f"{up(f'{pci_path}/drm/{name}')}class/drm")
+                self._symlink(class_drm, name, f"{up('class/drm')}{pci_path}/drm/{name}").gone_with = part
+                self._symlink(char, f"{DRM_MAJOR}:{minor}", f"{up('dev/char')}{pci_path}/drm/{name}").gone_with = part
+            self._symlink(bus_devices, slot, f"{up('bus/pci/devices')}{pci_path}").gone_with = part
+            self._symlink(driver, slot, f"{up('bus/pci/drivers/amdgpu')}{pci_path}").gone_with = part
         # bus/pci/rescan (0200): probes the removed functions again (kmd/pci_hotplug.py)
         for name, (read_fn, write_fn, mode) in self.dev.pci_bus_files().items():
             self._link(bus, name, GeneratedFile(self._ino(), read_fn, write_fn, mode))

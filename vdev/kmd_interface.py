@@ -10,6 +10,8 @@ through this module, except where ``vdev.daemon`` builds the device it serves
 store cannot be set up. ``kmd.device.Device`` is the implementation;
 tests/vdev/test_kmd_interface.py checks that it has every member with a compatible
 signature, so a change on the KMD side that would break vdev fails there first.
+Besides the device, vdev shows the PCIe root port the GPU sits behind, which no
+device drives: ``root_port_files()`` (kmd/pci.py), a provider of fixed entries.
 
 Threads (docs/vdev.md, "Threads"). vdev calls the KMD from the trio loop that
 serves every client, so a method called there must answer without waiting for GPU
@@ -31,10 +33,12 @@ from typing import Callable, Optional, Protocol, Tuple, Union, runtime_checkable
 from kmd.errors import KmdError
 from kmd.fdinfo import OwnedText
 from kmd.ioctl import PendingReply, Reply
+from kmd.pci import root_port_files
 from kmd.trace import Reader, Stream
 
 __all__ = ["KmdError", "PendingReply", "Reply", "KernelLog", "BufferObject", "PrimeExport", "SyncExport",
-           "KmdGpu", "KmdDevice", "PartitionShare", "ProviderEntry", "OwnedText", "Reader", "Stream"]
+           "KmdGpu", "KmdDevice", "PartitionShare", "ProviderEntry", "OwnedText", "Reader", "Stream",
+           "root_port_files"]
 
 #: A generated file in a provider's answer: ``read()`` -> its text, taken once per
 #: open(); or ``(read, write)`` for a writable entry, ``write(data: bytes)`` run in

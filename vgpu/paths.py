@@ -35,15 +35,20 @@ def mount_point(path: str | os.PathLike) -> Path:
 # 16 bits (0x10000) for the same reason of staying clear of them, but libdrm reads the
 # domain as 4 hex digits (xf86drm.c, drmParsePciBusInfo: "%04x:%02x:%02x.%1u") into a
 # uint16_t, so the top 16-bit segment is the one clear of hosts libdrm can still name.
-# Partition N of a partitioned GPU is function N of device 0 on bus 0 there.
+# The GPU sits where an MI100 in a server does: behind a PCIe root port (device 0 on
+# its host bridge's bus 0; kmd/pci.py), on the port's secondary bus 1, device 0, which
+# is where nvtop and the like read its link. Partition N is function N there.
 PCI_DOMAIN = 0xFFFF
-PCI_BUS = 0x00
-PCI_ROOT = f"pci{PCI_DOMAIN:04x}:{PCI_BUS:02x}"  # its host bridge's directory: sys/devices/pciffff:00
+PCI_ROOT_BUS = 0x00   # the host bridge's bus: the root port's
+PCI_BUS = 0x01        # the GPU's: the root port's secondary bus
+PCI_ROOT = f"pci{PCI_DOMAIN:04x}:{PCI_ROOT_BUS:02x}"  # its host bridge's directory: sys/devices/pciffff:00
+PCI_PORT_SLOT = f"{PCI_DOMAIN:04x}:{PCI_ROOT_BUS:02x}:00.0"  # the root port: ffff:00:00.0
+PCI_PORT_PATH = f"{PCI_ROOT}/{PCI_PORT_SLOT}"  # its directory under sys/devices
 
 
 def pci_slot(function: int = 0) -> str:
     """The slot name of PCI function `function` of the GPU, as sysfs spells it
-    (PCI_SLOT_NAME, the name under /sys/bus/pci/devices): "ffff:00:00.<function>"."""
+    (PCI_SLOT_NAME, the name under /sys/bus/pci/devices): "ffff:01:00.<function>"."""
     return f"{PCI_DOMAIN:04x}:{PCI_BUS:02x}:00.{function}"
 
 

@@ -64,8 +64,8 @@ def test_every_xfail_row_names_a_block():
 # ---- the runner itself: it must be able to fail, and say where ---------------------------
 
 def test_shape_keeps_words_and_drops_numbers():
-    assert shape("[   12.104227] vgpu ffff:00:00.0: fence 0x7f3035c048b0 pid 4242") == \
-        shape("[1012.000001] vgpu ffff:00:00.0: fence 0xdead pid 7")
+    assert shape("[   12.104227] vgpu ffff:01:00.0: fence 0x7f3035c048b0 pid 4242") == \
+        shape("[1012.000001] vgpu ffff:01:00.0: fence 0xdead pid 7")
     assert shape("| 12MiB / 256MiB  |") == shape("|   0MiB / 1024MiB |")
     assert shape("entity=000000008c7591d5, id=1") == shape("entity=0000000003992190, id=22")
     assert shape("Mon Nov 30 13:50:27 2026") == shape("Wed Dec 02 00:04:19 2026")

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import make_mount_dir, run_client, vgpu_cli
 from kmd.partition import compute_ring_name
-from vgpu.paths import PCI_ROOT, pci_slot
+from vgpu.paths import PCI_PORT_PATH, PCI_PORT_SLOT, pci_slot
 
 from .test_preload import run
 from .test_samples import passed, run_sample
@@ -27,13 +27,13 @@ def test_each_partition_has_its_nodes_and_sysfs(partitions_mount):
     for i in (0, 1):
         slot = pci_slot(i)
         for node, minor in ((f"card{i}", i), (f"renderD{128 + i}", 128 + i)):
-            target = f"../../devices/{PCI_ROOT}/{slot}/drm/{node}"
+            target = f"../../devices/{PCI_PORT_PATH}/{slot}/drm/{node}"
             assert os.readlink(m / "sys/class/drm" / node) == target
             assert os.readlink(m / f"sys/dev/char/226:{minor}") == target
             assert (m / "sys/class/drm" / node / "dev").read_text() == f"226:{minor}\n"
             assert f"DEVNAME=dri/{node}\n" in (m / "sys/class/drm" / node / "uevent").read_text()
         dev = m / f"sys/class/drm/card{i}/device"
-        assert os.path.realpath(dev) == str(m / f"sys/devices/{PCI_ROOT}/{slot}")
+        assert os.path.realpath(dev) == str(m / f"sys/devices/{PCI_PORT_PATH}/{slot}")   # behind the one root port
         assert f"PCI_SLOT_NAME={slot}\n" in (dev / "uevent").read_text()
         assert (dev / "current_compute_partition").read_text() == "DPX\n"
         assert (dev / "current_memory_partition").read_text() == "NPS2\n"
@@ -41,7 +41,8 @@ def test_each_partition_has_its_nodes_and_sysfs(partitions_mount):
         assert (dev / "vgpu_partition/compute_units").read_text() == f"{i}\n"
         assert (dev / "vgpu_partition/sdma_engines").read_text() == f"sdma{i}\n"
         assert sorted(os.listdir(dev / "vgpu_engines")) == sorted([f"sdma{i}", *COMP[i]])
-        assert os.path.realpath(m / f"sys/bus/pci/devices/{slot}") == str(m / f"sys/devices/{PCI_ROOT}/{slot}")
+        assert os.path.realpath(m / f"sys/bus/pci/devices/{slot}") == os.path.realpath(dev)
+    assert sorted(os.listdir(m / "sys/bus/pci/devices")) == sorted([PCI_PORT_SLOT, pci_slot(0), pci_slot(1)])
     if os.geteuid() == 0:
         assert sorted(os.listdir(m / "sys/kernel/debug/dri")) == ["0", "1"]
         assert "ring sdma1" in (m / "sys/kernel/debug/dri/1/vgpu_ring_sdma1").read_text()

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from tests.helpers import Drm, _env
-from vgpu.paths import PCI_SLOT
+from vgpu.paths import PCI_PORT_PATH, PCI_PORT_SLOT, PCI_SLOT
 
 PRELOAD = os.path.join(os.path.dirname(__file__), "..", "..", "preload", "libvgpu_preload.so")
 
@@ -38,14 +38,16 @@ def test_remove_and_rescan_through_sysfs(vgpu_mount):
         with pytest.raises(OSError) as e:
             old.version()
         assert e.value.errno == errno.ENODEV
-        assert PCI_SLOT not in os.listdir(f"{m}/sys/bus/pci/devices")
+        assert os.listdir(f"{m}/sys/bus/pci/devices") == [PCI_PORT_SLOT]   # the root port above it stays
+        assert PCI_SLOT not in os.listdir(f"{m}/sys/devices/{PCI_PORT_PATH}")
         assert os.listdir(f"{m}/dev/dri") == []
         assert not [n for n in os.listdir(f"{m}/sys/class/drm") if n.startswith(("card", "renderD"))]
         with pytest.raises(OSError) as e:      # a stale node: drm_minor_acquire's ENODEV
             Drm(m)
         assert e.value.errno in (errno.ENODEV, errno.ENOENT)
         _write(f"{m}/sys/bus/pci/rescan", "1\n")
-        assert PCI_SLOT in os.listdir(f"{m}/sys/bus/pci/devices")
+        assert sorted(os.listdir(f"{m}/sys/bus/pci/devices")) == sorted([PCI_PORT_SLOT, PCI_SLOT])
+        assert os.path.realpath(dev_dir) == os.path.realpath(f"{m}/sys/devices/{PCI_PORT_PATH}/{PCI_SLOT}")
         assert sorted(os.listdir(f"{m}/dev/dri")) == ["card0", "renderD128"]
         with Drm(m) as new:
             new.version()

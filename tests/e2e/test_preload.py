@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, vgpu_cli
-from vgpu.paths import PCI_ROOT, PCI_SLOT
+from vgpu.paths import PCI_PORT_PATH, PCI_SLOT
 
 LIBRARY = Path(ROOT) / "preload" / "libvgpu_preload.so"
 SAMPLES = Path(ROOT) / "samples" / "c"
@@ -513,8 +513,8 @@ def test_userptr_through_libdrm_amdgpu(vgpu_mount, tmp_path):
 
 def linux_shaped_sysfs(root: Path) -> None:
     """The tree a vgpu mount should show under sys/ (as Linux does for an amdgpu at
-    PCI_SLOT), here as plain files and symlinks."""
-    pci = root / f"sys/devices/{PCI_ROOT}/{PCI_SLOT}"
+    PCI_SLOT behind a root port), here as plain files and symlinks."""
+    pci = root / f"sys/devices/{PCI_PORT_PATH}/{PCI_SLOT}"
     (root / "dev/dri").mkdir(parents=True)
     (root / "sys/bus/pci").mkdir(parents=True)
     (root / "sys/class/drm").mkdir(parents=True)
@@ -525,15 +525,15 @@ def linux_shaped_sysfs(root: Path) -> None:
                        ("uevent", "DRIVER=amdgpu\nPCI_CLASS=30000\nPCI_ID=1002:687F\n"
                                   f"PCI_SLOT_NAME={PCI_SLOT}\n")):
         (pci / name).write_text(text + ("" if text.endswith("\n") else "\n"))
-    (pci / "subsystem").symlink_to("../../../bus/pci")
+    (pci / "subsystem").symlink_to("../../../../bus/pci")
     for name, minor in (("card0", 0), ("renderD128", 128)):
         (root / "dev/dri" / name).touch()
         node = pci / "drm" / name
         node.mkdir(parents=True)
         (node / "uevent").write_text(f"MAJOR=226\nMINOR={minor}\nDEVNAME=dri/{name}\n")
         (node / "device").symlink_to(f"../../../{PCI_SLOT}")
-        (root / "sys/class/drm" / name).symlink_to(f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/{name}")
-        (root / f"sys/dev/char/226:{minor}").symlink_to(f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/{name}")
+        (root / "sys/class/drm" / name).symlink_to(f"../../devices/{PCI_PORT_PATH}/{PCI_SLOT}/drm/{name}")
+        (root / f"sys/dev/char/226:{minor}").symlink_to(f"../../devices/{PCI_PORT_PATH}/{PCI_SLOT}/drm/{name}")
 
 
 def test_drm_device_discovery_reads_sysfs_under_the_mount(tmp_path, progs):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.helpers import ROOT, vgpu_cli
-from vgpu.paths import PCI_ROOT, PCI_SLOT
+from vgpu.paths import PCI_PORT_PATH, PCI_PORT_SLOT, PCI_SLOT
 
 LIBRARY = os.path.join(ROOT, "preload", "libvgpu_preload.so")
 pytestmark = pytest.mark.skipif(not os.path.isfile(LIBRARY), reason=f"{LIBRARY} is not built (make build)")
@@ -93,14 +93,18 @@ def test_two_fds_in_one_process_each_show_their_own_client(vgpu_mount):
 
 def test_a_shell_the_program_starts_reads_the_mounts_pci_device_and_proc(vgpu_mount):
     """LD_PRELOAD and VGPU_MOUNT survive exec: sh, cat and readlink see the mount's
-    /sys/bus/pci/devices/<slot>, /sys/devices/pci<root>, hwmon and drm parameters, and
-    /proc/<pid>/fd of a device fd reads as the node."""
-    script = (f"cat /sys/bus/pci/devices/{PCI_SLOT}/vendor /sys/devices/{PCI_ROOT}/{PCI_SLOT}/hwmon/hwmon0/name; "
+    /sys/bus/pci/devices/<slot> (the GPU's and its root port's), /sys/devices/pci<root>,
+    hwmon and drm parameters, and /proc/<pid>/fd of a device fd reads as the node."""
+    script = (f"cat /sys/bus/pci/devices/{PCI_SLOT}/vendor "
+              f"/sys/devices/{PCI_PORT_PATH}/{PCI_SLOT}/hwmon/hwmon0/name; "
               "cat /sys/class/drm/renderD128/device/hwmon/hwmon0/temp1_crit; "
+              f"cat /sys/bus/pci/devices/{PCI_PORT_SLOT}/current_link_speed; "
+              f"basename $(readlink /sys/bus/pci/devices/{PCI_SLOT}/../driver); "
               "exec 3</dev/dri/renderD128; readlink /proc/$$/fd/3; cat /sys/module/drm/parameters/debug")
     r = vgpu_cli("run", "--mount", vgpu_mount, "--", "sh", "-c", script)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["0x1002", "amdgpu", "94000", "/dev/dri/renderD128", "0"], r.stdout
+    assert r.stdout.splitlines() == ["0x1002", "amdgpu", "94000", "16.0 GT/s PCIe", "pcieport",
+                                     "/dev/dri/renderD128", "0"], r.stdout
     # the host's own devices stay where they are
     if os.path.isdir("/sys/bus/pci/devices") and os.listdir("/sys/bus/pci/devices"):
         host = sorted(os.listdir("/sys/bus/pci/devices"))[0]

@@ -168,6 +168,20 @@ def test_nvtop_shows_the_mi100_its_load_and_the_loads_process(tools_mount, cs_lo
     assert max(shares) > 50, screen
 
 
+def test_nvtop_shows_the_mi100s_pcie_4_x16_link(tools_mount, nvtop):
+    """nvtop takes the link from the GPU's parents bound to pcieport, the smallest
+    current_link_speed and current_link_width among them (device_discovery_linux.c,
+    pcie_walker_helper; with none, UINT_MAX: "GEN 0@4294967295x"), the speed as a
+    generation (extract_gpuinfo.c: 16 GT/s is 4), and prints "PCIe GEN %u@%2ux"
+    (interface.c): here the root port above the GPU, PCIe 4.0 x16 as an MI100's."""
+    import sys
+    screen = screen_of([sys.executable, "-m", "vgpu_tools", "run", "--mount", tools_mount, "--",
+                        nvtop, "-d", "5"], 5)
+    assert "Assertion" not in screen, screen
+    assert re.search(r"Device 0 \[AMD Instinct MI100\] PCIe GEN 4@16x RX: ", screen), screen
+    assert "4294967295" not in screen and "GEN 0@" not in screen, screen
+
+
 def test_nvtop_shows_a_user_queue_loads_process_share(tools_mount, load, nvtop):
     """The same kernel on a compute user queue (umd's default): the process's share is
     the growth of its fdinfo drm-engine-compute, which counts the queue's run in

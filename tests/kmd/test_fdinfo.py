@@ -4,6 +4,7 @@ import time
 from types import SimpleNamespace
 
 from kmd import fdinfo
+from vgpu.paths import PCI_SLOT
 
 
 class Obj(SimpleNamespace):
@@ -78,7 +79,7 @@ def test_engine_time_never_goes_down_between_reads():
 def test_fdinfo_has_a_line_per_user_queue():
     """vgpu-userq-<name> (vgpu's own key): what `vgpu smi` lists per queue."""
     dev, f, q = _queue_client()
-    dev.partition = SimpleNamespace(pci_slot="ffff:00:00.0")
+    dev.partition = SimpleNamespace(pci_slot=PCI_SLOT)
     dev.lock = threading.Lock()
     f.__dict__.update(id=3, pid=42, comm="app", uid=0, node="renderD128", bos={}, contexts={}, jobs={})
     f.usage.__dict__.update(jobs_submitted=0, faults=0, hangs=0)

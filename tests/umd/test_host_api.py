@@ -66,7 +66,7 @@ def test_partitions_are_devices(partitions_mount):
         d0, d1 = umd.gpus
         # each partition has one of the two CUs and half the VRAM
         assert d0.MULTIPROCESSOR_COUNT == d1.MULTIPROCESSOR_COUNT == 1
-        # PCI functions 0 and 1 of the device at ffff:00:00 (sysfs, vgpu.paths)
+        # PCI functions 0 and 1 of the device at ffff:01:00 (sysfs, vgpu.paths)
         from vgpu.paths import PCI_BUS, PCI_DOMAIN, pci_slot
         assert (d1.PCI_DOMAIN_ID, d1.PCI_BUS_ID, d1.PCI_DEVICE_ID) == (PCI_DOMAIN, PCI_BUS, 0)
         assert (d0.pci_slot, d1.pci_slot) == (pci_slot(0), pci_slot(1))

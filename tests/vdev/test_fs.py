@@ -20,7 +20,7 @@ from tests.kmd.conftest import call, gem_create, gem_va
 from vgpu.frame import encode_request, parse_reply
 from vdev.fs import VgpuFs
 from vgpu import uapi
-from vgpu.paths import PCI_ROOT, PCI_SLOT
+from vgpu.paths import PCI_PORT_PATH, PCI_PORT_SLOT, PCI_ROOT, PCI_SLOT
 from vgpu.sdma import SdmaIb
 
 MiB = 1 << 20
@@ -558,17 +558,21 @@ async def test_an_importers_uid_may_read_the_bo_link(fs, dev):
 async def test_sysfs_has_linuxs_shape(fs, dev):
     """The links and files libdrm's drmGetDevices2 / drmGetDevice2 read (xf86drm.c),
     values from kmd/sysfs.py (DEV_INFO's device id)."""
-    pci = f"sys/devices/{PCI_ROOT}/{PCI_SLOT}"
+    pci = f"sys/devices/{PCI_PORT_PATH}/{PCI_SLOT}"
     links = {
-        "sys/dev/char/226:0": f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/card0",
-        "sys/dev/char/226:128": f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/renderD128",
-        "sys/class/drm/card0": f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/card0",
-        "sys/class/drm/renderD128": f"../../devices/{PCI_ROOT}/{PCI_SLOT}/drm/renderD128",
-        f"{pci}/subsystem": "../../../bus/pci",
-        f"{pci}/driver": "../../../bus/pci/drivers/amdgpu",
+        "sys/dev/char/226:0": f"../../devices/{PCI_PORT_PATH}/{PCI_SLOT}/drm/card0",
+        "sys/dev/char/226:128": f"../../devices/{PCI_PORT_PATH}/{PCI_SLOT}/drm/renderD128",
+        "sys/class/drm/card0": f"../../devices/{PCI_PORT_PATH}/{PCI_SLOT}/drm/card0",
+        "sys/class/drm/renderD128": f"../../devices/{PCI_PORT_PATH}/{PCI_SLOT}/drm/renderD128",
+        f"{pci}/subsystem": "../../../../bus/pci",
+        f"{pci}/driver": "../../../../bus/pci/drivers/amdgpu",
         f"{pci}/drm/card0/device": f"../../../{PCI_SLOT}",
-        f"{pci}/drm/renderD128/subsystem": "../../../../../class/drm",
-        f"sys/bus/pci/devices/{PCI_SLOT}": f"../../../devices/{PCI_ROOT}/{PCI_SLOT}",
+        f"{pci}/drm/renderD128/subsystem": "../../../../../../class/drm",
+        f"{pci}/hwmon/hwmon0/device": f"../../../{PCI_SLOT}",
+        f"{pci}/hwmon/hwmon0/subsystem": "../../../../../../class/hwmon",
+        "sys/class/hwmon/hwmon0": f"../../devices/{PCI_PORT_PATH}/{PCI_SLOT}/hwmon/hwmon0",
+        f"sys/bus/pci/devices/{PCI_SLOT}": f"../../../devices/{PCI_PORT_PATH}/{PCI_SLOT}",
+        f"sys/bus/pci/drivers/amdgpu/{PCI_SLOT}": f"../../../../devices/{PCI_PORT_PATH}/{PCI_SLOT}",
     }
     for path, target in links.items():
         inode = await walk(fs, path, follow=False)
@@ -596,3 +600,44 @@ async def test_sysfs_has_linuxs_shape(fs, dev):
     names = await listdir(fs, pci)
     assert {"drm", "subsystem", "driver", "uevent", "vendor", "mem_info_vram_used"} <= set(names)
     assert await listdir(fs, "sys/class/drm") == ["card0", "renderD128", "version"]
+
+
+async def test_the_gpu_sits_behind_a_pcie_root_port(fs, dev):
+    """As an MI100 in a server: the GPU's directory is a child of a PCIe root port's
+    (driver pcieport) on the host bridge, where nvtop reads the link
+    (device_discovery_linux.c: the GPU's parents with driver pcieport); both ends of
+    the link say PCIe 4.0 x16, in pci-sysfs.c's words."""
+    port = f"sys/devices/{PCI_PORT_PATH}"
+    links = {
+        f"{port}/subsystem": "../../../bus/pci",
+        f"{port}/driver": "../../../bus/pci/drivers/pcieport",
+        f"sys/bus/pci/devices/{PCI_PORT_SLOT}": f"../../../devices/{PCI_PORT_PATH}",
+        f"sys/bus/pci/drivers/pcieport/{PCI_PORT_SLOT}": f"../../../../devices/{PCI_PORT_PATH}",
+    }
+    for path, target in links.items():
+        inode = await walk(fs, path, follow=False)
+        assert stat.S_ISLNK((await fs.getattr(inode)).st_mode), path
+        assert await fs.readlink(inode, Other()) == target.encode(), path
+    # the GPU's parent is the port, whichever way it is reached
+    assert await walk(fs, f"sys/bus/pci/devices/{PCI_SLOT}/..") == await walk(fs, port)
+    assert await walk(fs, "sys/class/drm/card0/device/..") == await walk(fs, f"sys/bus/pci/devices/{PCI_PORT_SLOT}")
+    assert (await walk(fs, f"sys/bus/pci/devices/{PCI_PORT_SLOT}/{PCI_SLOT}")
+            == await walk(fs, "sys/class/drm/card0/device"))
+    assert await listdir(fs, "sys/bus/pci/devices") == sorted([PCI_PORT_SLOT, PCI_SLOT])
+    assert await listdir(fs, "sys/bus/pci/drivers") == ["amdgpu", "pcieport"]
+    # the host bridge is a device without a driver (an empty uevent, as on Linux), with the port in it
+    assert await cat(fs, f"sys/devices/{PCI_ROOT}/uevent") == b""
+    assert await listdir(fs, f"sys/devices/{PCI_ROOT}") == [PCI_PORT_SLOT, "uevent"]
+    for name, text in (("vendor", "0x1022\n"), ("device", "0x1483\n"), ("class", "0x060400\n"),
+                       ("secondary_bus_number", "1\n"), ("subordinate_bus_number", "1\n")):
+        assert (await cat(fs, f"{port}/{name}")).decode() == text, name
+    uevent = (await cat(fs, f"{port}/uevent")).decode()
+    assert uevent.startswith("DRIVER=pcieport\n") and f"PCI_SLOT_NAME={PCI_PORT_SLOT}\n" in uevent, uevent
+    assert "PCI_CLASS=60400\n" in uevent and "PCI_ID=1022:1483\n" in uevent, uevent
+    for end in (port, "sys/class/drm/card0/device"):
+        for name, text in (("current_link_speed", b"16.0 GT/s PCIe\n"), ("current_link_width", b"16\n"),
+                           ("max_link_speed", b"16.0 GT/s PCIe\n"), ("max_link_width", b"16\n")):
+            assert await cat(fs, f"{end}/{name}") == text, (end, name)
+    names = await listdir(fs, port)
+    assert {PCI_SLOT, "subsystem", "driver", "uevent", "config", "vendor", "current_link_speed"} <= set(names)
+    assert not {"drm", "hwmon", "mem_info_vram_used"} & set(names), names   # the GPU's, not the port's

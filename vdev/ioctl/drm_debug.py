@@ -29,7 +29,7 @@ legacy frame path alike) is logged to kmsg as Linux 6.6's drm_ioctl() logs it
                      current->comm, task_pid_nr(current), retcode);
 
 drm_dbg_core prints through __drm_dev_dbg: ``dev_printk(KERN_DEBUG, dev, "[" DRM_NAME ":%ps] %pV", ...)``,
-so a line reads ``vgpu ffff:00:00.0: [drm:drm_ioctl] comm="python3" pid=1234, dev=0xe280,
+so a line reads ``vgpu ffff:01:00.0: [drm:drm_ioctl] comm="python3" pid=1234, dev=0xe280,
 auth=1, AMDGPU_CS`` (the kmsg prefix is the device's, as dev_printk's; ``%ps`` of a
 built-in drm_ioctl is ``drm_ioctl``). The values:
 
