@@ -25,6 +25,7 @@ from vgpu.paths import PCI_BUS, PCI_PORT_SLOT, PCI_ROOT_BUS
 # The GPU's link as pci-sysfs.c prints it at either end: current_link_speed and
 # max_link_speed are pci_speed_string() ("16.0 GT/s PCIe"), the widths a lane count.
 LINK_SPEED = "16.0 GT/s PCIe"
+LINK_SPEED_DECI_GTS = 160   # the same in 0.1 GT/s, as the SMU's gpu_metrics gives it (kmd/gpu_metrics.py)
 LINK_WIDTH = 16
 # The same in the PCI Express capability (pci_regs.h): PCI_EXP_LNKCAP_SLS and
 # PCI_EXP_LNKSTA_CLS 4 = 16 GT/s in bits 3:0, the width in bits 9:4; LNKCAP2's

@@ -7,6 +7,7 @@
   (microwatts); freq1_input / freq2_input (Hz) labelled `sclk` / `mclk`; in0_input
   (mV) labelled `vddgfx`;
 - `pp_dpm_sclk`, `pp_dpm_mclk`: the DPM levels, `*` on the current one;
+- `gpu_metrics`: the SMU's metrics table, binary (kmd/gpu_metrics.py);
 - `power_dpm_force_performance_level` (`auto`: the model picks the level) and
   `unique_id`. The PCI core's `current_link_speed` and the like, beside them in the
   device's directory, are kmd/pci.py's.
@@ -20,7 +21,7 @@ import hashlib
 
 from vgpu import uapi
 
-from . import power
+from . import gpu_metrics, power
 
 TEMP_CRIT_MC, TEMP_CRIT_HYST_MC, TEMP_EMERGENCY_MC = 94_000, 89_000, 105_000
 POWER_CAP_UW = 300_000_000
@@ -62,6 +63,7 @@ def files(dev) -> dict:
         "pp_dpm_sclk": lambda: _levels(power.DPM_SCLK_MHZ, read(S.AMDGPU_INFO_SENSOR_GFX_SCLK)),
         "pp_dpm_mclk": lambda: _levels((power.MCLK_IDLE_MHZ, power.MCLK_PEAK_MHZ),
                                        read(S.AMDGPU_INFO_SENSOR_GFX_MCLK)),
+        "gpu_metrics": lambda: gpu_metrics.table(dev.power),
         "power_dpm_force_performance_level": lambda: "auto\n",
         "unique_id": lambda: unique_id(dev) + "\n",
     }

@@ -15,7 +15,9 @@ it has, the load: the busy share of the busiest engine over the last second
   TEMP_IDLE_C + L * TEMP_RISE_C and POWER_IDLE_W + L * POWER_RISE_W, as a
   first-order lag with time constants TEMP_TAU_S and POWER_TAU_S: a load that
   starts heats the part over tens of seconds, power follows within a second or two.
-  The state advances whenever a sensor is read (nothing runs in the background).
+  The state advances whenever a sensor is read (nothing runs in the background),
+  and the energy used so far (`energy_j`, gpu_metrics' energy_accumulator) grows by
+  the mean of the power before and after each step times its length.
 - GPU_LOAD is L in percent; the stable and peak pstate clocks are fixed levels
   (amdgpu's UMD pstates: the profile_standard and profile_peak levels).
 
@@ -50,6 +52,7 @@ class PowerModel:
         self._lock = threading.Lock()
         self._t = clock()
         self.temp_c, self.power_w = TEMP_IDLE_C, POWER_IDLE_W
+        self.energy_j = 0.0
 
     def _advance(self, load: float) -> None:
         """Move temperature and power toward their targets for the time since the
@@ -57,7 +60,9 @@ class PowerModel:
         now = self._clock()
         dt, self._t = max(0.0, now - self._t), now
         self.temp_c += (TEMP_IDLE_C + load * TEMP_RISE_C - self.temp_c) * (1 - math.exp(-dt / TEMP_TAU_S))
+        before = self.power_w
         self.power_w += (POWER_IDLE_W + load * POWER_RISE_W - self.power_w) * (1 - math.exp(-dt / POWER_TAU_S))
+        self.energy_j += (before + self.power_w) / 2 * dt
 
     @staticmethod
     def sclk_mhz(load: float) -> int:
@@ -66,17 +71,26 @@ class PowerModel:
         top = len(DPM_SCLK_MHZ) - 1
         return DPM_SCLK_MHZ[max(1, min(top, math.ceil(load / RAMP_LOAD * top)))]
 
-    def read(self, sensor: int) -> int:
-        """One AMDGPU_INFO_SENSOR value. EINVAL: VDDNB (no such rail on a dGPU) or an
-        unknown sensor."""
+    def snapshot(self) -> tuple[float, float, float, float]:
+        """One reading of the whole model: (load in [0, 1], temperature C, power W,
+        energy J so far), for tables that report several values of one moment."""
         load = min(1.0, max(0.0, self._load()))
         with self._lock:
             self._advance(load)
-            temp, power = self.temp_c, self.power_w
+            return load, self.temp_c, self.power_w, self.energy_j
+
+    @staticmethod
+    def mclk_mhz(load: float) -> int:
+        return MCLK_PEAK_MHZ if load > 0 else MCLK_IDLE_MHZ
+
+    def read(self, sensor: int) -> int:
+        """One AMDGPU_INFO_SENSOR value. EINVAL: VDDNB (no such rail on a dGPU) or an
+        unknown sensor."""
+        load, temp, power, _ = self.snapshot()
         sclk = self.sclk_mhz(load)
         values = {
             uapi.AMDGPU_INFO_SENSOR_GFX_SCLK: sclk,
-            uapi.AMDGPU_INFO_SENSOR_GFX_MCLK: MCLK_PEAK_MHZ if load > 0 else MCLK_IDLE_MHZ,
+            uapi.AMDGPU_INFO_SENSOR_GFX_MCLK: self.mclk_mhz(load),
             uapi.AMDGPU_INFO_SENSOR_GPU_TEMP: round(temp * 1000),
             uapi.AMDGPU_INFO_SENSOR_GPU_LOAD: round(load * 100),
             uapi.AMDGPU_INFO_SENSOR_GPU_AVG_POWER: int(power),

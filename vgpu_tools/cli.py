@@ -389,10 +389,15 @@ def cmd_info(args) -> int:
     return 0
 
 
+#: The device directory's binary attributes (kmd/sysfs.py's config, kmd/gpu_metrics.py).
+BINARY_ATTRIBUTES = ("config", "gpu_metrics")
+
+
 def _device_values(sysfs: str) -> tuple[dict[str, str], dict[str, str]]:
     """A device directory's text attributes (not the drm/ directory, the subsystem
-    and driver links, or the binary PCI config space), and its vgpu_partition/ files."""
-    names = sorted(n for n in os.listdir(sysfs) if n != "config"
+    and driver links, or the binary PCI config space and SMU gpu_metrics), and its
+    vgpu_partition/ files."""
+    names = sorted(n for n in os.listdir(sysfs) if n not in BINARY_ATTRIBUTES
                    and os.path.isfile(os.path.join(sysfs, n)) and not os.path.islink(os.path.join(sysfs, n))
                    and os.stat(os.path.join(sysfs, n)).st_mode & 0o444)   # not write-only ones (remove)
     part = os.path.join(sysfs, "vgpu_partition")

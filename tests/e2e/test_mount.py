@@ -22,8 +22,9 @@ SYSFS_TEXT = ["vendor", "device", "subsystem_vendor", "subsystem_device", "revis
               "vgpu_cache", "pp_dpm_sclk", "pp_dpm_mclk", "power_dpm_force_performance_level", "unique_id",
               "current_link_speed", "current_link_width", "max_link_speed", "max_link_width",
               "compute_reset_mask", "sdma_reset_mask"]
-# config is binary; remove is write-only (PCI hot unplug, kmd/pci_hotplug.py)
-SYSFS_NAMES = SYSFS_TEXT + ["config", "drm", "subsystem", "driver", "vgpu_engines", "hwmon", "remove"]
+# config and gpu_metrics are binary; remove is write-only (PCI hot unplug, kmd/pci_hotplug.py)
+SYSFS_NAMES = SYSFS_TEXT + ["config", "gpu_metrics", "drm", "subsystem", "driver", "vgpu_engines", "hwmon",
+                            "remove"]
 
 # Client prelude: raw os.write/os.read on a control file (tests.helpers.Drm).
 PRELUDE = """
@@ -167,6 +168,8 @@ def test_generated_files_work_with_cat_and_grep(vgpu_mount):
         out = subprocess.run(["cat", f"{vgpu_mount}/{SYSFS}/{name}"], capture_output=True, text=True)
         assert out.returncode == 0 and out.stdout.endswith("\n"), name
     assert read_text(f"{vgpu_mount}/{SYSFS}/vendor").strip() == "0x1002"
+    with open(f"{vgpu_mount}/{SYSFS}/gpu_metrics", "rb") as f:   # gpu_metrics_v1_3: size 120, format 1.3
+        assert f.read()[:4] == bytes([120, 0, 1, 3])
     for path in os.listdir(f"{vgpu_mount}/sys/kernel/debug/dri/0"):
         assert subprocess.run(["cat", f"{vgpu_mount}/sys/kernel/debug/dri/0/{path}"],
                               capture_output=True).returncode == 0, path
