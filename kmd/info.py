@@ -38,7 +38,6 @@ NUM_SHADER_ENGINES = 1
 NUM_SH_PER_SE = 1
 NUM_CU_PER_SH = 2
 NUM_RB_PER_SE = 1
-MAX_INFO_RETURN = 64 * 1024
 # Rings per hardware IP of the whole GPU: ip type -> number of rings (docs/design.md
 # 5.1); a partition has its share of them (ring_count). Eight compute rings, as an
 # MI100's amdgpu makes (amdgpu_num_kcq's default, gfx_v9_0_compute_ring_init): tools
@@ -449,10 +448,13 @@ def job_counters(dev, file, q) -> "uapi.vgpu_info_job_counters":
 
 
 def info(dev, file, args, extra):
-    """Answer one AMDGPU_INFO_* query. The answer comes back as out-data of exactly
-    `return_size` bytes (cut, or zero-padded), as the kernel's copy_to_user would
-    leave the user's buffer. EINVAL: unknown query or hw ip, return_size 0 or over
-    64 KiB; READ_MMR_REG with an SE/SH index out of range or a count over 128.
+    """Answer one AMDGPU_INFO_* query. The answer comes back as out-data of
+    min(`return_size`, its size) bytes, as amdgpu_info_ioctl's copy_to_user of
+    min(size, sizeof(answer)): a shorter buffer gets the head, a longer one keeps its
+    tail. EINVAL: unknown query or hw ip, return_size 0 (checked first, as amdgpu
+    does; a NULL return_pointer is the ioctl transport's EINVAL, vgpu.pointers, since a
+    frame request carries no usable pointer); READ_MMR_REG with an SE/SH index out of
+    range or a count over 128.
     EFAULT: READ_MMR_REG of a register off soc15's whitelist (see read_mmr_reg).
 
     Queries: ACCEL_WORKING, DEV_INFO, VRAM_USAGE, VIS_VRAM_USAGE, GTT_USAGE,
@@ -465,7 +467,5 @@ def info(dev, file, args, extra):
     N of its crash dump devcd<N>, zeros if none) and VGPU_INFO_JOB_COUNTERS
     (vgpu_info_job_counters of a finished job of the file; EINVAL, EBUSY, ENOENT as
     its struct says)."""
-    check(0 < args.return_size <= MAX_INFO_RETURN, errno.EINVAL,
-          f"return_size {args.return_size} not in 1..{MAX_INFO_RETURN}")
-    data = _answer(dev, file, args)
-    return data[: args.return_size].ljust(args.return_size, b"\0")
+    check(args.return_size, errno.EINVAL, "return_size 0")
+    return _answer(dev, file, args)[: args.return_size]

@@ -173,7 +173,16 @@ def _gather_userq_wait(arg: bytes, g: _Gather) -> None:
 _TIMELINE_WAIT_NR = _NR(uapi.DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT)
 
 #: ``_IOC_NR`` -> the gatherer of a request with pointers (one lookup for the others).
+def _gather_info(arg: bytes, g: _Gather) -> None:
+    """INFO reads nothing; amdgpu_info_ioctl refuses a NULL return_pointer with EINVAL
+    (not the EFAULT of a copy to it) before the query is looked at."""
+    a = _args(uapi.drm_amdgpu_info, arg)
+    if a.return_size and not a.return_pointer:
+        raise OSError(errno.EINVAL, "INFO with a NULL return_pointer")
+
+
 _GATHER: dict[int, Callable[[bytes, _Gather], None]] = {
+    _NR(uapi.DRM_IOCTL_AMDGPU_INFO): _gather_info,
     _NR(uapi.DRM_IOCTL_SYNCOBJ_WAIT): _gather_syncobj_wait,
     _NR(uapi.DRM_IOCTL_SYNCOBJ_RESET): _gather_syncobj_array,
     _NR(uapi.DRM_IOCTL_SYNCOBJ_SIGNAL): _gather_syncobj_array,
@@ -196,7 +205,7 @@ def gather(request: int, arg: bytes, read: Read) -> bytes:
     """The ``extra`` of ``request`` whose struct is ``arg``: what its pointers point
     to, read through ``read``. Empty for a request without pointers.
     OSError: EFAULT (a NULL or unreachable pointer), E2BIG (over MAX_POINTED),
-    EINVAL (a CS of more than MAX_CS_CHUNKS chunks)."""
+    EINVAL (a CS of more than MAX_CS_CHUNKS chunks, an INFO without return_pointer)."""
     fn = _GATHER.get(_NR(request)) if uapi._IOC_TYPE(request) == uapi.DRM_IOCTL_BASE else None
     if fn is None:
         return b""
@@ -251,8 +260,9 @@ def outputs(request: int, arg: bytes) -> list[tuple[int, int, str]]:
 
 
 def reply_room(request: int, arg: bytes) -> int:
-    """How many bytes of out-data ``request`` can take back (the sum of its outputs)."""
-    return sum(size for _, size, _ in outputs(request, arg))
+    """How many bytes of out-data ``request`` can take back (the sum of its outputs),
+    at most MAX_POINTED: an INFO's return_size may be any u32, its answer is small."""
+    return min(MAX_POINTED, sum(size for _, size, _ in outputs(request, arg)))
 
 
 def scatter(request: int, arg: bytes, out: bytes, write: Write) -> None:

@@ -13,12 +13,14 @@ behind the struct's pointers in the calling process (docs/design.md section 3).
 - An O_RDONLY file of card0 and of renderD128 answers VERSION, GET_CAP and INFO.
 - A client of another uid (65534) against the root daemon: requests with pointers work.
 """
+import ctypes
 import os
 
 import pytest
 
 from tests.conftest import _mounted
 from tests.helpers import NOBODY, read_text, run_client, start_client
+from vgpu import uapi
 
 DEBUGFS = "sys/kernel/debug/dri/0"
 
@@ -270,3 +272,32 @@ def test_a_client_of_another_uid_has_its_pointers_served(mount):
     r = run_client(OTHER_UID, mount, uid=NOBODY, check=True)
     assert r.stdout.split() == [str(NOBODY), "amdgpu", "True", "0", "0xbeef", "0", "5", "4096", "2"]
     assert "may not read the memory" not in read_text(f"{mount}/dev/kmsg")
+
+
+# -- INFO's answer: min(return_size, its size) ------------------------------------------------
+INFO_TAIL = r"""
+import ctypes, errno, sys
+from vgpu import uapi
+from tests.raw_ioctl import *
+r = Raw(sys.argv[1])
+out = []
+for query, size in ((uapi.AMDGPU_INFO_ACCEL_WORKING, 16), (uapi.AMDGPU_INFO_TIMESTAMP, 64),
+                    (uapi.AMDGPU_INFO_DEV_INFO, 4096)):
+    buf = ctypes.create_string_buffer(b"\xaa" * size, size)
+    r.call(uapi.DRM_IOCTL_AMDGPU_INFO, uapi.drm_amdgpu_info(return_pointer=address(buf), return_size=size,
+                                                             query=query))
+    out.append(len(buf.raw.rstrip(b"\xaa")))   # how far the answer reached (<= its size)
+out.append(errname(r.errno(uapi.DRM_IOCTL_AMDGPU_INFO, uapi.drm_amdgpu_info(
+    return_pointer=0, return_size=8, query=uapi.AMDGPU_INFO_TIMESTAMP))))
+print(*out)
+"""
+
+
+def test_info_writes_only_its_answer_and_a_null_pointer_is_einval(mount):
+    """amdgpu_info_ioctl copies min(return_size, sizeof(answer)) and refuses a NULL
+    return_pointer with EINVAL: the caller's buffer past the answer keeps its bytes."""
+    r = run_client(INFO_TAIL, mount, check=True)
+    accel, timestamp, dev_info, null = r.stdout.split()
+    assert int(accel) <= 4 and int(timestamp) <= 8
+    assert 0 < int(dev_info) <= ctypes.sizeof(uapi.drm_amdgpu_info_device_userq)
+    assert null == "EINVAL"

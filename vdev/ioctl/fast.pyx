@@ -14,12 +14,12 @@ process_vm_writev.
 
 Contract: a request is answered here only where vdev.ioctl.path would give the same
 answer and record nothing: cmd DRM_IOCTL_AMDGPU_INFO with query TIMESTAMP and a
-return_size of 1..8, on a control handle the mount registered (:meth:`FastPath.add`),
-while no drm.debug observer is set (``IoctlPath.observe``), and when the KMD gives the
-value (``KmdDevice.timestamp_query``: None for a closed or unplugged file, one that
-may not call INFO, or while tracing records requests). The value goes to the
-caller's ``return_pointer`` as INFO's out-data does (``return_size`` bytes of it,
-little-endian). Anything else, a copy to the caller that fails included (its EFAULT
+non-zero return_size and return_pointer, on a control handle the mount registered
+(:meth:`FastPath.add`), while no drm.debug observer is set (``IoctlPath.observe``), and
+when the KMD gives the value (``KmdDevice.timestamp_query``: None for a closed or
+unplugged file, one that may not call INFO, or while tracing records requests). The
+value goes to the caller's ``return_pointer`` as INFO's out-data does: min(return_size,
+8) bytes of it, little-endian (amdgpu's copy_to_user of min(size, 8)). Anything else, a copy to the caller that fails included (its EFAULT
 and kmsg line are the Python path's to give), returns 0: the request goes the usual
 way.
 """
@@ -85,8 +85,10 @@ cdef int _answer(void *data, uint64_t fh, unsigned int cmd, uint64_t arg,
     memcpy(&ptr, b, 8)
     memcpy(&size, b + 8, 4)
     memcpy(&query, b + 12, 4)
-    if query != _TIMESTAMP or size == 0 or size > 8:
+    if query != _TIMESTAMP or size == 0 or ptr == 0:   # EINVAL: the Python path's to give
         return 0
+    if size > 8:
+        size = 8
     cdef FastPath self = <FastPath> data
     try:
         handle = self._handles.get(fh)

@@ -68,6 +68,10 @@ async def test_timestamp_is_answered_with_the_device_clock(fs, dev):
     small = ctypes.c_uint64(0xFFFFFFFF00000000)
     assert fast_call(fs, fh, uapi.DRM_IOCTL_AMDGPU_INFO, timestamp_request(small, 4))[0] == 1
     assert small.value >> 32 == 0xFFFFFFFF and small.value & 0xFFFFFFFF != 0
+    # a larger buffer: 8 bytes written, its tail untouched (amdgpu copies min(size, 8))
+    big = (ctypes.c_uint64 * 2)(0, 0xAAAA)
+    assert fast_call(fs, fh, uapi.DRM_IOCTL_AMDGPU_INFO, timestamp_request(big, 16))[0] == 1
+    assert big[0] >= buf.value and big[1] == 0xAAAA
     # card0, opened by root (authenticated): answered too
     card = await open_node(fs, "dev/dri/card0")
     assert fast_call(fs, card, uapi.DRM_IOCTL_AMDGPU_INFO, timestamp_request(buf))[0] == 1
@@ -80,7 +84,8 @@ async def test_everything_else_goes_to_the_python_path(fs, dev):
         (uapi.DRM_IOCTL_AMDGPU_INFO, uapi.drm_amdgpu_info(return_pointer=ctypes.addressof(buf), return_size=8,
                                                           query=uapi.AMDGPU_INFO_VRAM_USAGE)),
         (uapi.DRM_IOCTL_AMDGPU_INFO, timestamp_request(buf, 0)),    # EINVAL's to give
-        (uapi.DRM_IOCTL_AMDGPU_INFO, timestamp_request(buf, 16)),   # 8 bytes and a zero tail: Python's
+        (uapi.DRM_IOCTL_AMDGPU_INFO, uapi.drm_amdgpu_info(return_pointer=0, return_size=8,
+                                                          query=uapi.AMDGPU_INFO_TIMESTAMP)),   # EINVAL too
         (uapi.DRM_IOCTL_GET_CAP, uapi.drm_get_cap(capability=uapi.DRM_CAP_SYNCOBJ)),
     ]
     for request, arg in declined:

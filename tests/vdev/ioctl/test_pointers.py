@@ -377,3 +377,15 @@ def test_requests_without_pointers_and_other_drivers_requests(mem):
     assert pointers.gather(tcgets, b"", mem.read) == b""
     assert pointers.gather(other, bytes(uapi.drm_syncobj_wait(handles=0, count_handles=5)), mem.read) == b""
     assert mem.reads == []
+
+
+def test_info_with_a_null_return_pointer_is_einval_and_its_room_is_bounded(mem):
+    """amdgpu_info_ioctl refuses a NULL return_pointer with EINVAL before the query;
+    a return_size of any u32 is fine, and a frame client's reply buffer stays bounded."""
+    null = bytes(uapi.drm_amdgpu_info(return_size=8, query=uapi.AMDGPU_INFO_TIMESTAMP))
+    with pytest.raises(OSError) as e:
+        pointers.gather(uapi.DRM_IOCTL_AMDGPU_INFO, null, mem.read)
+    assert e.value.errno == errno.EINVAL and mem.reads == []
+    ok = uapi.drm_amdgpu_info(return_pointer=mem.room(8), return_size=0xFFFFFFFF, query=uapi.AMDGPU_INFO_TIMESTAMP)
+    assert pointers.gather(uapi.DRM_IOCTL_AMDGPU_INFO, bytes(ok), mem.read) == b""
+    assert pointers.reply_room(uapi.DRM_IOCTL_AMDGPU_INFO, bytes(ok)) == pointers.MAX_POINTED
