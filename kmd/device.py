@@ -24,7 +24,7 @@ from .fence import Fence
 from .heartbeat import Heartbeat
 from .gem import DOMAIN_NAMES, BufferObject, random_mmap_offset
 from .hw.cp import CommandProcessor
-from .ioctl import PendingReply, dispatch, drm_ioctl_permit, request_name
+from .ioctl import PendingReply, dispatch, drm_ioctl_permit, permit, request_name
 from .ioctl_table import TABLE as IOCTL_TABLE
 from .irq import InterruptHandler
 from .job import Job
@@ -255,6 +255,26 @@ class Device:
             for ring in direct:
                 ring.run_direct()
         return self._traced(f, request, arg, extra, t0, out, tid, tag) if t0 else out
+
+    def check_permission(self, f: DrmFile, request: int) -> None:
+        """Refuse `request` for `f` (KmdError, logged as ioctl() logs a refusal) where
+        drm_ioctl would before its handler runs: EBADF for a closed file, ENODEV once
+        unplugged, ENOTTY/EOPNOTSUPP for an ioctl the table lacks, EACCES from
+        drm_ioctl_permit. For a transport whose copy of the request's pointed-to data
+        failed: Linux copies that data in the handler, after these checks, so their
+        errno comes first. Returns when none applies."""
+        try:
+            if f.closed:
+                raise KmdError(errno.EBADF, "file is closed")
+            if f.unplugged:
+                e = KmdError(errno.ENODEV, "device removed from the bus")
+                e.quiet = True
+                raise e
+            permit(IOCTL_TABLE, f, request)
+        except KmdError as e:
+            if not getattr(e, "quiet", False):
+                self.kmsg.log(f"{request_name(IOCTL_TABLE, request)} refused for client {f.id} (pid {f.pid}): {e}")
+            raise
 
     def refused_before_dispatch(self, f: DrmFile, request: int, arg: bytes, error: int, tid: int = 0) -> None:
         """A request the transport refused before dispatch (its pointers could not be

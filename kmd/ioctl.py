@@ -237,6 +237,16 @@ def _entry(table: dict[int, IoctlDesc], request: int) -> tuple[IoctlDesc, int, b
     return entry
 
 
+def permit(table: dict[int, IoctlDesc], file, request: int) -> None:
+    """Refuse `request` for `file` as dispatch does before it decodes the struct:
+    ENOTTY or EOPNOTSUPP for a request the table does not answer, EACCES from
+    drm_ioctl_permit. Returns when dispatch would go on to the handler."""
+    entry = _CHECKED.get((id(table), request))
+    desc, _, render_ok, _ = entry if entry is not None else _entry(table, request)
+    if not (render_ok and file.render):
+        drm_ioctl_permit(desc.flags, file)
+
+
 def dispatch(table: dict[int, IoctlDesc], dev, file, request: int, arg: bytes, extra: bytes):
     """Decode `request`, check it against its entry in `table`, size-adapt `arg` and
     run the handler (drm_ioctl() then drm_ioctl_kernel()).

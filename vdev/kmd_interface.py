@@ -196,6 +196,11 @@ class KmdDevice(KmdGpu, Protocol):
         held. May wait for the file's jobs: vdev calls it in a worker thread. Called
         once per file."""
 
+    def check_permission(self, f: object, request: int) -> None:
+        """Raise the KmdError the dispatch would raise for ``f`` and ``request`` before
+        its handler (EBADF, ENODEV, ENOTTY, EOPNOTSUPP, EACCES), or return. Asked
+        when copying the request's pointed-to data failed: that errno comes after."""
+
     def refused_before_dispatch(self, f: object, request: int, arg: bytes, error: int, tid: int = 0) -> None:
         """Record a request the ioctl path refused before ``ioctl`` (its pointers could
         not be read), for the trace recordings."""

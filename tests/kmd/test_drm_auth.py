@@ -251,3 +251,26 @@ def test_sched_needs_the_current_master(dev):
     fails(errno.EACCES, dev, master, "AMDGPU_SCHED", sched_args())
     set_master(dev, root_other)
     call(dev, root_other, "AMDGPU_SCHED", sched_args())
+
+
+def test_check_permission_refuses_as_dispatch_does_before_the_handler(dev):
+    """Device.check_permission: the errno dispatch gives before a handler runs (the
+    ioctl transport asks it when a copy from the caller fails), or nothing."""
+    card(dev, 1000)                                   # master
+    other = card(dev, 1001)                           # unauthenticated
+    r = render(dev)
+    with pytest.raises(KmdError) as e:
+        dev.check_permission(other, uapi.DRM_IOCTL_AMDGPU_CS)
+    assert e.value.errno == errno.EACCES
+    dev.check_permission(other, uapi.DRM_IOCTL_VERSION)   # no DRM_AUTH: allowed
+    dev.check_permission(r, uapi.DRM_IOCTL_AMDGPU_CS)
+    with pytest.raises(KmdError) as e:
+        dev.check_permission(r, uapi.DRM_IOCTL_SET_MASTER)  # not RENDER_ALLOW
+    assert e.value.errno == errno.EACCES
+    with pytest.raises(KmdError) as e:
+        dev.check_permission(r, (3 << 30) | (8 << 16) | (ord("d") << 8) | 0x7F)   # no such ioctl
+    assert e.value.errno == errno.ENOTTY
+    dev.close_file(other)
+    with pytest.raises(KmdError) as e:
+        dev.check_permission(other, uapi.DRM_IOCTL_VERSION)
+    assert e.value.errno == errno.EBADF

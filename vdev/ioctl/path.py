@@ -6,7 +6,9 @@ it has ``_IOC_READ``. The rest is ours, in Linux's order (drivers/gpu/drm/drm_io
 
 1. the struct, zero-filled to its encoded size (an ``_IOR`` request sends none);
 2. the data behind its pointers, read from the caller (vgpu.pointers.gather through
-   :class:`~vdev.ioctl.uaccess.UserMemory`: copy_from_user); a bad pointer is EFAULT;
+   :class:`~vdev.ioctl.uaccess.UserMemory`: copy_from_user); a bad pointer is EFAULT,
+   unless drm_ioctl's own checks refuse the request (EACCES, ENODEV...: Linux copies
+   this data in the handler, after them);
 3. the KMD's dispatch, the same table and rights as the frame protocol's;
 4. the out-data written behind the output pointers (copy_to_user), the struct
    returned to the kernel for the copy back.
@@ -75,9 +77,11 @@ class IoctlPath:
             extra = pointers.gather(cmd, arg, mem.read)
             reply = handle.dev.ioctl(handle.file, cmd, arg, extra, tid=pid)   # the thread, for the records
         except UserAccessError as e:
+            self._permission_first(handle, cmd, arg, pid)
             handle.dev.refused_before_dispatch(handle.file, cmd, arg, e.errno, tid=pid)
             self._refused(handle, cmd, pid, e)
         except OSError as e:   # E2BIG, EINVAL from gather
+            self._permission_first(handle, cmd, arg, pid)
             handle.dev.refused_before_dispatch(handle.file, cmd, arg, e.errno, tid=pid)
             _fail(e.errno, handle, cmd, pid, self.observe)
         except KmdError as e:
@@ -119,6 +123,16 @@ class IoctlPath:
             log.exception("vdev: %s failed", uapi.ioctl_name(cmd))
             self._kmsg(f"vdev: internal error in {uapi.ioctl_name(cmd)}: {e!r}")
             raise pyfuse3.FUSEError(errno.EIO) from e
+
+    def _permission_first(self, handle: ControlHandle, cmd: int, arg: bytes, pid: int) -> None:
+        """The copy of the request's pointed-to data failed (step 2). Linux makes that
+        copy in the handler, after drm_ioctl's checks: a request they refuse (a
+        closed or unplugged file, an unknown ioctl, EACCES) fails with their errno."""
+        try:
+            handle.dev.check_permission(handle.file, cmd)
+        except KmdError as e:
+            handle.dev.refused_before_dispatch(handle.file, cmd, arg, e.errno, tid=pid)
+            _fail(e.errno, handle, cmd, pid, self.observe)
 
     def _refused(self, handle: ControlHandle, cmd: int, pid: int, e: UserAccessError):
         """A copy from/to the caller failed: EFAULT as Linux's copy_*_user, or the

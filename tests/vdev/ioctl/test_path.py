@@ -336,3 +336,31 @@ async def test_an_interrupted_cs_waiting_for_room_is_submitted_once(fs, dev, mon
         assert scope.cancelled_caught
         assert c.word(64) == 0, "the CS failed with EINTR but ran"
         assert last == 3
+
+
+async def test_drm_ioctls_checks_come_before_the_copy_of_pointed_to_data(dev):
+    """Linux copies a request's pointed-to data in the handler, after drm_ioctl's
+    checks: an unauthenticated card0 file gets EACCES for a CS with a bad chunk table
+    and for an INFO without a return_pointer, not EFAULT / EINVAL; an unplugged
+    device ENODEV. A render file, which may make those calls, gets the copy's errno."""
+    from vdev.options import NodePermissions
+    fs = VgpuFs(dev, NodePermissions(card_mode=0o666))
+
+    def user(uid):
+        return type("User", (Ctx,), {"uid": uid, "gid": uid})()
+    ino = pyfuse3.ROOT_INODE
+    for part in ("dev", "dri", "card0"):
+        ino = (await fs.lookup(ino, part.encode(), Ctx())).st_ino
+    await fs.open(ino, os.O_RDWR, user(1000))                       # the first card0 open: master
+    other = (await fs.open(ino, os.O_RDWR, user(1001))).fh          # unauthenticated
+    render = await open_node(fs)
+    bad_cs = uapi.drm_amdgpu_cs()
+    bad_cs.in_.num_chunks, bad_cs.in_.chunks = 1, 0x10              # an unmapped chunk table
+    null_info = uapi.drm_amdgpu_info(return_pointer=0, return_size=8, query=uapi.AMDGPU_INFO_TIMESTAMP)
+    await fails(errno.EACCES, fs, other, uapi.DRM_IOCTL_AMDGPU_CS, bad_cs)
+    await fails(errno.EACCES, fs, other, uapi.DRM_IOCTL_AMDGPU_INFO, null_info)
+    await fails(errno.EFAULT, fs, render, uapi.DRM_IOCTL_AMDGPU_CS, bad_cs)
+    await fails(errno.EINVAL, fs, render, uapi.DRM_IOCTL_AMDGPU_INFO, null_info)
+    assert "AMDGPU_CS refused for client" in dev.kmsg.text() and "DRM_AUTH" in dev.kmsg.text()
+    dev.sysfs_files()["remove"][1](b"1")
+    await fails(errno.ENODEV, fs, render, uapi.DRM_IOCTL_AMDGPU_CS, bad_cs)
