@@ -55,6 +55,34 @@ def uevent(driver: str, ids: dict[str, int], slot: str) -> str:
             f"sd{ids['subsystem_device']:08X}bc{c >> 16:02X}sc{(c >> 8) & 0xFF:02X}i{c & 0xFF:02X}\n")
 
 
+#: sysfs's identity attributes of a PCI function (pci-sysfs.c), in its formats.
+_IDENTITY_FORMATS = {"vendor": "#06x", "device": "#06x", "subsystem_vendor": "#06x",
+                     "subsystem_device": "#06x", "revision": "#04x", "class": "#08x"}
+
+
+def identity_files(ids) -> dict:
+    """vendor, device, subsystem_vendor, subsystem_device, revision and class of a
+    function whose ids ``ids()`` gives (read at each open: the GPU's follow its
+    partition and revision)."""
+    return {name: (lambda name=name, fmt=fmt: f"{ids()[name]:{fmt}}\n") for name, fmt in _IDENTITY_FORMATS.items()}
+
+
+def config_header(ids: dict[str, int], header_type: int, secondary: tuple[int, int] | None = None) -> bytearray:
+    """The first 64 bytes of config space: ids, command (I/O, memory, bus master),
+    status (a capability list), class, header type (0: a device, 1: a bridge). A type
+    0 header has its subsystem ids at 0x2c; a bridge's ``secondary`` (primary bus,
+    secondary bus) go at 0x18, with the subordinate bus the secondary one."""
+    c = ids["class"]
+    head = bytearray(64)
+    struct.pack_into("<HHHHBBBBBBBB", head, 0, ids["vendor"], ids["device"], 0x0007, 0x0010, ids["revision"],
+                     c & 0xFF, (c >> 8) & 0xFF, c >> 16, 0x10, 0, header_type, 0)
+    if header_type == 0:
+        struct.pack_into("<HH", head, 0x2C, ids["subsystem_vendor"], ids["subsystem_device"])
+    elif secondary is not None:
+        struct.pack_into("<BBBB", head, 0x18, secondary[0], secondary[1], secondary[1], 0)
+    return head
+
+
 def link_files() -> dict:
     """current_link_speed, current_link_width, max_link_speed, max_link_width
     (pci-sysfs.c's pcie_dev_attrs), the same at the GPU and at its root port."""
@@ -70,11 +98,8 @@ def root_port_config() -> bytes:
     """The root port's 256 bytes of config space: a type 1 (bridge) header from bus
     PCI_ROOT_BUS to PCI_BUS (no windows, no BARs), a PCI Express capability whose
     link capability and status are the link's, and the subsystem-id capability."""
-    p, c = ROOT_PORT, ROOT_PORT["class"]
-    config = bytearray(256)
-    struct.pack_into("<HHHHBBBBBBBB", config, 0, p["vendor"], p["device"], 0x0007, 0x0010, p["revision"],
-                     c & 0xFF, (c >> 8) & 0xFF, c >> 16, 0x10, 0, 0x01, 0)
-    struct.pack_into("<BBBB", config, 0x18, PCI_ROOT_BUS, PCI_BUS, PCI_BUS, 0)   # primary, secondary, subordinate
+    p = ROOT_PORT
+    config = config_header(p, 1, (PCI_ROOT_BUS, PCI_BUS)) + bytearray(256 - 64)
     config[0x34] = _EXPRESS_AT
     struct.pack_into("<BBH", config, _EXPRESS_AT, _CAP_ID_EXP, _SSVID_AT, _EXP_FLAGS)
     struct.pack_into("<I", config, _EXPRESS_AT + 0x0C, _LINK_CODE)            # PCI_EXP_LNKCAP
@@ -91,12 +116,7 @@ def root_port_files() -> dict:
     device runs, is removed or comes back (the port stays on the bus)."""
     p = ROOT_PORT
     return {
-        "vendor": lambda: f"{p['vendor']:#06x}\n",
-        "device": lambda: f"{p['device']:#06x}\n",
-        "subsystem_vendor": lambda: f"{p['subsystem_vendor']:#06x}\n",
-        "subsystem_device": lambda: f"{p['subsystem_device']:#06x}\n",
-        "revision": lambda: f"{p['revision']:#04x}\n",
-        "class": lambda: f"{p['class']:#08x}\n",
+        **identity_files(lambda: p),
         "config": root_port_config,
         "uevent": lambda: uevent("pcieport", p, PCI_PORT_SLOT),
         "secondary_bus_number": lambda: f"{PCI_BUS}\n",

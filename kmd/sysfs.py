@@ -9,7 +9,6 @@ are what libdrm's drmGetDevices2 and drmGetDevice2 read (xf86drm.c: drmParsePciB
 takes PCI_SLOT_NAME from uevent, drmParsePciDeviceInfo the id files, or config); their
 values are those of the part DEV_INFO reports, read from kmd/info.py at each open.
 """
-import struct
 import time
 
 from vgpu import uapi
@@ -53,12 +52,7 @@ def uevent(dev) -> str:
 def config(dev) -> bytes:
     """The first 256 bytes of PCI config space (a type 0 header, no BARs shown): what
     libdrm reads when it asks for the revision and the revision file is missing."""
-    p = pci_identity(dev)
-    c = p["class"]
-    head = struct.pack("<HHHHBBBBBBBB", p["vendor"], p["device"], 0x0007, 0x0010, p["revision"],
-                       c & 0xFF, (c >> 8) & 0xFF, c >> 16, 0x10, 0, 0, 0)
-    head += bytes(0x2C - len(head)) + struct.pack("<HH", p["subsystem_vendor"], p["subsystem_device"])
-    return head + bytes(256 - len(head))
+    return bytes(pci.config_header(pci_identity(dev), 0)) + bytes(256 - 64)
 
 
 class BusyMeter:
@@ -167,12 +161,7 @@ def files(dev) -> dict:
     return {
         # An unpartitioned GPU shows what an MI100 shows: no partition files.
         **(partition_files(dev) if dev.partition.count > 1 else {}),
-        "vendor": lambda: f"{pci_identity(dev)['vendor']:#06x}\n",
-        "device": lambda: f"{pci_identity(dev)['device']:#06x}\n",
-        "subsystem_vendor": lambda: f"{pci_identity(dev)['subsystem_vendor']:#06x}\n",
-        "subsystem_device": lambda: f"{pci_identity(dev)['subsystem_device']:#06x}\n",
-        "revision": lambda: f"{pci_identity(dev)['revision']:#04x}\n",
-        "class": lambda: f"{pci_identity(dev)['class']:#08x}\n",
+        **pci.identity_files(lambda: pci_identity(dev)),
         "config": lambda: config(dev),
         "product_name": lambda: f"{PRODUCT_NAMES.get(pci_identity(dev)['device'], 'vgpu')}\n",
         "uevent": lambda: uevent(dev),

@@ -555,6 +555,15 @@ async def test_an_importers_uid_may_read_the_bo_link(fs, dev):
 
 
 # -- sysfs in Linux's shape ------------------------------------------------------------
+
+async def assert_links(fs, links: dict[str, str]) -> None:
+    """Each path is a symlink whose target is its value."""
+    for path, target in links.items():
+        inode = await walk(fs, path, follow=False)
+        assert stat.S_ISLNK((await fs.getattr(inode)).st_mode), path
+        assert await fs.readlink(inode, Other()) == target.encode(), path
+
+
 async def test_sysfs_has_linuxs_shape(fs, dev):
     """The links and files libdrm's drmGetDevices2 / drmGetDevice2 read (xf86drm.c),
     values from kmd/sysfs.py (DEV_INFO's device id)."""
@@ -574,10 +583,7 @@ async def test_sysfs_has_linuxs_shape(fs, dev):
         f"sys/bus/pci/devices/{PCI_SLOT}": f"../../../devices/{PCI_PORT_PATH}/{PCI_SLOT}",
         f"sys/bus/pci/drivers/amdgpu/{PCI_SLOT}": f"../../../../devices/{PCI_PORT_PATH}/{PCI_SLOT}",
     }
-    for path, target in links.items():
-        inode = await walk(fs, path, follow=False)
-        assert stat.S_ISLNK((await fs.getattr(inode)).st_mode), path
-        assert await fs.readlink(inode, Other()) == target.encode(), path
+    await assert_links(fs, links)
     assert await listdir(fs, "sys/dev/char/226:128/device/drm") == ["card0", "renderD128"]
     assert await walk(fs, "sys/dev/char/226:128/device") == await walk(fs, pci)
     assert await walk(fs, "sys/class/drm/card0/device/subsystem") == await walk(fs, "sys/bus/pci")
@@ -614,10 +620,7 @@ async def test_the_gpu_sits_behind_a_pcie_root_port(fs, dev):
         f"sys/bus/pci/devices/{PCI_PORT_SLOT}": f"../../../devices/{PCI_PORT_PATH}",
         f"sys/bus/pci/drivers/pcieport/{PCI_PORT_SLOT}": f"../../../../devices/{PCI_PORT_PATH}",
     }
-    for path, target in links.items():
-        inode = await walk(fs, path, follow=False)
-        assert stat.S_ISLNK((await fs.getattr(inode)).st_mode), path
-        assert await fs.readlink(inode, Other()) == target.encode(), path
+    await assert_links(fs, links)
     # the GPU's parent is the port, whichever way it is reached
     assert await walk(fs, f"sys/bus/pci/devices/{PCI_SLOT}/..") == await walk(fs, port)
     assert await walk(fs, "sys/class/drm/card0/device/..") == await walk(fs, f"sys/bus/pci/devices/{PCI_PORT_SLOT}")

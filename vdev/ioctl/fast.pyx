@@ -39,9 +39,12 @@ cdef extern from "<sys/uio.h>":
 
 cdef unsigned int _INFO = uapi.DRM_IOCTL_AMDGPU_INFO
 cdef uint32_t _TIMESTAMP = uapi.AMDGPU_INFO_TIMESTAMP
-# struct drm_amdgpu_info: return_pointer (u64) at 0, return_size (u32) at 8, query
-# (u32) at 12; _IOC_SIZE of the request is the whole struct
+# struct drm_amdgpu_info's fields this reads, where vgpu.uapi puts them; _IOC_SIZE of
+# the request is the whole struct
 cdef size_t _INFO_SIZE = (uapi.DRM_IOCTL_AMDGPU_INFO >> uapi._IOC_SIZESHIFT) & uapi._IOC_SIZEMASK
+cdef size_t _POINTER_AT = uapi.drm_amdgpu_info.return_pointer.offset
+cdef size_t _SIZE_AT = uapi.drm_amdgpu_info.return_size.offset
+cdef size_t _QUERY_AT = uapi.drm_amdgpu_info.query.offset
 
 
 cdef class FastPath:
@@ -82,9 +85,9 @@ cdef int _answer(void *data, uint64_t fh, unsigned int cmd, uint64_t arg,
     cdef iovec local, remote
     if cmd != _INFO or in_bufsz != _INFO_SIZE:
         return 0
-    memcpy(&ptr, b, 8)
-    memcpy(&size, b + 8, 4)
-    memcpy(&query, b + 12, 4)
+    memcpy(&ptr, b + _POINTER_AT, 8)
+    memcpy(&size, b + _SIZE_AT, 4)
+    memcpy(&query, b + _QUERY_AT, 4)
     if query != _TIMESTAMP or size == 0 or ptr == 0:   # EINVAL: the Python path's to give
         return 0
     if size > 8:
