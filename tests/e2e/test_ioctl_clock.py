@@ -6,7 +6,7 @@ here: no tolerance). With drm.debug on, the request is the Python path's and log
 import os
 import re
 
-from tests.helpers import daemon_log, read_text, run_client, unmount
+from tests.helpers import NOBODY, daemon_log, read_text, run_client, unmount
 
 CLIENT = """
 import ctypes, fcntl, os, sys, time
@@ -59,3 +59,40 @@ def test_with_drm_debug_on_the_clock_read_is_logged(vgpu_mount):
     unmount(vgpu_mount)
     m = re.search(r"\((\d+) clock reads answered in C", daemon_log(vgpu_mount))
     assert m and m.group(1) == "0"
+
+
+THREADS = """
+import ctypes, fcntl, os, sys, threading
+from vgpu import uapi
+fd = os.open(sys.argv[1] + "/dev/dri/renderD128", os.O_RDWR)
+bad = []
+def reader():
+    buf = ctypes.c_uint64()
+    req = bytes(uapi.drm_amdgpu_info(return_pointer=ctypes.addressof(buf), return_size=8,
+                                     query=uapi.AMDGPU_INFO_TIMESTAMP))
+    last = 0
+    for _ in range(2000):
+        fcntl.ioctl(fd, uapi.DRM_IOCTL_AMDGPU_INFO, req)
+        if buf.value <= last:
+            bad.append((last, buf.value))
+        last = buf.value
+def churn():   # other opens and closes of the node while the readers run
+    for _ in range(200):
+        os.close(os.open(sys.argv[1] + "/dev/dri/renderD128", os.O_RDWR))
+ts = [threading.Thread(target=reader) for _ in range(8)] + [threading.Thread(target=churn)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(len(bad))
+"""
+
+
+def test_eight_threads_on_one_fd_and_another_uid_read_the_clock(vgpu_mount):
+    """8 threads x 2,000 clock reads on one fd while the node is opened and closed
+    beside them: each thread's values only grow; a client of another uid is answered
+    too (the daemon writes into its memory), and every one of them in C."""
+    r = run_client(THREADS, vgpu_mount)
+    assert r.returncode == 0 and r.stdout.split() == ["0"], r.stderr
+    r = run_client(CLIENT, vgpu_mount, "renderD128", uid=NOBODY)
+    assert r.returncode == 0 and r.stdout.split()[1] == "ok", r.stderr
+    unmount(vgpu_mount)
+    m = re.search(r"\((\d+) clock reads answered in C", daemon_log(vgpu_mount))
+    assert m and int(m.group(1)) == 8 * 2000 + 23, daemon_log(vgpu_mount)[-2000:]
