@@ -8,7 +8,7 @@ PY_PKGS := trio numpy cython pytest pytest-trio setuptools wheel
 # (FUSE_IOCTL, FUSE_INTERRUPT and main(ioctl_thread=True); docs/ioctl.md), under a
 # local version so that a stock pyfuse3 is noticed and replaced.
 PYFUSE3_VERSION := 3.5.0
-PYFUSE3_LOCAL := $(PYFUSE3_VERSION)+vgpu.ioctl.4
+PYFUSE3_LOCAL := $(PYFUSE3_VERSION)+vgpu.ioctl.5
 PYFUSE3_SRC := build/pyfuse3/pyfuse3-$(PYFUSE3_VERSION)
 # Empty: the demo mounts a fresh temporary directory.
 DEMO_MOUNT ?=

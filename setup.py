@@ -1,5 +1,6 @@
 """Build vgpu: the Python packages, the Cython execution core (kmd.hw._core), the
-memory apertures (kmd.hw._aperture), the ioctl answer in C (vdev.ioctl.fast), and the CS path's pure-Python modules compiled
+memory apertures (kmd.hw._aperture), the ioctl answer in C (vdev.ioctl.fast), a CS's
+pointers read in C (vdev.ioctl.cs_gather), and the CS path's pure-Python modules compiled
 as they are (vgpu.compiled.MODULES; their generated C goes to build/cython)."""
 import subprocess
 import sys
@@ -25,6 +26,7 @@ core = Extension(
 )
 aperture = Extension("kmd.hw._aperture", sources=["kmd/hw/_aperture.pyx"], extra_compile_args=["-O2"])
 fast_ioctl = Extension("vdev.ioctl.fast", sources=["vdev/ioctl/fast.pyx"], extra_compile_args=["-O2"])
+cs_gather = Extension("vdev.ioctl.cs_gather", sources=["vdev/ioctl/cs_gather.pyx"], extra_compile_args=["-O2"])
 # The sources are not typed for Cython: annotation_typing off keeps an annotation a
 # comment (`vm_jobs: set[int] = frozenset()` is legal Python and a C type error), and
 # binding keeps functions introspectable (signatures, __wrapped__, monkeypatching);
@@ -48,7 +50,7 @@ setup(
     version="0.1.0",
     description="A DRM-style virtual GPU emulated through FUSE",
     packages=find_packages(include=["vgpu*", "vdev*", "kmd*", "libvgpu*", "umd*"]),
-    ext_modules=cythonize([core, aperture, fast_ioctl], language_level=3,
+    ext_modules=cythonize([core, aperture, fast_ioctl, cs_gather], language_level=3,
                           compiler_directives={"boundscheck": False, "wraparound": False}) + as_python,
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.10",

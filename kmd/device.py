@@ -220,11 +220,17 @@ class Device:
 
     # -- ioctl ---------------------------------------------------------------
     def ioctl(self, f: DrmFile, request: int, arg: bytes, extra: bytes = b"", tid: int = 0,
-              tag: int | None = None):
+              tag: int | None = None, direct_runs: list | None = None):
         """Run one request for file `f` through the ioctl table (kmd/ioctl_table.py,
         dispatched by kmd.ioctl.dispatch). Refusals are logged. While tracing, the
         request goes to the recordings when it completes (_traced), with the calling
-        thread `tid` (0: unknown) or, for a frame request, its `tag`."""
+        thread `tid` (0: unknown) or, for a frame request, its `tag`.
+
+        The light jobs the request submitted (kmd/direct_run.py) run before it
+        returns, or, given a list `direct_runs`, are appended to it as rings whose
+        ``run_direct()`` the caller must call (each exactly once, soon: until then
+        the job waits, and its ring's worker was not told): a transport that can
+        answer first runs them after the reply."""
         t0 = time.monotonic() if self.trace.on else 0.0
         direct: list[Ring] = []
         try:
@@ -252,8 +258,11 @@ class Device:
             # The light jobs this request submitted (kmd/direct_run.py), outside the
             # device lock as the worker runs them: the end of a job takes the IRQ
             # lock, and the IRQ thread takes the device lock under that one.
-            for ring in direct:
-                ring.run_direct()
+            if direct_runs is not None:
+                direct_runs += direct
+            else:
+                for ring in direct:
+                    ring.run_direct()
         return self._traced(f, request, arg, extra, t0, out, tid, tag) if t0 else out
 
     def check_permission(self, f: DrmFile, request: int) -> None:

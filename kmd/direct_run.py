@@ -10,7 +10,8 @@ before returning, through the same steps the worker takes (kmd/ring.py: pick, ru
 account, fence write-back, interrupt), but for the ring's timer: the job cannot hang
 or outlast a time slice, so its run arms neither a timeout nor a slice end. Its CS
 then returns a sequence number that has signalled already, as on a GPU that is
-simply fast; every rule of the
+simply fast (through ioctl() the reply goes first and the job runs right after it,
+in the same thread: Device.ioctl's ``direct_runs``); every rule of the
 scheduler still holds, since the ring is idle and the job is the one it would pick.
 
 Bounded work is kmd.hw.sdma.bounded_ib (the Cython core's held_ib): SDMA IBs of at

@@ -4,7 +4,8 @@
 nr 0x10 echoes the struct, nr 0x11 answers (7, struct) as the call's result, nr 0x12
 raises FUSEError(ENOENT), nr 0x20 waits 30 s in an async task (records "waiting"
 and "cancelled" in the file ``state``), nr 0x21 returns a coroutine answering after
-50 ms. The second argument: ``main(ioctl_thread=True)``, the same with
+50 ms, nr 0x13 answers (3, struct, then) and then() records "after" (in ``state``),
+nr 0x14 the same with a then() that raises. The second argument: ``main(ioctl_thread=True)``, the same with
 ``ioctl_poll_us=200`` (the reader polls before it sleeps), the stock loop, or the
 reader thread with a fast path (``set_ioctl_fast_path``, :func:`fast_path`) that
 answers nrs 0x30-0x32 itself and leaves every other request to ``Operations.ioctl``.
@@ -50,6 +51,10 @@ class IoctlFs(pyfuse3.Operations):
             return 7, in_buf[:out_size]
         if nr == 0x12:
             raise pyfuse3.FUSEError(errno.ENOENT)
+        if nr == 0x13:
+            return 3, in_buf[:out_size], lambda: STATE.append("after")
+        if nr == 0x14:
+            return 0, in_buf[:out_size], _fails
         if nr == 0x20:
             return self._long_wait()
         if nr == 0x21:
@@ -68,6 +73,10 @@ class IoctlFs(pyfuse3.Operations):
     async def _short_wait(self, out_size):
         await trio.sleep(0.05)
         return b"\x01" * out_size
+
+
+def _fails():
+    raise RuntimeError("a then() that fails: logged, and the next request is served")
 
 
 _FAST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint, ctypes.c_uint64,

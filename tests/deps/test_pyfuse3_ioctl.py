@@ -2,8 +2,8 @@
 (tests/deps/ioctl_fs.py), in each loop mode (the reader thread, the reader thread
 polling before it sleeps, the stock loop, the reader thread with a fast path that
 declines these requests): Operations.ioctl answered at once, as a result value, as
-an error, from an awaitable, and interrupted by a signal; and the fast path's own
-answers."""
+an error, from an awaitable, with a callable run after the reply, and interrupted by
+a signal; and the fast path's own answers."""
 import errno
 import fcntl
 import os
@@ -169,3 +169,22 @@ def ctypes_capsule(name: bytes):
     new = ctypes.pythonapi.PyCapsule_New
     new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
     return new(ctypes.c_void_p(8), name, None)
+
+
+def test_a_callable_given_with_the_reply_runs_before_the_next_request(mount):
+    """(result, data, then): the call returns result and data; then() has run before
+    the next request is answered (here: the read of ``state``); a then() that raises
+    is logged and the file system goes on serving."""
+    fd = os.open(mount + "/f", os.O_RDONLY)
+    try:
+        for k in range(3):
+            buf = bytearray(b"after the reply!")
+            assert fcntl.ioctl(fd, _iowr(0x13, 16), buf, True) == 3
+            assert buf == bytearray(b"after the reply!")
+            with open(mount + "/state") as f:
+                assert f.read().split().count("after") >= k + 1
+        buf = bytearray(16)
+        assert fcntl.ioctl(fd, _iowr(0x14, 16), buf, True) == 0
+        assert fcntl.ioctl(fd, _iowr(0x10, 16), buf, True) == 0
+    finally:
+        os.close(fd)

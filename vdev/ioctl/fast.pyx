@@ -27,15 +27,9 @@ from cpython.pycapsule cimport PyCapsule_New, PyCapsule_SetContext
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from vgpu import uapi
+from .uio cimport iovec, process_vm_writev
 
-cdef extern from "<sys/uio.h>":
-    struct iovec:
-        void *iov_base
-        size_t iov_len
-    ssize_t process_vm_writev(int pid, const iovec *local_iov, unsigned long liovcnt,
-                              const iovec *remote_iov, unsigned long riovcnt,
-                              unsigned long flags) nogil
+from vgpu import uapi
 
 cdef unsigned int _INFO = uapi.DRM_IOCTL_AMDGPU_INFO
 cdef uint32_t _TIMESTAMP = uapi.AMDGPU_INFO_TIMESTAMP

@@ -6,7 +6,8 @@ it has ``_IOC_READ``. The rest is ours, in Linux's order (drivers/gpu/drm/drm_io
 
 1. the struct, zero-filled to its encoded size (an ``_IOR`` request sends none);
 2. the data behind its pointers, read from the caller (vgpu.pointers.gather through
-   :class:`~vdev.ioctl.uaccess.UserMemory`: copy_from_user); a bad pointer is EFAULT,
+   :class:`~vdev.ioctl.uaccess.UserMemory`: copy_from_user; a plain CS's through
+   vdev.ioctl.cs_gather, in C); a bad pointer is EFAULT,
    unless drm_ioctl's own checks refuse the request (EACCES, ENODEV...: Linux copies
    this data in the handler, after them);
 3. the KMD's dispatch, the same table and rights as the frame protocol's;
@@ -14,7 +15,9 @@ it has ``_IOC_READ``. The rest is ours, in Linux's order (drivers/gpu/drm/drm_io
    returned to the kernel for the copy back.
 
 A request the KMD answers at once is answered here, synchronously, in pyfuse3's
-loop: no task, no thread (docs/ioctl.md, "Speed"). One that must wait (a
+loop: no task, no thread (docs/ioctl.md, "Speed"). The light jobs a CS submitted to an
+idle ring (kmd/direct_run.py) run in the same thread right after the reply is written,
+before it reads the next request (docs/ioctl.md, "Jobs after the reply"). One that must wait (a
 PendingReply: WAIT_CS, the syncobj waits, WAIT_FENCES, GEM_WAIT_IDLE, a CS waiting
 for room) is returned as a coroutine, which pyfuse3 runs as a task of its own, so
 a blocked wait holds no worker; if the caller gets a signal, FUSE_INTERRUPT cancels
@@ -33,6 +36,8 @@ from vgpu import pointers, uapi
 
 from ..kmd_interface import KmdError, PendingReply
 from ..nodes import ControlHandle, wait_pending
+from .cs_gather import CS as _CS
+from .cs_gather import gather_cs
 from .uaccess import UserAccessError, UserMemory
 
 log = logging.getLogger(__name__)
@@ -54,6 +59,12 @@ def _fail(err: int, handle: ControlHandle | None = None, cmd: int = 0, pid: int 
     raise pyfuse3.FUSEError(err)
 
 
+def _run_direct(rings: list) -> None:
+    """Run the light jobs a request submitted (Device.ioctl's ``direct_runs``)."""
+    for ring in rings:
+        ring.run_direct()
+
+
 class IoctlPath:
     """Answers FUSE_IOCTL for the control handles of one mount. ``observe`` (optional)
     sees every DRM request's outcome."""
@@ -64,7 +75,9 @@ class IoctlPath:
 
     def answer(self, handle: ControlHandle, cmd: int, arg_addr: int, in_buf: bytes,
                out_size: int, pid: int):
-        """The reply bytes (at most ``out_size``), or a coroutine giving them.
+        """The reply bytes (at most ``out_size``); ``(0, bytes, then)`` when the request
+        submitted light jobs, which ``then()`` runs (pyfuse3 calls it once the reply is
+        written); or a coroutine giving the bytes.
         FUSEError: the errno of the refusal (ENOTTY for a request that is not DRM's,
         EFAULT for a bad pointer, the KMD's errno otherwise)."""
         if (cmd >> _TYPE_SHIFT) & _TYPE_MASK != _DRM:
@@ -73,9 +86,46 @@ class IoctlPath:
         size = (cmd >> _SIZE_SHIFT) & _SIZE_MASK
         arg = in_buf if len(in_buf) == size else bytes(in_buf[:size]).ljust(size, b"\0")
         mem = UserMemory(pid)
+        runs: list = []
         try:
-            extra = pointers.gather(cmd, arg, mem.read)
-            reply = handle.dev.ioctl(handle.file, cmd, arg, extra, tid=pid)   # the thread, for the records
+            reply = self._dispatch(handle, cmd, arg, mem, pid, runs)
+        except BaseException:
+            _run_direct(runs)
+            raise
+        if runs:
+            if isinstance(reply, PendingReply):
+                _run_direct(runs)
+            else:
+                # The CS's answer first, then its job (its fence signals after the reply,
+                # as a GPU's does after the ioctl): the job runs while the reply travels
+                # and the caller prepares its next call (docs/ioctl.md, "Jobs after the
+                # reply"). This thread reads no request before it has run them.
+                try:
+                    data = self._completed(handle, cmd, arg, reply, mem, out_size, pid)
+                except BaseException:
+                    _run_direct(runs)
+                    raise
+                return 0, data, lambda: _run_direct(runs)
+        return self._completed(handle, cmd, arg, reply, mem, out_size, pid)
+
+    def _completed(self, handle, cmd, arg, reply, mem: UserMemory, out_size: int, pid: int):
+        """The reply of a dispatched request (bytes), or the coroutine of a pending one."""
+        if isinstance(reply, PendingReply):
+            return self._wait(handle, cmd, arg, reply, mem, out_size, pid)
+        if not reply.extra and self.observe is None:  # nothing to scatter or observe
+            return reply.arg[:out_size]
+        return self._complete(handle, cmd, arg, reply, mem, out_size, pid)
+
+    def _dispatch(self, handle, cmd, arg, mem: UserMemory, pid: int, runs: list):
+        """Steps 2 and 3: the pointed-to data, then the KMD's dispatch."""
+        try:
+            # a CS's chunks in C where they are plain (vdev/ioctl/cs_gather.pyx), else
+            # (and for every refusal) the reference
+            extra = gather_cs(pid, arg) if cmd == _CS else None
+            if extra is None:
+                extra = pointers.gather(cmd, arg, mem.read)
+            # pid: the calling thread, for the records; the light jobs go to `runs`
+            return handle.dev.ioctl(handle.file, cmd, arg, extra, tid=pid, direct_runs=runs)
         except UserAccessError as e:
             self._permission_first(handle, cmd, arg, pid)
             handle.dev.refused_before_dispatch(handle.file, cmd, arg, e.errno, tid=pid)
@@ -86,11 +136,6 @@ class IoctlPath:
             _fail(e.errno, handle, cmd, pid, self.observe)
         except KmdError as e:
             _fail(e.errno, handle, cmd, pid, self.observe)
-        if isinstance(reply, PendingReply):
-            return self._wait(handle, cmd, arg, reply, mem, out_size, pid)
-        if not reply.extra and self.observe is None:  # nothing to scatter or observe
-            return reply.arg[:out_size]
-        return self._complete(handle, cmd, arg, reply, mem, out_size, pid)
 
     def _complete(self, handle, cmd, arg, reply, mem: UserMemory, out_size: int, pid: int) -> bytes:
         try:

@@ -21,7 +21,7 @@ from kmd.syncobj import lookup
 from tests.raw_ioctl import (AMDGPU_FOREVER, DMA, RWX, SYNCOBJ_FOREVER, Chunks, address, bo_handles_chunk, ib_chunk,
                              resized, syncobj_out_chunk, u32_array)
 from vdev.fs import VgpuFs
-from vgpu import uapi
+from vgpu import pointers, uapi
 from vgpu.sdma import SdmaIb
 
 MiB = 1 << 20
@@ -58,7 +58,13 @@ def kernel_call(fs, fh, request, arg):
     argument copied in for _IOC_WRITE, _IOC_SIZE bytes taken back for _IOC_READ."""
     size, d = uapi._IOC_SIZE(request), uapi._IOC_DIR(request)
     in_buf = ctypes.string_at(address(arg), size) if d & uapi._IOC_WRITE else b""
-    return fs.ioctl(0, fh, request, address(arg), in_buf, size if d & uapi._IOC_READ else 0, 0, Ctx())
+    reply = fs.ioctl(0, fh, request, address(arg), in_buf, size if d & uapi._IOC_READ else 0, 0, Ctx())
+    if isinstance(reply, tuple):   # (result, data, then): pyfuse3 replies, then calls then()
+        result, data, then = reply
+        assert result == 0
+        then()
+        return data
+    return reply
 
 
 def copy_back(arg, reply) -> None:
@@ -364,3 +370,30 @@ async def test_drm_ioctls_checks_come_before_the_copy_of_pointed_to_data(dev):
     assert "AMDGPU_CS refused for client" in dev.kmsg.text() and "DRM_AUTH" in dev.kmsg.text()
     dev.sysfs_files()["remove"][1](b"1")
     await fails(errno.ENODEV, fs, render, uapi.DRM_IOCTL_AMDGPU_CS, bad_cs)
+
+
+async def test_a_light_jobs_cs_is_answered_first_and_its_job_runs_after_the_reply(fs, dev):
+    """The CS of a direct-run job (kmd/direct_run.py) returns (0, reply, then): its
+    sequence number before the job ran; then() runs it, as pyfuse3 does once the
+    reply is written. A refused CS runs nothing later."""
+    c = await Client.open(fs, dev)
+    arg = c.cs(SdmaIb().write_linear(VA + 128, [0xBEEF]))
+    reply = fs.ioctl(0, c.fh, uapi.DRM_IOCTL_AMDGPU_CS, address(arg), bytes(arg), ctypes.sizeof(arg), 0, Ctx())
+    assert isinstance(reply, tuple) and len(reply) == 3 and reply[0] == 0
+    seq = uapi.drm_amdgpu_cs.from_buffer_copy(reply[1]).out.handle
+    ring = dev.rings[(DMA, 0)]
+    assert seq == ring.emitted_seq and not ring.fence(seq).signaled and c.word(128) == 0
+    reply[2]()
+    assert ring.fence(seq).signaled and c.word(128) == 0xBEEF
+    # a CS the KMD refuses (unknown context) gives its errno and nothing to run after
+    bad = c.cs(SdmaIb().write_linear(VA + 132, [1]))
+    bad.in_.ctx_id = 99
+    with pytest.raises(pyfuse3.FUSEError) as e:
+        fs.ioctl(0, c.fh, uapi.DRM_IOCTL_AMDGPU_CS, address(bad), bytes(bad), ctypes.sizeof(bad), 0, Ctx())
+    assert e.value.errno == errno.EINVAL and ring.emitted_seq == seq
+    # the frame protocol's dispatch (no transport to answer first) still runs it at once
+    f = c.file
+    a = c.cs(SdmaIb().write_linear(VA + 136, [7]))
+    out = dev.ioctl(f, uapi.DRM_IOCTL_AMDGPU_CS, bytes(a),
+                    pointers.gather(uapi.DRM_IOCTL_AMDGPU_CS, bytes(a), ctypes.string_at))
+    assert ring.fence(uapi.drm_amdgpu_cs.from_buffer_copy(out.arg).out.handle).signaled and c.word(136) == 7
