@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -65,6 +66,16 @@ def pin_malloc_thresholds() -> None:
     M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # malloc.h
     mallopt(M_MMAP_THRESHOLD, 256 << 10)
     mallopt(M_TRIM_THRESHOLD, 1 << 20)
+
+
+def freeze_startup_objects() -> None:
+    """Move everything made so far (the device, its tables, the imported modules: about
+    50,000 objects) out of the cyclic garbage collector's reach (gc.freeze). They live
+    as long as the daemon, yet every full collection walked them all: measured, a
+    21 ms pause once per few thousand CS -> WAIT_CS pairs, in which no client is
+    answered. Young collections are unchanged."""
+    gc.collect()
+    gc.freeze()
 
 
 def mount_options() -> set[str]:
@@ -128,6 +139,7 @@ def serve(mountpoint: str, vram: int, gtt: int, timeout: float, shm_dir: str | N
     ops = VgpuFs(dev, perms)
     pyfuse3.init(ops, mountpoint, mount_options())
     pyfuse3.set_ioctl_fast_path(ops.fast.capsule())   # ops keeps ops.fast alive
+    freeze_startup_objects()
     store = dev.partitions[0].memory.store   # the partitions share one
     log.info("mounted vgpu at %s (pid %d); BO files in %s%s%s", mountpoint, os.getpid(), store.files,
              " (private tmpfs, huge pages)" if store.huge else "",
