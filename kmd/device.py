@@ -18,6 +18,7 @@ from . import csa as _csa, ctx as _ctx, debugfs as _debugfs, devcoredump as _dev
 from . import drm_auth as _drm_auth, gem_flink as _gem_flink
 from . import info as _info, pci_hotplug as _pci_hotplug
 from . import prime as _prime, sched as _sched, syncobj as _syncobj, sysfs as _sysfs, userq as _userq, userq_ioctl as _userq_ioctl
+from .cs import lookup_fence
 from .drm_file import DrmFile
 from .errors import KmdError
 from .fence import Fence
@@ -693,6 +694,25 @@ class Device:
         except KmdError:
             return None
         return self.gpu_timestamp()
+
+    def wait_cs_done(self, f: DrmFile, ctx_id: int, ip_type: int, ip_instance: int, ring: int,
+                     seq: int) -> bool:
+        """True when AMDGPU_WAIT_CS of file `f` for `seq` on that ring and context
+        would answer at once, status 0, with nothing to record: the fence signalled
+        without an error (or long ago), through the same checks as the dispatch
+        (kmd.cs.lookup_fence, drm_ioctl_permit). False for everything the dispatch
+        must answer: `f` closed or its device unplugged, tracing on, an unknown
+        context or ring, a sequence number never emitted, a fence still busy or
+        failed. Takes no lock and changes nothing (vdev/ioctl/fast.pyx answers the
+        request without the dispatch when True, as timestamp_query lets it)."""
+        if f.closed or f.unplugged or self.trace.on:
+            return False
+        try:
+            permit(IOCTL_TABLE, f, uapi.DRM_IOCTL_AMDGPU_WAIT_CS)
+            fence = lookup_fence(self, f, ctx_id, ip_type, ip_instance, ring, seq)
+        except KmdError:
+            return False
+        return fence is None or (fence.signaled and not fence.error)
 
     def device_ns(self, t: float) -> int:
         """A time.monotonic() instant on the device clock (gpu_timestamp)."""

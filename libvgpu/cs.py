@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import threading
 from dataclasses import dataclass, field
 
 from vgpu import uapi
@@ -208,12 +209,71 @@ def cs_chunks(request: CsRequest) -> CsChunks:
     return chunks
 
 
+#: A plain submission (IB chunks only, at most this many) is built in the thread's
+#: scratch buffers (_Scratch).
+PLAIN_IBS = 4
+
+
+class _Scratch(threading.local):
+    """This thread's chunk buffers for a plain submission, made once: the IB chunks,
+    their headers (pointing to them) and the pointer table (pointing to those), and the
+    CS struct, as libdrm's amdgpu_cs_submit_one keeps its chunk arrays on the stack.
+    Making the five ctypes objects per call was half of the client's time before the
+    CS system call (docs/bench.md). ``busy`` while a submission uses them: a signal
+    handler's own cs_submit in the middle of the ioctl's retry takes the other path."""
+
+    def __init__(self):
+        self.busy = False
+        self.ibs = (uapi.drm_amdgpu_cs_chunk_ib * PLAIN_IBS)()
+        self.headers = (uapi.drm_amdgpu_cs_chunk * PLAIN_IBS)()
+        for h, ib in zip(self.headers, self.ibs):
+            h.chunk_id, h.length_dw, h.chunk_data = (uapi.AMDGPU_CHUNK_ID_IB, ctypes.sizeof(ib) >> 2,
+                                                     ctypes.addressof(ib))
+        self.table = (ctypes.c_uint64 * PLAIN_IBS)(*[ctypes.addressof(h) for h in self.headers])
+        self.table_address = ctypes.addressof(self.table)
+        self.req = uapi.drm_amdgpu_cs()
+
+
+_scratch = _Scratch()
+
+
+def _plain(request: CsRequest) -> bool:
+    """Whether ``request``'s chunks are its IBs alone (1 to PLAIN_IBS of them)."""
+    return (0 < len(request.ibs) <= PLAIN_IBS and request.fence_info is None and not request.dependencies
+            and request.bo_handles is None and not request.syncobj_in and not request.syncobj_out
+            and not request.timeline_wait and not request.timeline_signal)
+
+
+def _submit_plain(context, request: CsRequest, flags: int, s: _Scratch) -> int:
+    """cs_submit of a plain request through the scratch buffers ``s`` (busy)."""
+    for ib, info in zip(s.ibs, request.ibs):
+        ib.flags, ib.va_start, ib.ib_bytes = info.flags, info.ib_mc_address, info.size * 4
+        ib.ip_type, ib.ip_instance, ib.ring = request.ip_type, request.ip_instance, request.ring
+    req = s.req
+    i = req.in_   # every field: the last reply's `out` overlaid them
+    i.ctx_id = context.id
+    i.bo_list_handle = request.resources.handle if request.resources else 0
+    i.num_chunks = len(request.ibs)
+    i.flags = flags
+    i.chunks = s.table_address
+    context.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, req)
+    request.seq_no = req.out.handle
+    return request.seq_no
+
+
 def cs_submit(context, request: CsRequest, flags: int = 0) -> int:
     """AMDGPU_CS (amdgpu_cs_submit): queue `request` on its ring; returns the
     sequence number (also stored in request.seq_no). ``in.chunks`` points to the
     chunk pointer array (:func:`cs_chunks`); syncobj lists become the SYNCOBJ_IN/OUT
     and SYNCOBJ_TIMELINE_WAIT/SIGNAL chunks, ``bo_handles`` a BO_HANDLES chunk.
     Raises VgpuCanceled once the context is guilty."""
+    s = _scratch
+    if not s.busy and _plain(request):
+        s.busy = True
+        try:
+            return _submit_plain(context, request, flags, s)
+        finally:
+            s.busy = False
     chunks = cs_chunks(request)
     req = uapi.drm_amdgpu_cs()
     req.in_.ctx_id = context.id

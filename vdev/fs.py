@@ -116,7 +116,7 @@ class VgpuFs(pyfuse3.Operations):
         self._dir_listings: dict[int, list] = {}
         self.ioctls = IoctlPath(dev.kmsg.log)
         self.drm_debug = DrmDebug(self.ioctls)   # sets self.ioctls.observe while drm.debug has DRM_UT_CORE
-        self.fast = FastPath(self.ioctls)   # the clock read answered in C (vdev/ioctl/fast.pyx)
+        self.fast = FastPath(self.ioctls)   # the clock read, finished waits answered in C (vdev/ioctl/fast.pyx)
 
         root = self._add(Dir(pyfuse3.ROOT_INODE, None, uid=self.owner))
         dev_dir = self._mkdir(root, "dev")

@@ -517,3 +517,30 @@ def test_at_most_max_ibs_per_submission(s, dev, client):
     assert all(r.emitted_seq == 0 for r in dev.rings.values())
     seq = call(dev, client, "AMDGPU_CS", cs_args(s.ctx, s.list, 49), one * 49)[0].out.handle
     assert s.wait(seq) == 0
+
+
+def test_wait_cs_done_is_true_exactly_where_wait_cs_answers_status_0_at_once(s, dev, client):
+    """Device.wait_cs_done, which lets the transport answer WAIT_CS in C: True only
+    where the dispatch answers at once with the cleared union and status 0."""
+    done = dev.wait_cs_done
+    seq = s.submit(SdmaIb().nop())
+    s.wait(seq)
+    assert done(client, s.ctx, DMA, 0, 0, seq)
+    assert s.wait(seq, raw=True).arg == bytes(uapi.drm_amdgpu_wait_cs())    # what the C answer writes
+    busy = s.submit(SdmaIb().poll_regmem(VA_A, 1))
+    assert not done(client, s.ctx, DMA, 0, 0, busy)                          # still running
+    bad = s.submit(SdmaIb().write_linear(0x7000000000, [1]))                 # faults
+    s.bo(s.a).write(0, struct.pack("<I", 1))
+    assert s.wait(busy) == 0
+    assert dev.rings[(DMA, 0)].fence(bad).wait(10)
+    assert not done(client, s.ctx, DMA, 0, 0, bad)                           # its EFAULT is the dispatch's
+    assert not done(client, s.ctx, DMA, 0, 0, bad + 100)                     # never emitted: EINVAL
+    assert not done(client, s.ctx + 50, DMA, 0, 0, seq)                      # no such context
+    assert not done(client, s.ctx, DMA, 1, 0, seq)                           # no ring instance 1
+    assert not done(client, s.ctx, 99, 0, 0, seq)                            # no such IP
+    dev.tracing_files()["events"]["amdgpu"]["amdgpu_cs_ioctl"]["enable"][1](b"1\n")
+    assert not done(client, s.ctx, DMA, 0, 0, seq)                           # tracing records requests
+    dev.tracing_files()["events"]["amdgpu"]["amdgpu_cs_ioctl"]["enable"][1](b"0\n")
+    assert done(client, s.ctx, DMA, 0, 0, seq)
+    dev.close_file(client)
+    assert not done(client, s.ctx, DMA, 0, 0, seq)                           # EBADF's to give

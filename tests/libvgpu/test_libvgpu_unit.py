@@ -233,6 +233,55 @@ def test_cs_chunks_round_trip_through_pointers_gather():
     assert [ctypes.addressof(h) for h in chunks.headers] == list(chunks.pointers)
 
 
+def test_a_plain_submission_reads_as_the_general_path_builds_it(monkeypatch):
+    """cs_submit of IB chunks alone goes through the thread's scratch buffers; what the
+    daemon reads behind its pointers (and the struct) is what cs_chunks would have
+    built. While the scratch is busy (a signal handler's submission in the middle of
+    the ioctl's retry) the general path serves, and the outer call's buffers are left
+    as they were."""
+    from libvgpu import cs as lcs
+    seen = []
+
+    class Dev:
+        def ioctl(self, request, struct):
+            seen.append((bytes(struct), pointers.gather(request, bytes(struct), ctypes.string_at)))
+            struct.out.handle = 40 + len(seen)
+    ctx = _Obj(id=6)
+    ctx.dev = Dev()   # records what the daemon would read: the real vgpu.pointers.gather
+    for ibs in ([libvgpu.IbInfo(0x100000000, 16)],
+                [libvgpu.IbInfo(0x100000000 + 64 * k, k + 1, flags=k & 1) for k in range(lcs.PLAIN_IBS)]):
+        req = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA, ibs, resources=_Obj(handle=9), ring=1)
+        assert lcs._plain(req) and libvgpu.cs_submit(ctx, req, flags=0) == 40 + len(seen) == req.seq_no
+        arg, extra = seen[-1]
+        chunks = libvgpu.cs_chunks(req)
+        cs = uapi.drm_amdgpu_cs.from_buffer_copy(arg)
+        assert (cs.in_.ctx_id, cs.in_.bo_list_handle, cs.in_.num_chunks, cs.in_.flags) == (6, 9, len(ibs), 0)
+        general = uapi.drm_amdgpu_cs()
+        general.in_.num_chunks, general.in_.chunks = len(chunks), chunks.build()
+        expected = pointers.gather(uapi.DRM_IOCTL_AMDGPU_CS, bytes(general), ctypes.string_at)
+        # the same chunk ids, sizes and data; only where the data lives differs
+        strip = lambda b: b"".join(b[i:i + 8] + b[i + 16:i + 16 + 4 * int.from_bytes(b[i + 4:i + 8], "little")]
+                                   for i in _chunk_offsets(b))
+        assert strip(extra) == strip(expected)
+    too_many = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA, [libvgpu.IbInfo(0x1000, 1)] * (lcs.PLAIN_IBS + 1))
+    fenced = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA, [libvgpu.IbInfo(0x1000, 1)], fence_info=(_Obj(handle=3), 0))
+    assert not lcs._plain(too_many) and not lcs._plain(fenced)
+    before = bytes(lcs._scratch.ibs[0])
+    monkeypatch.setattr(lcs._scratch, "busy", True)
+    req = libvgpu.CsRequest(uapi.AMDGPU_HW_IP_DMA, [libvgpu.IbInfo(0x5550000, 2)])
+    libvgpu.cs_submit(ctx, req)
+    assert bytes(lcs._scratch.ibs[0]) == before                        # the scratch untouched
+    assert seen[-1][1][24:32] == (0x5550000).to_bytes(8, "little")      # the general path's chunk
+
+
+def _chunk_offsets(extra: bytes):
+    """The offsets of each chunk header in a flattened CS extra."""
+    pos = 0
+    while pos < len(extra):
+        yield pos
+        pos += 16 + 4 * int.from_bytes(extra[pos + 4:pos + 8], "little")
+
+
 def test_every_call_points_at_what_the_kmd_expects(client):
     """The extra the in-process daemon gathered from each request's pointers is the
     flattened layout of docs/design.md section 3 (BO_LIST entries, syncobj handle and

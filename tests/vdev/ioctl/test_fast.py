@@ -139,3 +139,52 @@ async def test_an_unauthenticated_card0_file_is_left_to_the_python_path(dev):
     with pytest.raises(pyfuse3.FUSEError) as e:
         kernel_call(fs, other, uapi.DRM_IOCTL_AMDGPU_INFO, timestamp_request(buf))
     assert e.value.errno == errno.EACCES
+
+
+def wait_cs(c, seq: int):
+    w = uapi.drm_amdgpu_wait_cs()
+    w.in_.handle, w.in_.ctx_id, w.in_.ip_type, w.in_.timeout = seq, c.ctx, uapi.AMDGPU_HW_IP_DMA, (1 << 64) - 1
+    return w
+
+
+def fast_wait(fs, fh, w):
+    """The capsule's function on WAIT_CS ``w``: (returned, result, out_len, out bytes);
+    the out buffer starts all 0xAA, so the bytes show what was written."""
+    capsule = fs.fast.capsule()
+    fn = _FAST(_capi.PyCapsule_GetPointer(capsule, b"pyfuse3.ioctl_fast_path"))
+    result, out_len = ctypes.c_int(-1), ctypes.c_size_t(99)
+    size = ctypes.sizeof(w)
+    out = ctypes.create_string_buffer(b"\xaa" * size, size)
+    data = bytes(w)
+    returned = fn(_capi.PyCapsule_GetContext(capsule), fh, uapi.DRM_IOCTL_AMDGPU_WAIT_CS, ctypes.addressof(w),
+                  data, len(data), ctypes.addressof(out), size, os.getpid(), ctypes.byref(result),
+                  ctypes.byref(out_len))
+    return returned, result.value, out_len.value, out.raw
+
+
+async def test_wait_cs_of_a_finished_job_is_answered_with_the_cleared_union(fs, dev):
+    from vgpu.sdma import SdmaIb
+
+    from .test_path import VA, Client, call
+    c = await Client.open(fs, dev)
+    seq = (await c.call(uapi.DRM_IOCTL_AMDGPU_CS, c.cs(SdmaIb().nop()))).out.handle
+    assert dev.rings[(uapi.AMDGPU_HW_IP_DMA, 0)].fence(seq).wait(10)
+    python = await call(fs, c.fh, uapi.DRM_IOCTL_AMDGPU_WAIT_CS, wait_cs(c, seq))
+    returned, result, n, out = fast_wait(fs, c.fh, wait_cs(c, seq))
+    assert (returned, result, n) == (1, 0, ctypes.sizeof(python)) and out == bytes(python)
+    assert fs.fast.waits == 1 and fs.fast.answered == 0
+    # a job still running, an unknown context, a sequence number never emitted: the
+    # Python path's (a pending wait, EINVAL, EINVAL)
+    busy = (await c.call(uapi.DRM_IOCTL_AMDGPU_CS, c.cs(SdmaIb().poll_regmem(VA + 60, 1)))).out.handle
+    bad_ctx = wait_cs(c, seq)
+    bad_ctx.in_.ctx_id = 77
+    for w in (wait_cs(c, busy), bad_ctx, wait_cs(c, busy + 9)):
+        assert fast_wait(fs, c.fh, w)[0] == 0
+    c.bo.write(60, (1).to_bytes(4, "little"))
+    assert (await call(fs, c.fh, uapi.DRM_IOCTL_AMDGPU_WAIT_CS, wait_cs(c, busy))).out.status == 0
+    fs.drm_debug.write(b"0x1")   # drm.debug logs it: the Python path's
+    assert fast_wait(fs, c.fh, wait_cs(c, busy))[0] == 0
+    fs.drm_debug.write(b"0")
+    assert fast_wait(fs, c.fh, wait_cs(c, busy))[0] == 1 and fs.fast.waits == 2
+    await fs.release(c.fh)   # released: unknown
+    assert fast_wait(fs, c.fh, wait_cs(c, busy))[0] == 0
