@@ -28,11 +28,18 @@ from .hw.mmu import GpuFault
 
 
 def eligible(ring, job) -> bool:
-    """Whether `job`, just pushed on idle `ring` (ring lock held), may run directly."""
+    """Whether `job`, just pushed on idle `ring` (ring lock held), may run directly:
+    what its submission knows at once. Its IBs are looked at by :func:`bounded` when
+    the run comes (Ring.run_direct), so that reading them is not part of the CS's
+    answer where the run follows the reply."""
     if ring.kind != "sdma" or ring.running is not None or ring.hb.pending or len(ring.sched) != 1:
         return False
-    if job.error or (job.deps and any(not d.signaled for d in job.deps)) or userptr.has_bos(job.file):
-        return False
+    return not (job.error or (job.deps and any(not d.signaled for d in job.deps)) or userptr.has_bos(job.file))
+
+
+def bounded(job) -> bool:
+    """Whether `job`'s IBs do only bounded work (ring lock held): else, or if they
+    cannot be read, the worker runs it (and reports the fault)."""
     pt = job.file.vm.page_table
     for va, size_dw in job.ibs:
         if size_dw > sdma.SDMA_HELD_IB_DW:

@@ -197,7 +197,8 @@ class Ring:
             job, self._direct = self._direct, None
             if job is None:
                 return
-            picked = self.sched.pick() if self.running is None and not self._stop and not self.hb.pending else None
+            picked = (self.sched.pick() if self.running is None and not self._stop and not self.hb.pending
+                      and direct_run.bounded(job) else None)
             if picked is not job:
                 if picked is not None:
                     self.sched.requeue(picked)
