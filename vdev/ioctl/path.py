@@ -86,6 +86,17 @@ class IoctlPath:
         size = (cmd >> _SIZE_SHIFT) & _SIZE_MASK
         arg = in_buf if len(in_buf) == size else bytes(in_buf[:size]).ljust(size, b"\0")
         mem = UserMemory(pid)
+        if cmd == _CS:   # the one request that submits jobs
+            return self._answer_cs(handle, cmd, arg, mem, out_size, pid)
+        reply = self._dispatch(handle, cmd, arg, mem, pid, None)
+        if isinstance(reply, PendingReply):
+            return self._wait(handle, cmd, arg, reply, mem, out_size, pid)
+        if not reply.extra and self.observe is None:  # nothing to scatter or observe
+            return reply.arg[:out_size]
+        return self._complete(handle, cmd, arg, reply, mem, out_size, pid)
+
+    def _answer_cs(self, handle, cmd, arg, mem: UserMemory, out_size: int, pid: int):
+        """answer() for DRM_IOCTL_AMDGPU_CS: the reply first, then its light jobs."""
         runs: list = []
         try:
             reply = self._dispatch(handle, cmd, arg, mem, pid, runs)
@@ -116,8 +127,9 @@ class IoctlPath:
             return reply.arg[:out_size]
         return self._complete(handle, cmd, arg, reply, mem, out_size, pid)
 
-    def _dispatch(self, handle, cmd, arg, mem: UserMemory, pid: int, runs: list):
-        """Steps 2 and 3: the pointed-to data, then the KMD's dispatch."""
+    def _dispatch(self, handle, cmd, arg, mem: UserMemory, pid: int, runs: list | None):
+        """Steps 2 and 3: the pointed-to data, then the KMD's dispatch; the light jobs
+        the request submitted go to ``runs`` (None: they run before it returns)."""
         try:
             # a CS's chunks in C where they are plain (vdev/ioctl/cs_gather.pyx), else
             # (and for every refusal) the reference
