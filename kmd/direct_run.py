@@ -14,8 +14,8 @@ simply fast (through ioctl() the reply goes first and the job runs right after i
 in the same thread: Device.ioctl's ``direct_runs``); every rule of the
 scheduler still holds, since the ring is idle and the job is the one it would pick.
 
-Bounded work is kmd.hw.sdma.bounded_ib (the Cython core's held_ib): SDMA IBs of at
-most SDMA_HELD_IB_DW dwords with no COPY_LINEAR, CONSTANT_FILL or POLL_REGMEM, so a
+Bounded work is SdmaEngine.bounded (the Cython core's held_ib; sdma.bounded_ib in
+the reference): SDMA IBs of at most SDMA_HELD_IB_DW dwords with no COPY_LINEAR, CONSTANT_FILL or POLL_REGMEM, so a
 direct run can neither hang the submitting thread nor hold the device lock for
 long. Compute jobs, jobs of a file with userptr BOs (begin_job may copy pages) and
 a ring whose heartbeat pulse is pending always go to the worker.
@@ -23,8 +23,6 @@ a ring whose heartbeat pulse is pending always go to the worker.
 from __future__ import annotations
 
 from . import userptr
-from .hw import sdma
-from .hw.mmu import GpuFault
 
 
 def eligible(ring, job) -> bool:
@@ -37,17 +35,12 @@ def eligible(ring, job) -> bool:
     return not (job.error or (job.deps and any(not d.signaled for d in job.deps)) or userptr.has_bos(job.file))
 
 
-def bounded(job) -> bool:
-    """Whether `job`'s IBs do only bounded work (ring lock held): else, or if they
-    cannot be read, the worker runs it (and reports the fault)."""
-    pt = job.file.vm.page_table
+def bounded(ring, job) -> bool:
+    """Whether `job`'s IBs do only bounded work (ring lock held), as `ring`'s engine
+    reads them (SdmaEngine.bounded): else, or if they cannot be read, the worker runs
+    it (and reports the fault)."""
+    pt, check = job.file.vm.page_table, ring.engine.bounded
     for va, size_dw in job.ibs:
-        if size_dw > sdma.SDMA_HELD_IB_DW:
-            return False
-        try:
-            ib = memoryview(pt.read(va, size_dw * 4)).cast("I") if size_dw else ()
-        except GpuFault:
-            return False  # the worker's run reports the fault
-        if not sdma.bounded_ib(ib):
+        if not check(pt, va, size_dw):
             return False
     return True

@@ -198,7 +198,7 @@ class Ring:
             if job is None:
                 return
             picked = (self.sched.pick() if self.running is None and not self._stop and not self.hb.pending
-                      and direct_run.bounded(job) else None)
+                      and direct_run.bounded(self, job) else None)
             if picked is not job:
                 if picked is not None:
                     self.sched.requeue(picked)

@@ -618,6 +618,25 @@ cdef class SdmaEngine:
             raise ValueError(f"preempt_after: negative count {n}")
         self._trigger = n
 
+    def bounded(self, PageTable pt not None, uint64_t ib_va, uint64_t ib_size_dw):
+        """Whether the IB of `ib_size_dw` dwords at `ib_va` does only bounded work
+        (held_ib), what a direct run asks (kmd/direct_run.py): read onto the stack, no
+        object made. False when it is longer than SDMA_HELD_IB_DW or cannot be read
+        (its run reports the fault)."""
+        cdef uint32_t ib[SDMA_HELD_IB_DW]
+        cdef Fault fault
+        cdef int bad
+        if ib_size_dw > SDMA_HELD_IB_DW:
+            return False
+        if ib_size_dw == 0:
+            return True
+        pin = pt.pin()
+        try:
+            bad = pt._read(ib_va, <uint8_t*> ib, ib_size_dw * 4, &fault)
+        finally:
+            pin.release()
+        return not bad and held_ib(ib, ib_size_dw)
+
     def run(self, PageTable pt not None, uint64_t ib_va, int64_t ib_size_dw,
             int ctx_id=0, int ring_id=0, resume=None, csa=None):
         """Run one IB; with `resume` (a preempted result's), continue it. `csa` is

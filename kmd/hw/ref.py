@@ -175,6 +175,20 @@ class SdmaEngine(RunControl):
         self.name = name
         self.ih = ih
 
+    def bounded(self, pt: PageTable, ib_va: int, ib_size_dw: int) -> bool:
+        """Whether the IB of `ib_size_dw` dwords at `ib_va` does only bounded work
+        (sdma.bounded_ib), what a direct run asks (kmd/direct_run.py). False when it is
+        longer than SDMA_HELD_IB_DW or cannot be read (its run reports the fault)."""
+        if ib_size_dw > S.SDMA_HELD_IB_DW:
+            return False
+        if not ib_size_dw:
+            return True
+        try:
+            ib = memoryview(pt.read(ib_va, ib_size_dw * 4)).cast("I")
+        except GpuFault:
+            return False
+        return S.bounded_ib(ib)
+
     def run(self, pt: PageTable, ib_va: int, ib_size_dw: int, ctx_id: int = 0,
             ring_id: int = 0, resume: S.SdmaResume | None = None, csa=None) -> S.SdmaResult:
         """Run one IB; with `resume` (a preempted result's), continue it. `csa` is

@@ -293,3 +293,25 @@ def test_large_fills_match_the_pattern(hw, ih, fill_size, offset):
     assert r.status == "ok" and np.array_equal(mem[offset:offset + n], want)
     assert not mem[:offset].any() and not mem[offset + n:].any()
 
+
+
+def test_bounded_says_which_ibs_a_direct_run_may_take(rig):
+    """SdmaEngine.bounded (kmd/direct_run.py): IBs of at most SDMA_HELD_IB_DW dwords
+    without COPY_LINEAR, CONSTANT_FILL or POLL_REGMEM, read where they are mapped;
+    an unreadable IB is False (its run reports the fault); the same on both engines."""
+    cases = [
+        (S.SdmaIb().nop(), True),
+        (S.SdmaIb().write_linear(MEM_VA, [1, 2, 3]).fence(MEM_VA + 64, 7).trap(), True),
+        (S.SdmaIb().nop().copy_linear(MEM_VA, MEM_VA + 4096, 64), False),
+        (S.SdmaIb().constant_fill(MEM_VA, 0, 64), False),
+        (S.SdmaIb().poll_regmem(MEM_VA, 1), False),
+    ]
+    for ib, want in cases:
+        words = ib.tobytes()
+        rig.ibbuf[:len(words)] = np.frombuffer(words, np.uint8)
+        assert rig.engine.bounded(rig.pt, IB_VA, len(words) // 4) is want, ib
+        assert S.bounded_ib(memoryview(words).cast("I")) is want   # the twin agrees
+    assert rig.engine.bounded(rig.pt, IB_VA, 0) is True
+    assert rig.engine.bounded(rig.pt, IB_VA, S.SDMA_HELD_IB_DW + 1) is False   # too long to hold
+    assert rig.engine.bounded(rig.pt, 0x7777_0000, 4) is False                 # not mapped
+    assert rig.engine.bounded(rig.pt, MEM_VA - 8, 4) is False                  # runs off its mapping
