@@ -25,7 +25,7 @@ from .fence import Fence
 from .heartbeat import Heartbeat
 from .gem import DOMAIN_NAMES, BufferObject, random_mmap_offset
 from .hw.cp import CommandProcessor
-from .ioctl import PendingReply, dispatch, drm_ioctl_permit, permit, request_name
+from .ioctl import PendingReply, dispatch, permit, request_name
 from .ioctl_table import TABLE as IOCTL_TABLE
 from .irq import InterruptHandler
 from .job import Job
@@ -45,7 +45,6 @@ MiB = 1 << 20
 SLICE = 0.002
 SLICE_PAUSE = 0.0002
 # INFO's permission flags (DRM_AUTH | DRM_RENDER_ALLOW), for timestamp_query
-_INFO_FLAGS = IOCTL_TABLE[uapi._IOC_NR(uapi.DRM_IOCTL_AMDGPU_INFO)].flags
 
 
 class _Waiting:
@@ -683,32 +682,40 @@ class Device:
     def timestamp_query(self, f: DrmFile) -> int | None:
         """What AMDGPU_INFO TIMESTAMP answers file `f` now (gpu_timestamp), or None
         when that request must go through ioctl(): `f` closed or its device unplugged,
-        `f` not allowed INFO (drm_ioctl_permit with the table's flags), or tracing on
+        `f` not allowed INFO (as the dispatch's permit), or tracing on
         (it records every request). Takes no lock and changes nothing: it lets a
         transport answer the clock read without the dispatch (vdev/ioctl/fast.pyx),
         as amdgpu reads its clock register without sleeping."""
-        if f.closed or f.unplugged or self.trace.on:
-            return None
-        try:
-            drm_ioctl_permit(_INFO_FLAGS, f)
-        except KmdError:
+        if not self._answerable_in_c(f, uapi.DRM_IOCTL_AMDGPU_INFO):
             return None
         return self.gpu_timestamp()
+
+    def _answerable_in_c(self, f: DrmFile, request: int) -> bool:
+        """Whether a transport may answer `request` of file `f` without the dispatch
+        (timestamp_query, wait_cs_done): `f` open on a present device, allowed the
+        request as dispatch would allow it (kmd.ioctl.permit), and no tracing (which
+        records every request)."""
+        if f.closed or f.unplugged or self.trace.on:
+            return False
+        try:
+            permit(IOCTL_TABLE, f, request)
+        except KmdError:
+            return False
+        return True
 
     def wait_cs_done(self, f: DrmFile, ctx_id: int, ip_type: int, ip_instance: int, ring: int,
                      seq: int) -> bool:
         """True when AMDGPU_WAIT_CS of file `f` for `seq` on that ring and context
         would answer at once, status 0, with nothing to record: the fence signalled
         without an error (or long ago), through the same checks as the dispatch
-        (kmd.cs.lookup_fence, drm_ioctl_permit). False for everything the dispatch
+        (kmd.ioctl.permit, kmd.cs.lookup_fence). False for everything the dispatch
         must answer: `f` closed or its device unplugged, tracing on, an unknown
         context or ring, a sequence number never emitted, a fence still busy or
         failed. Takes no lock and changes nothing (vdev/ioctl/fast.pyx answers the
         request without the dispatch when True, as timestamp_query lets it)."""
-        if f.closed or f.unplugged or self.trace.on:
+        if not self._answerable_in_c(f, uapi.DRM_IOCTL_AMDGPU_WAIT_CS):
             return False
         try:
-            permit(IOCTL_TABLE, f, uapi.DRM_IOCTL_AMDGPU_WAIT_CS)
             fence = lookup_fence(self, f, ctx_id, ip_type, ip_instance, ring, seq)
         except KmdError:
             return False

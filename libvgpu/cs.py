@@ -249,13 +249,18 @@ def _submit_plain(context, request: CsRequest, flags: int, s: _Scratch) -> int:
     for ib, info in zip(s.ibs, request.ibs):
         ib.flags, ib.va_start, ib.ib_bytes = info.flags, info.ib_mc_address, info.size * 4
         ib.ip_type, ib.ip_instance, ib.ring = request.ip_type, request.ip_instance, request.ring
-    req = s.req
-    i = req.in_   # every field: the last reply's `out` overlaid them
+    return _issue(context, request, flags, s.req, len(request.ibs), s.table_address)
+
+
+def _issue(context, request: CsRequest, flags: int, req, num_chunks: int, chunks: int) -> int:
+    """Fill ``req`` (a drm_amdgpu_cs: every ``in`` field, since a reused struct holds
+    the last reply's ``out``) and issue it; the sequence number, in request.seq_no."""
+    i = req.in_
     i.ctx_id = context.id
     i.bo_list_handle = request.resources.handle if request.resources else 0
-    i.num_chunks = len(request.ibs)
+    i.num_chunks = num_chunks
     i.flags = flags
-    i.chunks = s.table_address
+    i.chunks = chunks
     context.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, req)
     request.seq_no = req.out.handle
     return request.seq_no
@@ -275,15 +280,7 @@ def cs_submit(context, request: CsRequest, flags: int = 0) -> int:
         finally:
             s.busy = False
     chunks = cs_chunks(request)
-    req = uapi.drm_amdgpu_cs()
-    req.in_.ctx_id = context.id
-    req.in_.bo_list_handle = request.resources.handle if request.resources else 0
-    req.in_.num_chunks = len(chunks)
-    req.in_.flags = flags
-    req.in_.chunks = chunks.build()
-    context.dev.ioctl(uapi.DRM_IOCTL_AMDGPU_CS, req)
-    request.seq_no = req.out.handle
-    return request.seq_no
+    return _issue(context, request, flags, uapi.drm_amdgpu_cs(), len(chunks), chunks.build())
 
 
 def fence_of(context, request: CsRequest) -> CsFence:

@@ -35,7 +35,7 @@ MAX = MAX_CHUNKS
 
 #: The request this reads for: its _IOC_SIZE is the whole drm_amdgpu_cs.
 CS = uapi.DRM_IOCTL_AMDGPU_CS
-cdef size_t _CS_SIZE = (uapi.DRM_IOCTL_AMDGPU_CS >> uapi._IOC_SIZESHIFT) & uapi._IOC_SIZEMASK
+cdef size_t _CS_SIZE = uapi._IOC_SIZE(uapi.DRM_IOCTL_AMDGPU_CS)
 # drm_amdgpu_cs_in's fields and drm_amdgpu_cs_chunk's, where vgpu.uapi puts them
 cdef size_t _NUM_AT = uapi.drm_amdgpu_cs_in.num_chunks.offset
 cdef size_t _CHUNKS_AT = uapi.drm_amdgpu_cs_in.chunks.offset
@@ -52,8 +52,10 @@ def gather_cs(int pid, const unsigned char[:] arg):
     """The flattened chunks of the CS whose struct is ``arg``, read from process
     ``pid``; None where the Python reference must answer (see the module's contract)."""
     cdef uint32_t n, length_dw, chunk_id
-    cdef uint64_t table_ptr, data_ptr, total, size
+    cdef uint64_t table_ptr, total
     cdef uint64_t table[MAX_CHUNKS]
+    cdef uint64_t data[MAX_CHUNKS]
+    cdef uint64_t sizes[MAX_CHUNKS]
     cdef unsigned char headers[MAX_CHUNKS][16]
     cdef iovec local[MAX_CHUNKS]
     cdef iovec remote[MAX_CHUNKS]
@@ -85,10 +87,11 @@ def gather_cs(int pid, const unsigned char[:] arg):
     for i in range(n):
         memcpy(&chunk_id, &headers[i][_ID_AT], 4)
         memcpy(&length_dw, &headers[i][_LEN_AT], 4)
-        memcpy(&data_ptr, &headers[i][_DATA_AT], 8)
-        if chunk_id == _BO_HANDLES or (length_dw and data_ptr == 0):
+        memcpy(&data[i], &headers[i][_DATA_AT], 8)
+        sizes[i] = 4 * <uint64_t> length_dw
+        if chunk_id == _BO_HANDLES or (sizes[i] and data[i] == 0):
             return None
-        total += 4 * <uint64_t> length_dw
+        total += sizes[i]
     if total > _MAX_POINTED:
         return None
     result = PyBytes_FromStringAndSize(NULL, <Py_ssize_t> total)
@@ -99,17 +102,14 @@ def gather_cs(int pid, const unsigned char[:] arg):
     for i in range(n):
         memcpy(out + pos, headers[i], 16)
         pos += 16
-        memcpy(&length_dw, &headers[i][_LEN_AT], 4)
-        memcpy(&data_ptr, &headers[i][_DATA_AT], 8)
-        size = 4 * <uint64_t> length_dw
-        if size:
+        if sizes[i]:
             local[k].iov_base = out + pos
-            local[k].iov_len = size
-            remote[k].iov_base = <void *> data_ptr
-            remote[k].iov_len = size
+            local[k].iov_len = sizes[i]
+            remote[k].iov_base = <void *> data[i]
+            remote[k].iov_len = sizes[i]
             k += 1
-            want += size
-            pos += size
+            want += sizes[i]
+            pos += sizes[i]
     if k and process_vm_readv(pid, local, k, remote, k, 0) != want:
         return None
     return result

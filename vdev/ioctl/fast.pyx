@@ -42,7 +42,7 @@ from vgpu import uapi
 
 cdef unsigned int _INFO = uapi.DRM_IOCTL_AMDGPU_INFO
 cdef unsigned int _WAIT_CS = uapi.DRM_IOCTL_AMDGPU_WAIT_CS
-cdef size_t _WAIT_SIZE = (uapi.DRM_IOCTL_AMDGPU_WAIT_CS >> uapi._IOC_SIZESHIFT) & uapi._IOC_SIZEMASK
+cdef size_t _WAIT_SIZE = uapi._IOC_SIZE(uapi.DRM_IOCTL_AMDGPU_WAIT_CS)
 # drm_amdgpu_wait_cs_in's fields, where vgpu.uapi puts them
 cdef size_t _SEQ_AT = uapi.drm_amdgpu_wait_cs_in.handle.offset
 cdef size_t _IP_AT = uapi.drm_amdgpu_wait_cs_in.ip_type.offset
@@ -52,7 +52,7 @@ cdef size_t _CTX_AT = uapi.drm_amdgpu_wait_cs_in.ctx_id.offset
 cdef uint32_t _TIMESTAMP = uapi.AMDGPU_INFO_TIMESTAMP
 # struct drm_amdgpu_info's fields this reads, where vgpu.uapi puts them; _IOC_SIZE of
 # the request is the whole struct
-cdef size_t _INFO_SIZE = (uapi.DRM_IOCTL_AMDGPU_INFO >> uapi._IOC_SIZESHIFT) & uapi._IOC_SIZEMASK
+cdef size_t _INFO_SIZE = uapi._IOC_SIZE(uapi.DRM_IOCTL_AMDGPU_INFO)
 cdef size_t _POINTER_AT = uapi.drm_amdgpu_info.return_pointer.offset
 cdef size_t _SIZE_AT = uapi.drm_amdgpu_info.return_size.offset
 cdef size_t _QUERY_AT = uapi.drm_amdgpu_info.query.offset

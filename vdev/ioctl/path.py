@@ -36,7 +36,6 @@ from vgpu import pointers, uapi
 
 from ..kmd_interface import KmdError, PendingReply
 from ..nodes import ControlHandle, wait_pending
-from .cs_gather import CS as _CS
 from .cs_gather import gather_cs
 from .uaccess import UserAccessError, UserMemory
 
@@ -46,7 +45,8 @@ _DRM = uapi.DRM_IOCTL_BASE
 # _IOC_TYPE and _IOC_SIZE, inlined: the two are asked for every request
 _TYPE_SHIFT, _TYPE_MASK = uapi._IOC_TYPESHIFT, uapi._IOC_TYPEMASK
 _SIZE_SHIFT, _SIZE_MASK = uapi._IOC_SIZESHIFT, uapi._IOC_SIZEMASK
-_CS_NR = uapi._IOC_NR(uapi.DRM_IOCTL_AMDGPU_CS)
+_CS = uapi.DRM_IOCTL_AMDGPU_CS
+_CS_NR = uapi._IOC_NR(_CS)
 
 #: Called after each request: ``(handle, cmd, pid, errno_or_0)`` (drm.debug, tracing).
 Observer = Callable[[ControlHandle, int, int, int], None]
