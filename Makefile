@@ -37,10 +37,14 @@ pyfuse3:
 	patch -s -d $(PYFUSE3_SRC) -p1 < deps/pyfuse3/ioctl.patch
 	SETUPTOOLS_SCM_PRETEND_VERSION=$(PYFUSE3_LOCAL) $(PIP) install -q $(PYFUSE3_SRC)
 
-# Compiles the Cython core and the CS path's modules (vgpu/compiled.py) in place, on
-# both cores, and installs the packages in editable mode, so samples, `vgpu` and
-# `python3 -m ...` work from any directory.
+# Compiles the Cython core in place, on both cores, and installs the packages in
+# editable mode, so samples, `vgpu` and `python3 -m ...` work from any directory.
+# First it removes any extension module that has a .py of the same name beside it
+# (the CS path's modules were compiled until 2026-12-04, docs/bench.md): Python
+# would import the old build instead of the source.
 build: deps
+	@for so in $$(find kmd vdev vgpu libvgpu -name '*.cpython-*.so'); do \
+	  if [ -f "$${so%%.cpython-*}.py" ]; then echo "removing $$so: it would hide $${so%%.cpython-*}.py"; rm -f "$$so"; fi; done
 	$(PYTHON) setup.py -q build_ext --inplace -j 2
 	$(PIP) install -q --no-build-isolation --no-deps -e .
 	@$(MAKE) --no-print-directory $(PRELOAD) $(C_SAMPLES)
@@ -84,5 +88,4 @@ bench/c_echo/echo_fuse: bench/c_echo/echo_fuse.c
 
 clean:
 	rm -rf build *.egg-info kmd/hw/_core.cpp kmd/hw/_core*.so kmd/hw/_aperture.c kmd/hw/_aperture*.so kmd/hw/_sdma_defs.pxi kmd/hw/_cu_defs.pxi bench/c_echo/echo_fuse $(PRELOAD) $(C_SAMPLES)
-	rm -f vgpu/_compiled.json $$($(PYTHON) -c "import sys; sys.path.insert(0, '.'); from vgpu import compiled; print(*compiled.built())")
 	find . -name __pycache__ -prune -exec rm -rf {} +

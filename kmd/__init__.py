@@ -3,6 +3,3 @@
 `kmd.device.Device` is the whole driver; `vdev` talks to it only through the
 contract in docs/internals.md. Nothing here imports `vdev`.
 """
-from vgpu import compiled as _compiled  # first: a stale compiled module must not load (vgpu/compiled.py)
-
-_compiled.install()

@@ -11,10 +11,6 @@ each to its libdrm counterpart and ioctl.
     with device_initialize("/tmp/vgpu") as dev, bo_alloc(dev, 1 << 20) as bo:
         bo.cpu_map()[:4] = b"abcd"
 """
-from vgpu import compiled as _compiled  # first: a stale compiled module must not load (vgpu/compiled.py)
-
-_compiled.install()
-
 from .bo import (Bo, BoInfo, amdgpu_bo_handle_type_dma_buf_fd, amdgpu_bo_handle_type_gem_flink_name,
                  amdgpu_bo_handle_type_kms, amdgpu_bo_handle_type_kms_noimport, bo_alloc, bo_cpu_map,
                  bo_cpu_unmap, bo_export, bo_free, bo_import, bo_query_info, bo_wait_for_idle,

@@ -54,9 +54,9 @@ _syscall.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_ulong, ctypes.c_void
 _syscall.restype = ctypes.c_long
 
 # Runs the Python-level signal handlers now, raising what they raise (a ctypes
-# pythonapi call checks the error indicator on return). The interpreter runs them
-# between bytecodes, but this module may be compiled (vgpu/compiled.py), where a
-# retry loop has no bytecodes: without it Ctrl-C would wait for the ioctl to end.
+# pythonapi call checks the error indicator on return). The interpreter would run
+# them between bytecodes anyway; the EINTR retry asks at the one point where it
+# matters, so Ctrl-C ends a wait whatever runs the loop.
 _check_signals = ctypes.pythonapi.PyErr_CheckSignals
 
 

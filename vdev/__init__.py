@@ -4,6 +4,3 @@
 ioctls with ``vgpu.frame``), ``fs`` is the pyfuse3 ``Operations`` serving MOUNT/,
 ``daemon`` mounts and runs it. See docs/vdev.md.
 """
-from vgpu import compiled as _compiled  # first: a stale compiled module must not load (vgpu/compiled.py)
-
-_compiled.install()

@@ -7,15 +7,8 @@
 - :mod:`vgpu.sdma`, :mod:`vgpu.pm4`, :mod:`vgpu.isa`, :mod:`vgpu.asm`: the packet and
   instruction encodings (and the vISA assembler).
 
-- :mod:`vgpu.compiled`: which modules `make build` compiles with Cython, and the
-  import hook that runs an edited one as Python until the next build.
-
 The KMD, the daemon, libvgpu and umd all build on it; the `vgpu` command lives
 above everything in :mod:`vgpu_tools`.
 """
 
 __version__ = "0.1.0"
-
-from . import compiled as _compiled
-
-_compiled.install()
